@@ -1,0 +1,196 @@
+"""Bit-exact numpy twins of the firmware's C kernels (firmware/tllm_kernels.c).
+
+Every function here performs the same float32 operations, in the same order,
+with the same rounding, as its C twin; integer parts are exact by
+construction.  Rules that make this work:
+
+* every float op is an IEEE float32 op (numpy float32 arrays, float32
+  constants; no float64 sneaks in);
+* reductions run left to right (`np.cumsum(..., dtype=float32)` is
+  sequential, unlike np.sum/np.dot which are pairwise/BLAS);
+* the C side is built with -ffp-contract=off, so there is no FMA fusion;
+* exp is our own polynomial (`expf`), never libm's.
+
+Constants are kept as float32 bit patterns written as hex floats, and the
+emitter prints them the same way into C (`c_float_literal`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def f32(x: float) -> np.float32:
+    return np.float32(x)
+
+
+def c_float_literal(x: float | np.floating) -> str:
+    """A C float literal with exactly the bits of float32(x)."""
+    v = float(np.float32(x))
+    if v == 0.0:
+        return "-0.0f" if np.signbit(np.float32(x)) else "0.0f"
+    return float.hex(v) + "f"
+
+
+# --- exp -------------------------------------------------------------------
+# exp(x) = 2^n * e^r, n = round(x / ln2), r = x - n*ln2 (Cody-Waite split so
+# the reduction is nearly exact), e^r by a degree-6 Taylor polynomial in
+# Horner form (|r| <= 0.35: error < 1 ulp-ish; exactness vs. libm is not the
+# point, identity between C and numpy is).
+EXP_LOG2E = f32(1.4426950408889634)
+EXP_LN2_HI = f32(0.693145751953125)  # 0x3f317200: exact in float32, n*hi exact for |n|<=128
+EXP_LN2_LO = f32(1.4286067653302e-06)
+EXP_POLY = tuple(f32(c) for c in (1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0))
+EXP_MIN = f32(-86.0)  # below this the result is treated as 0 (keeps 2^n normal)
+EXP_MAX = f32(88.0)  # above this the input is clamped (no inf in softmax)
+
+
+def round_half_away(v: np.ndarray) -> np.ndarray:
+    """C: (int32_t)(v >= 0 ? v + 0.5f : v - 0.5f), the add rounded to float32."""
+    v = np.asarray(v, dtype=F32)
+    return np.trunc(np.where(v >= 0, v + F32(0.5), v - F32(0.5))).astype(np.int64)
+
+
+def expf(x: np.ndarray) -> np.ndarray:
+    x = np.minimum(np.asarray(x, dtype=F32), EXP_MAX)
+    n = round_half_away(x * EXP_LOG2E)
+    nf = n.astype(F32)
+    r = x - nf * EXP_LN2_HI
+    r = r - nf * EXP_LN2_LO
+    p = EXP_POLY[0]
+    for c in EXP_POLY[1:]:
+        p = p * r + c  # two roundings: the C has no FMA (-ffp-contract=off)
+    p = np.asarray(p, dtype=F32)
+    n_c = np.clip(n, -126, 127)  # only matters where x < EXP_MIN, masked below
+    scale = ((n_c + 127).astype(np.uint32) << np.uint32(23)).view(F32)
+    return np.where(x < EXP_MIN, F32(0.0), p * scale).astype(F32)
+
+
+def seq_sum(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Left-to-right float32 sum, the C loop's order."""
+    x = np.asarray(x, dtype=F32)
+    if x.shape[axis] == 0:
+        return np.zeros(np.delete(x.shape, axis), F32)
+    return np.take(np.cumsum(x, axis=axis, dtype=F32), -1, axis=axis)
+
+
+# --- int8 activation quantization ------------------------------------------
+def group_bounds(n: int, group: int) -> list[tuple[int, int]]:
+    """Groups run along the input dimension; the last one may be short."""
+    return [(g, min(g + group, n)) for g in range(0, n, group)]
+
+
+def quantize_groups_i8(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: amax = max|x|, scale = amax/127, q = round(x * (127/amax)).
+
+    Returns (q int8 [n], scale float32 [n_groups]). An all-zero group has
+    scale 0 and q 0."""
+    x = np.asarray(x, dtype=F32)
+    q = np.zeros(x.shape[-1], np.int8)
+    bounds = group_bounds(x.shape[-1], group)
+    scales = np.zeros(len(bounds), F32)
+    for gi, (a, b) in enumerate(bounds):
+        amax = F32(np.max(np.abs(x[a:b])))
+        if amax > 0:
+            scales[gi] = amax / F32(127.0)
+            inv = F32(127.0) / amax
+            q[a:b] = np.clip(round_half_away(x[a:b] * inv), -127, 127)
+    return q, scales
+
+
+def quantize_rows_i8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise int8 (one scale per row): KV-cache heads, attention queries."""
+    x = np.asarray(x, dtype=F32)
+    amax = np.max(np.abs(x), axis=-1)
+    scales = np.where(amax > 0, amax / F32(127.0), F32(0.0)).astype(F32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, F32(127.0) / np.where(amax > 0, amax, F32(1.0)), F32(0.0)).astype(F32)
+    q = np.clip(round_half_away(x * inv[..., None]), -127, 127).astype(np.int8)
+    return q, scales
+
+
+# --- kernels ---------------------------------------------------------------
+def matvec_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int, x_q: np.ndarray, x_scales: np.ndarray,
+              bias: np.ndarray | None = None) -> np.ndarray:
+    """y[r] = sum_g ((float)isum[r,g] * ws[r,g]) * xs[g]  (+ bias[r]).
+
+    isum is the exact int32 dot product of int4 weights and int8 activations
+    over one group; groups are accumulated in float32 left to right."""
+    rows = w_q.shape[0]
+    acc = np.zeros(rows, F32)
+    wq = w_q.astype(np.int32)
+    xq = x_q.astype(np.int32)
+    for gi, (a, b) in enumerate(group_bounds(w_q.shape[1], group)):
+        isum = wq[:, a:b] @ xq[a:b]
+        acc = acc + (isum.astype(F32) * w_scales[:, gi]) * x_scales[gi]
+    if bias is not None:
+        acc = acc + bias.astype(F32)
+    return acc
+
+
+def dequant_row_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int) -> np.ndarray:
+    """Embedding lookup: x[i] = (float)q[i] * scale[group(i)]."""
+    out = np.empty(w_q.shape[-1], F32)
+    for gi, (a, b) in enumerate(group_bounds(w_q.shape[-1], group)):
+        out[a:b] = w_q[a:b].astype(F32) * w_scales[gi]
+    return out
+
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    x = np.asarray(x, dtype=F32)
+    ss = seq_sum(x * x)
+    ss = ss / F32(x.shape[-1])
+    ss = ss + F32(eps)
+    r = F32(1.0) / np.sqrt(F32(ss))
+    return (x * r) * weight.astype(F32)
+
+
+def rope(x: np.ndarray, n_heads: int, head_dim: int, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    h = np.asarray(x, dtype=F32).reshape(n_heads, head_dim)
+    half = head_dim // 2
+    a, b = h[:, :half], h[:, half:]
+    out = np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=1)
+    return out.reshape(-1).astype(F32)
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Row-wise: m = max, e = expf(s - m), sum left to right, p = e / sum."""
+    s = np.asarray(scores, dtype=F32)
+    m = np.max(s, axis=-1, keepdims=True)
+    e = expf(s - m)
+    total = seq_sum(e, axis=-1)[..., None]
+    return (e / total).astype(F32)
+
+
+def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    g = np.asarray(gate, dtype=F32)
+    return (g / (F32(1.0) + expf(-g))) * up.astype(F32)
+
+
+def attention_scale(head_dim: int) -> np.float32:
+    """1/sqrt(head_dim), rounded once on the host and emitted as a constant."""
+    return F32(1.0 / np.sqrt(head_dim))
+
+
+def attention_i8(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray,
+                 scale: np.float32) -> np.ndarray:
+    """Attention of one query over an int8 KV cache (grouped-query aware).
+
+    q [heads, hd] float32; k_q/v_q [T, kv_heads, hd] int8; k_s/v_s [T, kv_heads].
+    C order per head h (kv head kh = h / (heads/kv_heads)):
+      q8, qs = quantize(q[h]);  s[t] = (((float)dot(q8, k8[t]) * qs) * ks[t]) * scale
+      p = softmax(s);           out[i] = sum_t (p[t] * vs[t]) * (float)v8[t][i]  (t ascending)"""
+    nh, hd = q.shape
+    T, nkv, _ = k_q.shape
+    kv_of = np.arange(nh) // (nh // nkv)
+    q8, qs = quantize_rows_i8(q)
+    dots = np.einsum("hd,thd->ht", q8.astype(np.int32), k_q[:, kv_of].astype(np.int32))
+    s = ((dots.astype(F32) * qs[:, None]) * k_s[:, kv_of].T) * scale
+    p = softmax(s)
+    w = p * v_s[:, kv_of].T  # [heads, T]
+    vf = v_q[:, kv_of].astype(F32)  # [T, heads, hd]
+    out = np.zeros((nh, hd), F32)
+    for t in range(T):
+        out = out + w[:, t:t + 1] * vf[t]
+    return out.reshape(-1)

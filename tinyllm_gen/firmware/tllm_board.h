@@ -1,0 +1,37 @@
+/* The contract between the portable runtime and a board.
+ *
+ * A board (boards/<name>/) implements these few functions and owns the reset
+ * path: it prepares memory, calls tllm_board_init(), then tllm_main(), then
+ * tllm_board_exit() with tllm_main's return value.  Nothing else in the
+ * runtime touches hardware, so the same generated sources run on the host,
+ * under QEMU and on an STM32H750. */
+#ifndef TLLM_BOARD_H
+#define TLLM_BOARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The runtime's entry point (firmware/tllm_main.c). Returns the exit status. */
+int tllm_main(void);
+
+/* Clocks, console UART, cycle/instruction counter. */
+void tllm_board_init(void);
+
+/* Blocking write of n bytes to the console (UART on targets, stdout on host). */
+void tllm_board_write(const char *buf, size_t n);
+
+/* Non-zero when tllm_board_instret() measures something real. */
+int tllm_board_can_count(void);
+
+/* Instructions retired since tllm_board_init(), as far as the board can tell
+ * (QEMU with -icount shift=0: timer ticks x 40). 0 when it cannot count. */
+uint64_t tllm_board_instret(void);
+
+/* The generation request the host placed for us (see tllm_request.h for the
+ * layout), and its size in bytes via *len. NULL when there is none. */
+const uint8_t *tllm_board_request(size_t *len);
+
+/* Stop with an exit status the host can read (semihosting on QEMU). */
+void tllm_board_exit(int code) __attribute__((noreturn));
+
+#endif

@@ -1,0 +1,169 @@
+/* Portable C kernels: see tllm_kernels.h. Twins in tinyllm_gen/exact.py. */
+#include "tllm_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Constants with exactly the bits exact.py uses (hex floats avoid any
+ * decimal-to-binary doubt). */
+#define EXP_LOG2E 0x1.715476p+0f
+#define EXP_LN2_HI 0x1.62e4p-1f
+#define EXP_LN2_LO 0x1.7f7d1cp-20f
+#define EXP_MIN (-86.0f)
+#define EXP_MAX 88.0f
+
+static inline int32_t round_half_away(float v) {
+    return (int32_t)(v >= 0.0f ? v + 0.5f : v - 0.5f);
+}
+
+float tllm_expf(float x) {
+    if (x > EXP_MAX) x = EXP_MAX;
+    if (x < EXP_MIN) return 0.0f;
+    int32_t n = round_half_away(x * EXP_LOG2E);
+    float nf = (float)n;
+    float r = x - nf * EXP_LN2_HI;
+    r = r - nf * EXP_LN2_LO;
+    float p = 0x1.6c16c2p-10f;            /* 1/720 */
+    p = p * r + 0x1.111112p-7f;           /* 1/120 */
+    p = p * r + 0x1.555556p-5f;           /* 1/24 */
+    p = p * r + 0x1.555556p-3f;           /* 1/6 */
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } scale;
+    scale.u = (uint32_t)(n + 127) << 23;
+    return p * scale.f;
+}
+
+void tllm_embed_q4(const tllm_q4_matrix *m, int32_t token, float *out) {
+    const int32_t cols = m->cols, group = m->group;
+    const int32_t n_groups = (cols + group - 1) / group;
+    const uint8_t *row = m->packed + (uint32_t)token * (uint32_t)((cols + 1) / 2);
+    const float *s = m->scales + (uint32_t)token * (uint32_t)n_groups;
+    for (int32_t i = 0; i < cols; i++) {
+        uint8_t b = row[i >> 1];
+        int32_t nib = (i & 1) ? (b >> 4) : (b & 0xF);
+        int32_t q = nib > 7 ? nib - 16 : nib;
+        out[i] = (float)q * s[i / group];
+    }
+}
+
+void tllm_rmsnorm(const float *x, const float *w, int32_t n, float eps, float *out) {
+    float ss = 0.0f;
+    for (int32_t i = 0; i < n; i++) ss += x[i] * x[i];
+    ss = ss / (float)n;
+    ss = ss + eps;
+    const float r = 1.0f / sqrtf(ss);
+    for (int32_t i = 0; i < n; i++) out[i] = (x[i] * r) * w[i];
+}
+
+void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float *scales) {
+    for (int32_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
+        const int32_t g1 = g0 + group < n ? g0 + group : n;
+        float amax = 0.0f;
+        for (int32_t i = g0; i < g1; i++) {
+            const float a = fabsf(x[i]);
+            if (a > amax) amax = a;
+        }
+        if (amax > 0.0f) {
+            scales[gi] = amax / 127.0f;
+            const float inv = 127.0f / amax;
+            for (int32_t i = g0; i < g1; i++) {
+                int32_t v = round_half_away(x[i] * inv);
+                q[i] = (int8_t)(v > 127 ? 127 : (v < -127 ? -127 : v));
+            }
+        } else {
+            scales[gi] = 0.0f;
+            memset(q + g0, 0, (size_t)(g1 - g0));
+        }
+    }
+}
+
+void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
+    const int32_t cols = m->cols, group = m->group;
+    const int32_t n_groups = (cols + group - 1) / group;
+    const uint32_t row_bytes = (uint32_t)((cols + 1) / 2);
+    for (int32_t r = 0; r < m->rows; r++) {
+        const uint8_t *row = m->packed + (uint32_t)r * row_bytes;
+        const float *ws = m->scales + (uint32_t)r * (uint32_t)n_groups;
+        float acc = 0.0f;
+        for (int32_t g = 0; g < n_groups; g++) {
+            const int32_t g0 = g * group;
+            const int32_t g1 = g0 + group < cols ? g0 + group : cols;
+            int32_t isum = 0;
+            for (int32_t i = g0; i < g1; i++) {
+                const uint8_t b = row[i >> 1];
+                const int32_t nib = (i & 1) ? (b >> 4) : (b & 0xF);
+                isum += (nib > 7 ? nib - 16 : nib) * (int32_t)xq[i];
+            }
+            acc = acc + ((float)isum * ws[g]) * xs[g];
+        }
+        if (bias) acc = acc + bias[r];
+        out[r] = acc;
+    }
+}
+
+void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin) {
+    const int32_t half = head_dim / 2;
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *v = x + h * head_dim;
+        for (int32_t i = 0; i < half; i++) {
+            const float a = v[i], b = v[i + half];
+            v[i] = a * cos[i] - b * sin[i];
+            v[i + half] = b * cos[i] + a * sin[i];
+        }
+    }
+}
+
+void tllm_softmax(float *x, int32_t n) {
+    float m = x[0];
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > m) m = x[i];
+    float total = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        x[i] = tllm_expf(x[i] - m);
+        total += x[i];
+    }
+    for (int32_t i = 0; i < n; i++) x[i] = x[i] / total;
+}
+
+void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                       const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
+    const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads;
+    const int32_t kv_dim = n_kv * hd, group = shape->n_heads / n_kv;
+    /* This position's K and V, one int8 row and scale per kv head. */
+    for (int32_t kh = 0; kh < n_kv; kh++) {
+        tllm_quantize_i8(k + kh * hd, hd, hd, kv->k + pos * kv_dim + kh * hd, kv->k_scale + pos * n_kv + kh);
+        tllm_quantize_i8(v + kh * hd, hd, hd, kv->v + pos * kv_dim + kh * hd, kv->v_scale + pos * n_kv + kh);
+    }
+    for (int32_t h = 0; h < shape->n_heads; h++) {
+        const int32_t kh = h / group;
+        float qs;
+        tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
+        for (int32_t t = 0; t <= pos; t++) {
+            const int8_t *kr = kv->k + t * kv_dim + kh * hd;
+            int32_t dot = 0;
+            for (int32_t i = 0; i < hd; i++) dot += (int32_t)q8[i] * (int32_t)kr[i];
+            scores[t] = (((float)dot * qs) * kv->k_scale[t * n_kv + kh]) * shape->scale;
+        }
+        tllm_softmax(scores, pos + 1);
+        float *o = out + h * hd;
+        for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
+        for (int32_t t = 0; t <= pos; t++) {
+            const float w = scores[t] * kv->v_scale[t * n_kv + kh];
+            const int8_t *vr = kv->v + t * kv_dim + kh * hd;
+            for (int32_t i = 0; i < hd; i++) o[i] = o[i] + w * (float)vr[i];
+        }
+    }
+}
+
+void tllm_add(float *a, const float *b, int32_t n) {
+    for (int32_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+
+void tllm_silu_mul(float *gate, const float *up, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        gate[i] = (g / (1.0f + tllm_expf(-g))) * up[i];
+    }
+}

@@ -1,0 +1,73 @@
+/* Portable C kernels of the tinyllm-gen runtime.
+ *
+ * Each kernel has a bit-exact numpy twin in tinyllm_gen/exact.py: same
+ * float32 operations in the same order (build with -ffp-contract=off so the
+ * compiler cannot fuse a*b+c), exact integer dot products, our own expf.
+ * Change one side and the other together, or the host/QEMU equality tests
+ * fail. */
+#ifndef TLLM_KERNELS_H
+#define TLLM_KERNELS_H
+
+#include <stdint.h>
+
+/* A Q4 matrix in the "q4_rowmajor_lo_first" layout (quant/formats.py):
+ * rows of ceil(cols/2) bytes, element 2j in the low nibble of byte j,
+ * symmetric int4 in [-7, 7]; float32 scales [rows][ceil(cols/group)]. */
+typedef struct {
+    const uint8_t *packed;
+    const float *scales;
+    uint16_t rows;
+    uint16_t cols;
+    uint16_t group;
+} tllm_q4_matrix;
+
+/* One layer's int8 KV cache: [max_seq][n_kv_heads][head_dim] values and
+ * [max_seq][n_kv_heads] float32 scales. */
+typedef struct {
+    int8_t *k;
+    int8_t *v;
+    float *k_scale;
+    float *v_scale;
+} tllm_kv_layer;
+
+typedef struct {
+    uint16_t n_heads;
+    uint16_t n_kv_heads;
+    uint16_t head_dim;
+    float scale; /* 1/sqrt(head_dim), rounded once on the host */
+} tllm_attention_shape;
+
+float tllm_expf(float x);
+
+/* out[i] = (float)q[token][i] * scale[token][group(i)] */
+void tllm_embed_q4(const tllm_q4_matrix *m, int32_t token, float *out);
+
+/* out = x / sqrt(mean(x^2) + eps) * w, the sum of squares left to right. */
+void tllm_rmsnorm(const float *x, const float *w, int32_t n, float eps, float *out);
+
+/* Per group of `group`: scale = max|x| / 127, q = round(x * 127/max|x|). */
+void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float *scales);
+
+/* out[r] = sum_g ((float)dot_g * w_scale[r][g]) * x_scale[g]  (+ bias[r]).
+ * The one matvec interface every linear layer goes through. */
+void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out);
+
+/* In place, rotate-half layout: pairs (i, i + head_dim/2) per head;
+ * cos/sin point at this position's row of head_dim/2 entries. */
+void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);
+
+/* Stores k and v at `pos` in the int8 cache, then attends q over positions
+ * 0..pos. Scratch: q8 [head_dim] int8, scores [pos+1] float. */
+void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                       const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
+
+/* a += b */
+void tllm_add(float *a, const float *b, int32_t n);
+
+/* gate = silu(gate) * up */
+void tllm_silu_mul(float *gate, const float *up, int32_t n);
+
+/* Row-wise softmax in place: m = max, e = expf(x - m), p = e / sum(e). */
+void tllm_softmax(float *x, int32_t n);
+
+#endif

@@ -1,0 +1,197 @@
+/* The generation state machine and the console protocol.
+ *
+ *   IDLE -> PREFILL (one model step per prompt token)
+ *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
+ *
+ * Console lines (parsed by tinyllm_gen/run.py; the text itself is printed by
+ * the board from the vocabulary in flash):
+ *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n>
+ *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
+ *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n>
+ *   @TLLM canary arena=<ok|BROKEN>
+ *   @TLLM text-begin / raw story text / @TLLM text-end
+ * Exit status: 0 ok, 3 bad request, 4 weights blob mismatch, 5 canary broken. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tllm_board.h"
+#include "tllm_model_api.h"
+#include "tllm_request.h"
+#include "tllm_sampler.h"
+
+enum { EXIT_OK = 0, EXIT_BAD_REQUEST = 3, EXIT_BAD_WEIGHTS = 4, EXIT_CANARY = 5 };
+enum { STOP_RUNNING = 0, STOP_EOS = 1, STOP_MAX = 2, STOP_CONTEXT = 3 };
+
+static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
+
+static void put_u64(uint64_t v) {
+    char buf[21];
+    int i = 20;
+    buf[i] = 0;
+    do {
+        buf[--i] = (char)('0' + v % 10u);
+        v /= 10u;
+    } while (v);
+    puts_(buf + i);
+}
+
+static void put_escaped(const uint8_t *s, uint32_t n) {
+    static const char hex[] = "0123456789abcdef";
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t c = s[i];
+        char e[4] = {'\\', 0, 0, 0};
+        size_t len = 2;
+        if (c == '\n') e[1] = 'n';
+        else if (c == '"' || c == '\\') e[1] = (char)c;
+        else if (c < 0x20 || c >= 0x7f) { e[1] = 'x'; e[2] = hex[c >> 4]; e[3] = hex[c & 15]; len = 4; }
+        else { e[0] = (char)c; len = 1; }
+        tllm_board_write(e, len);
+    }
+}
+
+int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const char **why) {
+    uint32_t w[10];
+    if (!buf || len < TLLM_REQUEST_HEADER_BYTES) { *why = "no request"; return -1; }
+    memcpy(w, buf, sizeof w);
+    if (w[0] != TLLM_REQUEST_MAGIC) { *why = "bad request magic"; return -1; }
+    if (w[2] != TLLM_REQUEST_VERSION) { *why = "request version mismatch"; return -1; }
+    if (w[1] > len || TLLM_REQUEST_HEADER_BYTES + 2u * w[3] > w[1]) { *why = "truncated request"; return -1; }
+    out->n_prompt = w[3];
+    out->max_new_tokens = w[4];
+    memcpy(&out->temperature, &w[5], 4);
+    memcpy(&out->top_p, &w[6], 4);
+    out->seed = (uint64_t)w[7] | ((uint64_t)w[8] << 32);
+    out->ids = buf + TLLM_REQUEST_HEADER_BYTES;
+    return 0;
+}
+
+static int is_eos(int32_t tok) {
+    for (uint32_t i = 0; i < tllm_model.n_eos; i++)
+        if (tllm_model.eos_ids[i] == tok) return 1;
+    return 0;
+}
+
+static const char *reason_name(uint32_t r) {
+    return r == STOP_EOS ? "eos" : r == STOP_CONTEXT ? "context" : "max_tokens";
+}
+
+static int check_request(const tllm_request *rq, const char **why) {
+    if (rq->n_prompt == 0) { *why = "empty prompt"; return -1; }
+    if (rq->n_prompt >= tllm_model.max_seq) { *why = "prompt does not fit the context"; return -1; }
+    for (uint32_t i = 0; i < rq->n_prompt; i++)
+        if (tllm_request_id(rq, i) >= tllm_model.vocab_size) { *why = "prompt id out of vocabulary"; return -1; }
+    if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) { *why = "bad sampling options"; return -1; }
+    return 0;
+}
+
+static void print_text(const uint16_t *tokens, uint32_t from, uint32_t to) {
+    for (uint32_t i = from; i < to; i++) {
+        uint32_t n;
+        const uint8_t *b = tllm_vocab_bytes(tokens[i], &n);
+        tllm_board_write((const char *)b, n);
+    }
+}
+
+int tllm_main(void) {
+    const char *why = 0;
+    tllm_model_canary_arm();
+    if (tllm_weights_check(&why) != 0) {
+        puts_("@TLLM error weights: ");
+        puts_(why);
+        puts_("\n");
+        return EXIT_BAD_WEIGHTS;
+    }
+    size_t rq_len = 0;
+    const uint8_t *rq_buf = tllm_board_request(&rq_len);
+    tllm_request rq;
+    if (tllm_request_parse(rq_buf, rq_len, &rq, &why) != 0 || check_request(&rq, &why) != 0) {
+        puts_("@TLLM error request: ");
+        puts_(why);
+        puts_("\n");
+        return EXIT_BAD_REQUEST;
+    }
+
+    tllm_gen_state *st = tllm_model_state();
+    uint16_t *tokens = tllm_model_tokens();
+    memset(st, 0, sizeof *st);
+    st->phase = TLLM_IDLE;
+    st->n_prompt = rq.n_prompt;
+    st->max_new = rq.max_new_tokens;
+    tllm_sampler_init(&st->sampler, rq.temperature, rq.top_p, rq.seed);
+    for (uint32_t i = 0; i < rq.n_prompt; i++) tokens[i] = tllm_request_id(&rq, i);
+
+    puts_("@TLLM begin n_prompt=");
+    put_u64(rq.n_prompt);
+    puts_(" max_new=");
+    put_u64(rq.max_new_tokens);
+    puts_(" max_seq=");
+    put_u64(tllm_model.max_seq);
+    puts_("\n");
+
+    float *logits = 0;
+    uint64_t t_token = 0;
+    st->t_start = tllm_board_instret();
+    st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
+    st->stop_reason = st->max_new ? STOP_RUNNING : STOP_MAX;
+    while (st->phase != TLLM_DONE) {
+        switch (st->phase) {
+        case TLLM_PREFILL:
+            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos);
+            st->pos++;
+            if (st->pos == st->n_prompt) {
+                st->t_prefill = tllm_board_instret();
+                t_token = st->t_prefill;
+                st->phase = TLLM_SAMPLE;
+            }
+            break;
+        case TLLM_SAMPLE:
+            st->token = tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size, tllm_model_sample_idx());
+            tokens[st->pos] = (uint16_t)st->token;
+            st->n_generated++;
+            st->phase = TLLM_EMIT;
+            break;
+        case TLLM_EMIT: {
+            const uint64_t now = tllm_board_instret();
+            uint32_t n;
+            const uint8_t *b = tllm_vocab_bytes(st->token, &n);
+            puts_("@TLLM tok ");
+            put_u64(st->n_generated - 1);
+            puts_(" ");
+            put_u64((uint64_t)st->token);
+            puts_(" ");
+            put_u64(now - t_token);
+            puts_(" \"");
+            put_escaped(b, n);
+            puts_("\"\n");
+            if (is_eos(st->token)) st->stop_reason = STOP_EOS;
+            else if (st->n_generated >= st->max_new) st->stop_reason = STOP_MAX;
+            else if (st->pos + 1 >= tllm_model.max_seq) st->stop_reason = STOP_CONTEXT;
+            st->phase = st->stop_reason ? TLLM_DONE : TLLM_DECODE;
+            t_token = tllm_board_instret(); /* printing is not the model's cost */
+            break;
+        }
+        case TLLM_DECODE:
+            logits = tllm_model_step(st->token, (int32_t)st->pos);
+            st->pos++;
+            st->phase = TLLM_SAMPLE;
+            break;
+        default:
+            st->phase = TLLM_DONE;
+            break;
+        }
+    }
+
+    puts_("@TLLM end reason=");
+    puts_(reason_name(st->stop_reason));
+    puts_(" n=");
+    put_u64(st->n_generated);
+    puts_(" prefill_instructions=");
+    put_u64(st->t_prefill - st->t_start);
+    puts_("\n@TLLM text-begin\n");
+    print_text(tokens, 0, st->n_prompt + st->n_generated);
+    puts_("\n@TLLM text-end\n");
+    const int canary = tllm_model_canary_ok();
+    puts_(canary ? "@TLLM canary arena=ok\n" : "@TLLM canary arena=BROKEN\n");
+    return canary ? EXIT_OK : EXIT_CANARY;
+}

@@ -1,0 +1,58 @@
+/* What the generated model (tllm_model.c, tllm_vocab.c) provides to the
+ * hand-written runtime. The generator and this header agree on
+ * TLLM_ABI_VERSION; tllm_model.h stops the build with #error otherwise. */
+#ifndef TLLM_MODEL_API_H
+#define TLLM_MODEL_API_H
+
+#include <stdint.h>
+
+#include "tllm_sampler.h"
+
+#define TLLM_ABI_VERSION 1
+
+/* Generation state machine (lives in the planned arena). Fixed-size fields
+ * only: the planner reserves TLLM_GEN_STATE_BYTES for it. */
+typedef enum { TLLM_IDLE = 0, TLLM_PREFILL, TLLM_DECODE, TLLM_SAMPLE, TLLM_EMIT, TLLM_DONE } tllm_phase;
+
+typedef struct {
+    uint32_t phase;
+    uint32_t pos;        /* next position to compute */
+    uint32_t n_prompt;
+    uint32_t n_generated;
+    uint32_t max_new;
+    int32_t token;       /* token being fed / just sampled */
+    uint32_t stop_reason; /* 0 running, 1 eos, 2 max tokens, 3 context full */
+    uint32_t reserved;
+    tllm_sampler sampler;
+    uint64_t t_start;
+    uint64_t t_prefill;
+} tllm_gen_state;
+
+typedef struct {
+    uint32_t vocab_size;
+    uint32_t max_seq;
+    uint32_t n_eos;
+    int32_t eos_ids[4];
+} tllm_model_info;
+
+extern const tllm_model_info tllm_model;
+
+/* Runs one decode step for `token` at `pos`; returns the logits buffer. */
+float *tllm_model_step(int32_t token, int32_t pos);
+
+/* Planned buffers the runtime needs. */
+tllm_gen_state *tllm_model_state(void);
+uint16_t *tllm_model_tokens(void);      /* [max_seq] */
+uint16_t *tllm_model_sample_idx(void);  /* [vocab] sampler scratch */
+
+/* Arena guard words written at start and checked after generation. */
+void tllm_model_canary_arm(void);
+int tllm_model_canary_ok(void);
+
+/* 0 when the weights blob header matches this build. */
+int tllm_weights_check(const char **why);
+
+/* The bytes token `id` stands for (UTF-8 fragments; may be empty). */
+const uint8_t *tllm_vocab_bytes(int32_t id, uint32_t *len);
+
+#endif

@@ -1,0 +1,42 @@
+/* The generation request the host hands the firmware (tinyllm_gen/request.py
+ * writes it). Little-endian, 4-byte aligned:
+ *
+ *   off  size  field
+ *     0     4  magic "TLRQ"
+ *     4     4  total length in bytes (header + ids, padded to 4)
+ *     8     4  version (TLLM_REQUEST_VERSION)
+ *    12     4  n_prompt: prompt token ids that follow the header
+ *    16     4  max_new_tokens
+ *    20     4  temperature (float32; 0 = greedy)
+ *    24     4  top_p (float32, in (0, 1])
+ *    28     8  seed (uint64)
+ *    36     4  flags (reserved, 0)
+ *    40  2*n   prompt ids (uint16)
+ */
+#ifndef TLLM_REQUEST_H
+#define TLLM_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TLLM_REQUEST_MAGIC 0x51524C54u /* "TLRQ" read little-endian */
+#define TLLM_REQUEST_VERSION 1u
+#define TLLM_REQUEST_HEADER_BYTES 40u
+
+typedef struct {
+    uint32_t n_prompt;
+    uint32_t max_new_tokens;
+    float temperature;
+    float top_p;
+    uint64_t seed;
+    const uint8_t *ids; /* n_prompt little-endian uint16 */
+} tllm_request;
+
+/* 0 on success; otherwise a negative code and *why set to a short reason. */
+int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const char **why);
+
+static inline uint16_t tllm_request_id(const tllm_request *r, uint32_t i) {
+    return (uint16_t)(r->ids[2 * i] | (r->ids[2 * i + 1] << 8));
+}
+
+#endif

@@ -1,0 +1,105 @@
+/* Token sampling; bit-exact twin: tinyllm_gen/sampler.py. */
+#include "tllm_sampler.h"
+
+#include "tllm_kernels.h"
+
+#define DEFAULT_SEED_STATE 0x853C49E6748FEA9BULL /* xorshift state must be non-zero */
+
+void tllm_sampler_init(tllm_sampler *s, float temperature, float top_p, uint64_t seed) {
+    s->rng_state = seed ? seed : DEFAULT_SEED_STATE;
+    s->temperature = temperature;
+    s->top_p = top_p;
+}
+
+/* xorshift64* (Vigna): 64-bit integer arithmetic, identical everywhere. */
+static uint32_t rng_u32(tllm_sampler *s) {
+    uint64_t x = s->rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s->rng_state = x;
+    return (uint32_t)((x * 0x2545F4914F6CDD1DULL) >> 32);
+}
+
+static float rng_f32(tllm_sampler *s) {
+    return (float)(rng_u32(s) >> 8) * (1.0f / 16777216.0f);
+}
+
+int32_t tllm_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int32_t multinomial(const float *p, int32_t n, float coin) {
+    float cdf = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        cdf = cdf + p[i];
+        if (coin < cdf) return i;
+    }
+    return n - 1; /* rounding: coin beyond the last cdf */
+}
+
+/* (prob desc, index asc) is a total order, so this heap sort yields exactly
+ * the sequence Python's sort gives. */
+static int before(const float *p, uint16_t a, uint16_t b) {
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+}
+
+static void sift_down(const float *p, uint16_t *idx, int32_t root, int32_t n) {
+    for (;;) {
+        int32_t child = 2 * root + 1;
+        if (child >= n) return;
+        /* max-heap on "after": the element that sorts last sits on top */
+        if (child + 1 < n && before(p, idx[child], idx[child + 1])) child++;
+        if (!before(p, idx[root], idx[child])) return;
+        uint16_t t = idx[root];
+        idx[root] = idx[child];
+        idx[child] = t;
+        root = child;
+    }
+}
+
+static void sort_candidates(const float *p, uint16_t *idx, int32_t n) {
+    for (int32_t i = n / 2 - 1; i >= 0; i--) sift_down(p, idx, i, n);
+    for (int32_t end = n - 1; end > 0; end--) {
+        uint16_t t = idx[0];
+        idx[0] = idx[end];
+        idx[end] = t;
+        sift_down(p, idx, 0, end);
+    }
+}
+
+static int32_t top_p(const float *p, int32_t n, float top, float coin, uint16_t *idx) {
+    const float cutoff = (1.0f - top) / (float)(n - 1);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (p[i] >= cutoff) idx[m++] = (uint16_t)i;
+    sort_candidates(p, idx, m);
+    float cum = 0.0f;
+    int32_t last = m - 1;
+    for (int32_t j = 0; j < m; j++) {
+        cum = cum + p[idx[j]];
+        if (cum > top) {
+            last = j;
+            break;
+        }
+    }
+    const float r = coin * cum;
+    float cdf = 0.0f;
+    for (int32_t j = 0; j <= last; j++) {
+        cdf = cdf + p[idx[j]];
+        if (r < cdf) return idx[j];
+    }
+    return idx[last];
+}
+
+int32_t tllm_sample(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx) {
+    if (s->temperature == 0.0f) return tllm_argmax(logits, n);
+    for (int32_t i = 0; i < n; i++) logits[i] = logits[i] / s->temperature;
+    tllm_softmax(logits, n);
+    const float coin = rng_f32(s);
+    if (s->top_p < 1.0f) return top_p(logits, n, s->top_p, coin, idx);
+    return multinomial(logits, n, coin);
+}

@@ -1,0 +1,235 @@
+"""The numpy reference executor: the oracle for everything we emit.
+
+One `Executor` walks a Graph's nodes in order and dispatches each op to a
+kernel set:
+
+* `FloatKernels`: the float model, vectorised numpy.  Checked against
+  Hugging Face transformers (tolerance 1e-4 on logits).
+* `QuantKernels`: the quantized model, operation for operation what the
+  firmware's C computes (same rounding, same summation order), so its tokens
+  are the firmware's tokens bit for bit.
+
+Both share the KV-cache bookkeeping and the generation loop (`generate`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from . import exact
+from .ir import Graph, Node
+from .sampler import Sampler, SamplingOptions
+
+
+def rope_tables(head_dim: int, theta: float, max_seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin [max_seq, head_dim/2] in float32, computed once in float64.
+
+    The firmware reads the same tables from flash, so it never calls
+    sinf/cosf/powf and host/target libm differences cannot leak in."""
+    half = head_dim // 2
+    inv_freq = 1.0 / (float(theta) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    angles = np.arange(max_seq, dtype=np.float64)[:, None] * inv_freq[None, :half]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+class Kernels(Protocol):
+    def embedding(self, node: Node, token: int) -> np.ndarray: ...
+    def rmsnorm(self, node: Node, x: np.ndarray) -> np.ndarray: ...
+    def linear(self, node: Node, x: np.ndarray) -> np.ndarray: ...
+    def rope(self, node: Node, x: np.ndarray, pos: int) -> np.ndarray: ...
+    def attention(self, node: Node, q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int) -> np.ndarray: ...
+    def add(self, node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray: ...
+    def silu_mul(self, node: Node, gate: np.ndarray, up: np.ndarray) -> np.ndarray: ...
+    def reset(self) -> None: ...
+
+
+class FloatKernels:
+    """The float32 model (float64 accumulation where numpy chooses)."""
+
+    def __init__(self, graph: Graph, max_seq: int):
+        self.g = graph
+        c = graph.config
+        self.max_seq = max_seq
+        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        self.reset()
+
+    def reset(self) -> None:
+        c = self.g.config
+        self.k_cache = np.zeros((c.n_layers, self.max_seq, c.kv_dim), np.float32)
+        self.v_cache = np.zeros((c.n_layers, self.max_seq, c.kv_dim), np.float32)
+
+    def w(self, name: str) -> np.ndarray:
+        return self.g.weights[name]
+
+    def embedding(self, node, token):
+        return self.w(node.inputs[1])[token].astype(np.float32)
+
+    def rmsnorm(self, node, x):
+        ms = np.mean(x.astype(np.float64) ** 2)
+        return (x / np.sqrt(ms + node.attrs["eps"]) * self.w(node.inputs[1])).astype(np.float32)
+
+    def linear(self, node, x):
+        y = self.w(node.inputs[1]).astype(np.float64) @ x.astype(np.float64)
+        if len(node.inputs) > 2:
+            y = y + self.w(node.inputs[2])
+        return y.astype(np.float32)
+
+    def rope(self, node, x, pos):
+        hd = node.attrs["head_dim"]
+        h = x.reshape(node.attrs["n_heads"], hd)
+        a, b = h[:, : hd // 2], h[:, hd // 2:]
+        c, s = self.cos[pos], self.sin[pos]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=1).reshape(-1).astype(np.float32)
+
+    def attention(self, node, q, k, v, pos):
+        at = node.attrs
+        layer, hd, nh, nkv = at["layer"], at["head_dim"], at["n_heads"], at["n_kv_heads"]
+        self.k_cache[layer, pos] = k
+        self.v_cache[layer, pos] = v
+        keys = self.k_cache[layer, : pos + 1].reshape(pos + 1, nkv, hd).astype(np.float64)
+        vals = self.v_cache[layer, : pos + 1].reshape(pos + 1, nkv, hd).astype(np.float64)
+        qh = q.reshape(nh, hd).astype(np.float64)
+        kv_of = np.arange(nh) // (nh // nkv)
+        scores = np.einsum("hd,thd->ht", qh, keys[:, kv_of]) / np.sqrt(hd)
+        scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+        probs = scores / scores.sum(axis=1, keepdims=True)
+        return np.einsum("ht,thd->hd", probs, vals[:, kv_of]).reshape(-1).astype(np.float32)
+
+    def add(self, node, a, b):
+        return (a + b).astype(np.float32)
+
+    def silu_mul(self, node, gate, up):
+        g = gate.astype(np.float64)
+        return (g / (1.0 + np.exp(-g)) * up).astype(np.float32)
+
+
+class Executor:
+    """Runs decode steps of a Graph with a kernel set."""
+
+    def __init__(self, graph: Graph, kernels: Kernels):
+        self.graph = graph
+        self.kernels = kernels
+
+    def reset(self) -> None:
+        self.kernels.reset()
+
+    def step(self, token: int, pos: int) -> np.ndarray:
+        k = self.kernels
+        env: dict[str, np.ndarray] = {}
+        for node in self.graph.nodes:
+            a = [env.get(n) for n in node.inputs]
+            op = node.op
+            if op == "embedding":
+                out = k.embedding(node, token)
+            elif op == "rmsnorm":
+                out = k.rmsnorm(node, a[0])
+            elif op == "linear":
+                out = k.linear(node, a[0])
+            elif op == "rope":
+                out = k.rope(node, a[0], pos)
+            elif op == "attention":
+                out = k.attention(node, a[0], a[1], a[2], pos)
+            elif op == "add":
+                out = k.add(node, a[0], a[1])
+            elif op == "silu_mul":
+                out = k.silu_mul(node, a[0], a[1])
+            else:  # verify.py rejects unknown ops before we get here
+                raise AssertionError(op)
+            env[node.output] = out
+        return env[self.graph.output]
+
+
+@dataclass(frozen=True)
+class Generation:
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    stop_reason: str  # "eos" | "max_tokens" | "context"
+
+
+def generate(
+    executor: Executor,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    max_seq: int,
+    eos_ids: Sequence[int],
+    sampling: SamplingOptions,
+) -> Generation:
+    """The same state machine as firmware/tllm_generate.c: prefill the prompt
+    one token at a time, then sample / emit / step until EOS, the token limit
+    or the end of the context."""
+    executor.reset()
+    sampler = Sampler(sampling)
+    prompt = list(prompt_ids)
+    out: list[int] = []
+    if max_new_tokens <= 0:
+        return Generation(prompt, out, "max_tokens")
+    logits = None
+    for pos, tok in enumerate(prompt):
+        logits = executor.step(tok, pos)
+    pos = len(prompt)
+    while True:
+        tok = sampler.sample(logits)
+        out.append(tok)
+        if tok in eos_ids:
+            return Generation(prompt, out, "eos")
+        if len(out) >= max_new_tokens:
+            return Generation(prompt, out, "max_tokens")
+        if pos + 1 >= max_seq:  # the token buffer holds max_seq ids
+            return Generation(prompt, out, "context")
+        logits = executor.step(tok, pos)
+        pos += 1
+
+
+class QuantKernels:
+    """The quantized model exactly as the firmware computes it (W4A8, int8 KV).
+
+    Each method mirrors one C kernel in firmware/tllm_kernels.c; see exact.py
+    for the rules that make float32 results bit-identical."""
+
+    def __init__(self, qgraph, max_seq: int):
+        self.qg = qgraph
+        c = qgraph.config
+        self.max_seq = max_seq
+        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        self.att_scale = exact.attention_scale(c.head_dim)
+        self.reset()
+
+    def reset(self) -> None:
+        c = self.qg.config
+        shape = (c.n_layers, self.max_seq, c.n_kv_heads, c.head_dim)
+        self.k_q = np.zeros(shape, np.int8)
+        self.v_q = np.zeros(shape, np.int8)
+        self.k_s = np.zeros(shape[:3], np.float32)
+        self.v_s = np.zeros(shape[:3], np.float32)
+
+    def embedding(self, node, token):
+        t = self.qg.q4[node.inputs[1]]
+        return exact.dequant_row_q4(t.q[token], t.scales[token], t.group_size)
+
+    def rmsnorm(self, node, x):
+        return exact.rmsnorm(x, self.qg.vectors[node.inputs[1]], node.attrs["eps"])
+
+    def linear(self, node, x):
+        t = self.qg.q4[node.inputs[1]]
+        xq, xs = exact.quantize_groups_i8(x, t.group_size)
+        bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
+        return exact.matvec_q4(t.q, t.scales, t.group_size, xq, xs, bias)
+
+    def rope(self, node, x, pos):
+        return exact.rope(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos[pos], self.sin[pos])
+
+    def attention(self, node, q, k, v, pos):
+        at = node.attrs
+        layer, hd, nh, nkv = at["layer"], at["head_dim"], at["n_heads"], at["n_kv_heads"]
+        self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i8(k.reshape(nkv, hd))
+        self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i8(v.reshape(nkv, hd))
+        return exact.attention_i8(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
+                                  self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale)
+
+    def add(self, node, a, b):
+        return (a + b).astype(np.float32)
+
+    def silu_mul(self, node, gate, up):
+        return exact.silu_mul(gate, up)

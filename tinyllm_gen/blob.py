@@ -1,0 +1,99 @@
+"""The weights blob: every constant the firmware reads, in one binary image.
+
+Layout (little-endian; offsets aligned to 16 so scales and tables can be
+read as float32 directly):
+
+    0   8  magic b"TLLMWTS1"
+    8   4  blob format version (BLOB_VERSION)
+   12   4  total bytes
+   16   4  checksum of bytes [HEADER_BYTES, total) (blob_checksum)
+   20   4  number of tensors
+   24  32  sha256 of the payload (the model identity in banners/manifest)
+   56   8  reserved (0)
+   64  ..  tensors, in sorted name order
+
+Q4 tensors store packed nibbles then scales (quant/formats.py says how);
+float vectors and RoPE tables are float32 arrays.  The firmware checks
+magic, version, size and checksum at boot, so a stale or missing weights
+file is caught before it produces garbage.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from .quant.formats import QuantizedGraph
+
+BLOB_MAGIC = b"TLLMWTS1"
+BLOB_VERSION = 1
+HEADER_BYTES = 64
+ALIGN = 16
+
+
+@dataclass(frozen=True)
+class BlobEntry:
+    name: str
+    kind: str  # "q4.packed" | "q4.scales" | "f32"
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class WeightsBlob:
+    data: bytes
+    entries: tuple[BlobEntry, ...]
+    checksum: int
+    sha256: str
+
+    def entry(self, name: str, kind: str) -> BlobEntry:
+        for e in self.entries:
+            if e.name == name and e.kind == kind:
+                return e
+        raise KeyError((name, kind))
+
+
+def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray) -> WeightsBlob:
+    parts: list[bytes] = []
+    entries: list[BlobEntry] = []
+    offset = HEADER_BYTES
+
+    def put(name: str, kind: str, data: bytes) -> None:
+        nonlocal offset
+        pad = (-offset) % ALIGN
+        parts.append(b"\0" * pad)
+        offset += pad
+        entries.append(BlobEntry(name, kind, offset, len(data)))
+        parts.append(data)
+        offset += len(data)
+
+    for name in sorted(qg.q4):
+        t = qg.q4[name]
+        put(name, "q4.packed", t.packed())
+        put(name, "q4.scales", np.ascontiguousarray(t.scales, "<f4").tobytes())
+    for name in sorted(qg.vectors):
+        put(name, "f32", np.ascontiguousarray(qg.vectors[name], "<f4").tobytes())
+    put("rope.cos", "f32", np.ascontiguousarray(rope_cos, "<f4").tobytes())
+    put("rope.sin", "f32", np.ascontiguousarray(rope_sin, "<f4").tobytes())
+    parts.append(b"\0" * ((-offset) % ALIGN))
+    payload = b"".join(parts)
+    total = HEADER_BYTES + len(payload)
+    checksum = blob_checksum(payload)
+    sha = hashlib.sha256(payload).digest()
+    header = struct.pack("<8sIIII32s8x", BLOB_MAGIC, BLOB_VERSION, total, checksum, len(entries), sha)
+    assert len(header) == HEADER_BYTES
+    return WeightsBlob(data=header + payload, entries=tuple(entries), checksum=checksum, sha256=sha.hex())
+
+
+def blob_checksum(payload: bytes) -> int:
+    """Weighted word sum mod 2^32: sum_i w_i * m_i with odd m_i = (i*0x9E3779B1+1)|1.
+
+    Any change to one word changes the sum (odd multipliers are invertible
+    mod 2^32) and swapping words changes it too; it vectorises in numpy and
+    costs the firmware one multiply-add per word (firmware/tllm_weights.c)."""
+    w = np.frombuffer(payload, "<u4").astype(np.uint64)
+    i = np.arange(len(w), dtype=np.uint64)
+    m = ((i * np.uint64(0x9E3779B1) + np.uint64(1)) & np.uint64(0xFFFFFFFF)) | np.uint64(1)
+    return int(np.sum((w * m) & np.uint64(0xFFFFFFFF), dtype=np.uint64) & np.uint64(0xFFFFFFFF))

@@ -1,0 +1,231 @@
+/* Reset path and exception vectors for QEMU mps2-an500 (Cortex-M7).
+ *
+ * Reset_Handler enables the FPU, copies .data, zeroes .bss and .tllm_arena,
+ * sets an MPU stack guard below RAM, paints the stack
+ * with a canary pattern, then runs tllm_board_init(), tllm_main() and
+ * tllm_board_exit().  Faults print one line on the UART and stop with a
+ * distinct exit status (see TLLM_EXIT_* below).  No CMSIS: the few system
+ * registers used are written out by address. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tllm_board.h"
+
+/* Exit statuses for faults; tllm_main should keep its own codes below 240. */
+#define TLLM_EXIT_UNEXPECTED_IRQ 249
+#define TLLM_EXIT_HARDFAULT 250
+#define TLLM_EXIT_MEMMANAGE 251
+#define TLLM_EXIT_BUSFAULT 252
+#define TLLM_EXIT_USAGEFAULT 253
+#define TLLM_EXIT_NMI 254
+
+/* System control block registers (ARMv7-M). */
+#define SCB_CCR (*(volatile uint32_t *)0xE000ED14u)
+#define SCB_SHCSR (*(volatile uint32_t *)0xE000ED24u)
+#define SCB_CFSR (*(volatile uint32_t *)0xE000ED28u)
+#define SCB_HFSR (*(volatile uint32_t *)0xE000ED2Cu)
+#define SCB_MMFAR (*(volatile uint32_t *)0xE000ED34u)
+#define SCB_BFAR (*(volatile uint32_t *)0xE000ED38u)
+#define MPU_CTRL (*(volatile uint32_t *)0xE000ED94u)
+#define MPU_RNR (*(volatile uint32_t *)0xE000ED98u)
+#define MPU_RBAR (*(volatile uint32_t *)0xE000ED9Cu)
+#define MPU_RASR (*(volatile uint32_t *)0xE000EDA0u)
+
+#define STACK_CANARY 0xC5C5C5C5u
+
+/* Defined by linker.ld.j2. */
+extern uint32_t __stack_limit__[];
+extern uint32_t __stack_top__[];
+extern uint32_t __data_load__[];
+extern uint32_t __data_start__[];
+extern uint32_t __data_end__[];
+extern uint32_t __bss_start__[];
+extern uint32_t __bss_end__[];
+extern uint32_t __tllm_arena_start__[];
+extern uint32_t __tllm_arena_end__[];
+extern void (*__init_array_start[])(void);
+extern void (*__init_array_end[])(void);
+
+/* board.c: raw UART output usable from a fault handler. */
+void tllm_board_fault_puts(const char *s);
+
+void Reset_Handler(void);
+void tllm_reset_c(void) __attribute__((noreturn, used));
+void tllm_fault_report(const uint32_t *frame, uint32_t kind) __attribute__((noreturn, used));
+void NMI_Handler(void);
+void HardFault_Handler(void);
+void MemManage_Handler(void);
+void BusFault_Handler(void);
+void UsageFault_Handler(void);
+void Default_Handler(void);
+size_t tllm_board_stack_peak(void);
+
+/* Vector table: 16 system entries + 32 external interrupts (mps2 uses fewer;
+ * any that fires lands in Default_Handler). */
+typedef void (*tllm_vector_t)(void);
+#define TLLM_IRQ4 Default_Handler, Default_Handler, Default_Handler, Default_Handler
+__attribute__((section(".vectors"), used))
+const tllm_vector_t tllm_vector_table[16 + 32] = {
+    (tllm_vector_t)(uintptr_t)__stack_top__,
+    Reset_Handler,
+    NMI_Handler,
+    HardFault_Handler,
+    MemManage_Handler,
+    BusFault_Handler,
+    UsageFault_Handler,
+    0, 0, 0, 0,        /* reserved */
+    Default_Handler,   /* SVCall */
+    Default_Handler,   /* DebugMonitor */
+    0,                 /* reserved */
+    Default_Handler,   /* PendSV */
+    Default_Handler,   /* SysTick */
+    TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, /* IRQ 0..15 */
+    TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, /* IRQ 16..31 */
+};
+
+/* First code after reset: enable CP10/CP11 before the compiler may emit any
+ * floating-point instruction, then continue in C. */
+__attribute__((naked)) void Reset_Handler(void)
+{
+    __asm volatile(
+        "ldr r0, =0xE000ED88\n"   /* CPACR */
+        "ldr r1, [r0]\n"
+        "orr r1, r1, #(0xF << 20)\n"
+        "str r1, [r0]\n"
+        "dsb\n"
+        "isb\n"
+        "b tllm_reset_c\n"
+        ".ltorg\n");
+}
+
+void tllm_reset_c(void)
+{
+    /* Copy .data from flash; zero .bss. Volatile stops gcc from turning the
+     * loops into memcpy/memset calls (harmless, but keep boot self-contained). */
+    volatile uint32_t *dst = __data_start__;
+    const uint32_t *src = __data_load__;
+    while (dst < __data_end__) {
+        *dst++ = *src++;
+    }
+    for (dst = __bss_start__; dst < __bss_end__; ++dst) {
+        *dst = 0u;
+    }
+    /* The arena is zeroed too, as a static array is on the host; .noinit is not. */
+    for (dst = __tllm_arena_start__; dst < __tllm_arena_end__; ++dst) {
+        *dst = 0u;
+    }
+
+    /* Paint the unused stack so tllm_board_stack_peak() can measure it. */
+    uint32_t sp;
+    __asm volatile("mov %0, sp" : "=r"(sp));
+    for (dst = __stack_limit__; (uintptr_t)dst < (uintptr_t)sp - 64u; ++dst) {
+        *dst = STACK_CANARY;
+    }
+
+    /* Separate MemManage/BusFault/UsageFault handlers; trap integer division
+     * by zero as a UsageFault (the host traps it too). */
+    SCB_SHCSR |= (1u << 16) | (1u << 17) | (1u << 18);
+    SCB_CCR |= (1u << 4);
+
+    /* Stack guard.  The stack sits at the bottom of RAM (0x20000000) and the
+     * 256 MiB below it is an unmapped hole that QEMU reads as zero and ignores
+     * writes to.  Make it no-access (MPU region 0, XN) so an overflow raises
+     * a MemManage fault at once; the default map covers everything else. */
+    MPU_RNR = 0u;
+    MPU_RBAR = 0x10000000u;
+    MPU_RASR = (1u << 28) | (0u << 24) | (27u << 1) | 1u; /* XN, AP=none, 2^28 B */
+    MPU_CTRL = (1u << 2) | 1u;                             /* PRIVDEFENA, ENABLE */
+    __asm volatile("dsb\n isb" ::: "memory");
+
+    for (void (**f)(void) = __init_array_start; f < __init_array_end; ++f) {
+        (*f)();
+    }
+
+    tllm_board_init();
+    int rc = tllm_main();
+    tllm_board_exit(rc);
+}
+
+/* Bytes of stack ever used since reset (0 if the canary was never touched). */
+size_t tllm_board_stack_peak(void)
+{
+    const uint32_t *p = __stack_limit__;
+    while (p < __stack_top__ && *p == STACK_CANARY) {
+        ++p;
+    }
+    return (size_t)((uintptr_t)__stack_top__ - (uintptr_t)p);
+}
+
+/* Fault entry: r0 = the stacked frame (MSP or PSP), r1 = fault kind.  The
+ * stack is reset to its top first, so a stack overflow still gets reported. */
+#define TLLM_FAULT_STUB(name, kind)                      \
+    __attribute__((naked)) void name(void)               \
+    {                                                    \
+        __asm volatile("tst lr, #4\n"                    \
+                       "ite eq\n"                        \
+                       "mrseq r0, msp\n"                 \
+                       "mrsne r0, psp\n"                 \
+                       "ldr r1, =__stack_top__\n"        \
+                       "mov sp, r1\n"                    \
+                       "movs r1, #" #kind "\n"           \
+                       "b tllm_fault_report\n"           \
+                       ".ltorg\n");                      \
+    }
+
+TLLM_FAULT_STUB(NMI_Handler, 0)
+TLLM_FAULT_STUB(HardFault_Handler, 1)
+TLLM_FAULT_STUB(MemManage_Handler, 2)
+TLLM_FAULT_STUB(BusFault_Handler, 3)
+TLLM_FAULT_STUB(UsageFault_Handler, 4)
+TLLM_FAULT_STUB(Default_Handler, 5)
+
+static void put_hex(const char *label, uint32_t v)
+{
+    char buf[20];
+    size_t i = 0;
+    while (*label != '\0') {
+        buf[i++] = *label++;
+    }
+    buf[i++] = '0';
+    buf[i++] = 'x';
+    for (int shift = 28; shift >= 0; shift -= 4) {
+        buf[i++] = "0123456789abcdef"[(v >> shift) & 0xFu];
+    }
+    buf[i] = '\0';
+    tllm_board_fault_puts(buf);
+}
+
+void tllm_fault_report(const uint32_t *frame, uint32_t kind)
+{
+    static const char *const names[] = {
+        "NMI", "HardFault", "MemManage", "BusFault", "UsageFault", "UnexpectedIRQ",
+    };
+    static const int codes[] = {
+        TLLM_EXIT_NMI, TLLM_EXIT_HARDFAULT, TLLM_EXIT_MEMMANAGE,
+        TLLM_EXIT_BUSFAULT, TLLM_EXIT_USAGEFAULT, TLLM_EXIT_UNEXPECTED_IRQ,
+    };
+    if (kind > 5u) {
+        kind = 5u;
+    }
+    tllm_board_fault_puts("\n*** ");
+    tllm_board_fault_puts(names[kind]);
+    /* Only trust the frame if it lies inside the stack region. */
+    if ((uintptr_t)frame >= (uintptr_t)__stack_limit__ &&
+        (uintptr_t)frame + 32u <= (uintptr_t)__stack_top__) {
+        put_hex(" pc=", frame[6]);
+        put_hex(" lr=", frame[5]);
+    } else {
+        put_hex(" sp=", (uint32_t)(uintptr_t)frame);
+        tllm_board_fault_puts(" (stack overflow?)");
+    }
+    put_hex(" cfsr=", SCB_CFSR);
+    put_hex(" hfsr=", SCB_HFSR);
+    if (SCB_CFSR & (1u << 7)) {
+        put_hex(" mmfar=", SCB_MMFAR);
+    }
+    if (SCB_CFSR & (1u << 15)) {
+        put_hex(" bfar=", SCB_BFAR);
+    }
+    tllm_board_fault_puts("\n");
+    tllm_board_exit(codes[kind]);
+}

@@ -1,0 +1,127 @@
+"""Build and run an emitted firmware tree (OUT).
+
+`build` drives CMake (arm-none-eabi toolchain file for target boards, host
+gcc for `host`), then records `arm-none-eabi-size` next to the plan.
+`run_firmware` writes the request, boots the image on its board's runner
+and parses the console protocol."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .errors import UserError
+from .frontends.tokenizer import Tokenizer
+from .protocol import EXIT_CODES, FirmwareOutput, pack_request, parse_output
+from .run import RunResult, load_board, run_host, run_qemu
+from .sampler import SamplingOptions
+
+APT_HINT = "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image: Path
+    board: str
+    size: dict | None  # text/data/bss from arm-none-eabi-size (target boards)
+
+
+def read_manifest(out: Path) -> dict:
+    path = Path(out) / "manifest.json"
+    if not path.is_file():
+        raise UserError(f"{out}: no manifest.json; run `tinyllm-gen compile MODEL -o {out}` first")
+    return json.loads(path.read_text())
+
+
+def image_path(out: Path, board: dict) -> Path:
+    name = "firmware.elf" if board["toolchain"] == "arm-none-eabi" else "firmware"
+    return Path(out) / "build" / name
+
+
+def _first_error(log: str) -> str:
+    for pat in (r"region `?\w+'? overflowed by \d+ bytes", r"error: .*", r"undefined reference to .*", r"CMake Error.*"):
+        m = re.search(pat, log)
+        if m:
+            return m.group(0).strip()
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "unknown error"
+
+
+def _need(tool: str, hint: str) -> None:
+    if shutil.which(tool) is None:
+        raise UserError(f"{tool} not found on PATH: {hint}")
+
+
+def build(out: Path, cmsis_nn: Path | None = None, jobs: int = 2) -> BuildResult:
+    out = Path(out)
+    manifest = read_manifest(out)
+    board = load_board(manifest["board"])
+    _need("cmake", "install it with `apt-get install cmake`")
+    arm = board["toolchain"] == "arm-none-eabi"
+    _need("arm-none-eabi-gcc" if arm else "gcc", APT_HINT if arm else "install gcc")
+    build_dir = out / "build"
+    cfg = ["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"]
+    if cmsis_nn is not None:
+        cfg.append(f"-DCMSIS_NN_ROOT={Path(cmsis_nn).resolve()}")
+    for cmd in (cfg, ["cmake", "--build", str(build_dir), "-j", str(jobs)]):
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        if proc.returncode != 0:
+            (build_dir / "build.log").parent.mkdir(parents=True, exist_ok=True)
+            (build_dir / "build.log").write_text(proc.stdout)
+            raise UserError(f"build of {out} failed: {_first_error(proc.stdout)} (full log: {build_dir / 'build.log'})")
+    image = image_path(out, board)
+    size = arm_size(image) if arm else None
+    if size is not None:
+        (build_dir / "size.json").write_text(json.dumps(size, indent=2, sort_keys=True) + "\n")
+    return BuildResult(image=image, board=board["name"], size=size)
+
+
+def arm_size(elf: Path) -> dict:
+    """text/data/bss of the image (Berkeley format), as the plan reports them."""
+    proc = subprocess.run(["arm-none-eabi-size", "-B", str(elf)], capture_output=True, text=True, check=True)
+    text, data, bss = (int(v) for v in proc.stdout.splitlines()[1].split()[:3])
+    return {"text": text, "data": data, "bss": bss, "ram_bytes": data + bss, "flash_bytes": text + data}
+
+
+def load_out_tokenizer(out: Path, manifest: dict) -> Tokenizer:
+    t = manifest["tokenizer"]
+    path = Path(out) / t["file"]
+    if t["kind"] == "hf":
+        return Tokenizer.from_hf_json(path, t["bos_id"], t["eos_id"])
+    return Tokenizer.from_llama2c(path, t["vocab_size"])
+
+
+@dataclass(frozen=True)
+class FirmwareRun:
+    result: RunResult
+    output: FirmwareOutput
+
+
+def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
+                 timeout_s: float = 600) -> FirmwareRun:
+    out = Path(out)
+    manifest = read_manifest(out)
+    board = load_board(manifest["board"])
+    image = image_path(out, board)
+    if not image.is_file():
+        raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
+    if len(prompt_ids) >= manifest["max_seq"]:
+        raise UserError(f"the prompt is {len(prompt_ids)} tokens but the firmware's context is "
+                        f"{manifest['max_seq']}: shorten the prompt or compile with a larger --max-seq")
+    request = out / "build" / "request.bin"
+    request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling))
+    if board["toolchain"] == "host":
+        result = run_host(image, request, timeout_s=timeout_s)
+    else:
+        result = run_qemu(image, board, out / "weights.bin", request, timeout_s=timeout_s)
+    parsed = parse_output(result.output)
+    if result.timed_out:
+        raise UserError(f"firmware run timed out after {timeout_s:.0f} s; fewer --max-new-tokens or a longer --timeout")
+    if result.exit_code != 0:
+        what = parsed.error or EXIT_CODES.get(result.exit_code, "see the console output")
+        raise UserError(f"firmware exited with status {result.exit_code}: {what}")
+    return FirmwareRun(result, parsed)

@@ -1,0 +1,176 @@
+"""Command-line wiring only: every command calls one pipeline function."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import UserError
+
+BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "story-260k"
+
+
+def _sampling_options(f):
+    f = click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True,
+                     help="RNG seed for sampling.")(f)
+    f = click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
+                     help="Nucleus sampling threshold (1 = full distribution).")(f)
+    f = click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True,
+                     help="0 = greedy (argmax).")(f)
+    f = click.option("--max-new-tokens", type=click.IntRange(0), default=64, show_default=True)(f)
+    f = click.option("--prompt", default="Once upon a time", show_default=True)(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
+    return f
+
+
+def _quant_options(f):
+    f = click.option("--ram-budget", default="512K", show_default=True, help="RAM budget (bytes, K or M suffix).")(f)
+    f = click.option("--max-seq", type=click.IntRange(1), default=None, help="Context length (default: the model's).")(f)
+    f = click.option("--kv-bits", type=click.Choice(["8"]), default="8", show_default=True, help="KV cache precision.")(f)
+    f = click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="32", show_default=True,
+                     help="INT4 weight group size along the input dimension.")(f)
+    f = click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
+                     help="tokenizer.bin for llama2.c checkpoints.")(f)
+    return f
+
+
+def _compile_options(board, group_size, kv_bits, max_seq, ram_budget):
+    from .compile import CompileOptions, parse_size
+
+    return CompileOptions(board=board, group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq,
+                          ram_budget=parse_size(ram_budget))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tinyllm-gen")
+def cli():
+    """Compile small decoder-only language models into Cortex-M7 firmware whose
+    tokens are bit-identical to tinyllm-gen's own reference."""
+
+
+@cli.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--tokenizer", type=click.Path(path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def inspect(model, tokenizer, as_json):
+    """Architecture, parameter count and weight bytes at each precision."""
+    from .frontends import load_model
+    from .inspect import describe, describe_text
+
+    info = describe(load_model(model, tokenizer))
+    click.echo(json.dumps(info, indent=2) if as_json else describe_text(info))
+
+
+@cli.command("compile")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
+@click.option("--board", default="qemu-mps2-an500", show_default=True, help="host | qemu-mps2-an500")
+@_quant_options
+def compile_cmd(model, out, board, tokenizer, group_size, kv_bits, max_seq, ram_budget):
+    """Quantize, plan and emit a firmware source tree into OUT."""
+    from .compile import compile_path, write_tree
+
+    opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
+    compiled = compile_path(model, opts, tokenizer)
+    write_tree(compiled.tree, out)
+    p = compiled.plan
+    click.echo(f"wrote {out}: {len(compiled.tree.files)} files, weights {len(compiled.program.blob.data):,} B, "
+               f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B (arena {p.arena_bytes:,} B, "
+               f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}")
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--cmsis-nn", type=click.Path(path_type=Path), default=None, help="CMSIS-NN checkout.")
+def build(out, cmsis_nn):
+    """Build OUT with CMake (arm-none-eabi-gcc, or host gcc for --board host)."""
+    from .build import build as do_build
+
+    res = do_build(out, cmsis_nn)
+    msg = f"built {res.image}"
+    if res.size:
+        s = res.size
+        msg += f" (text {s['text']:,} B, data {s['data']:,} B, bss {s['bss']:,} B)"
+    click.echo(msg)
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@_sampling_options
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds before the run is stopped.")
+def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout):
+    """Run the built firmware (QEMU or host) on a prompt."""
+    from .build import load_out_tokenizer, read_manifest, run_firmware
+    from .sampler import SamplingOptions
+
+    tok = load_out_tokenizer(out, read_manifest(out))
+    ids = tok.encode(prompt)
+    fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout)
+    o = fw.output
+    if as_json:
+        click.echo(json.dumps({
+            "prompt": prompt, "prompt_ids": ids, "generated_ids": o.generated_ids,
+            "text": tok.decode(o.generated_ids), "firmware_text": o.text, "stop_reason": o.stop_reason,
+            "instructions_per_token": o.instructions_per_token, "prefill_instructions": o.prefill_instructions,
+            "canary_ok": o.canary_ok,
+        }))
+    else:
+        click.echo(o.text)
+        if o.instructions_per_token and any(o.instructions_per_token):
+            per = sorted(o.instructions_per_token)
+            click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} instructions/token, "
+                       f"prefill {o.prefill_instructions:,}]", err=True)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@_sampling_options
+@_quant_options
+@click.option("--fp32", is_flag=True, help="Run the float model instead of the quantized one.")
+def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
+              kv_bits, max_seq, ram_budget, fp32):
+    """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
+    from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
+    from .frontends import load_model
+    from .reference import Executor, FloatKernels, QuantKernels, generate
+    from .sampler import SamplingOptions
+
+    m = load_model(model, tokenizer)
+    tok = require_tokenizer(m)
+    opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq)
+    seq = resolve_max_seq(m, max_seq)
+    ids = tok.encode(prompt)
+    if len(ids) >= seq:
+        raise UserError(f"the prompt is {len(ids)} tokens but the context is {seq}: shorten the prompt "
+                        "or raise --max-seq")
+    kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(quantize(m, opts), seq)
+    gen = generate(Executor(m.graph, kernels), ids, max_new_tokens, seq, m.graph.config.eos_ids,
+                   SamplingOptions(temperature, top_p, seed))
+    text = tok.decode(gen.generated_ids)
+    if as_json:
+        click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
+                               "text": text, "stop_reason": gen.stop_reason}))
+    else:
+        click.echo(prompt + text)
+
+
+def main(argv=None) -> None:
+    try:
+        rc = cli.main(args=argv, prog_name="tinyllm-gen", standalone_mode=False)
+    except UserError as e:
+        click.echo(f"tinyllm-gen: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("tinyllm-gen: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

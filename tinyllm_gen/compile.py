@@ -1,0 +1,127 @@
+"""The pipeline, one named step per stage:
+
+    import -> IR -> quantize -> plan -> lower -> emit -> write
+
+`compile_model` returns every intermediate so the CLI, tests and reports
+can look at any stage; `write_tree` puts the emitted files on disk
+atomically (all or nothing)."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .emit import EmittedTree, emit_tree
+from .errors import UserError
+from .frontends import ImportedModel, Tokenizer, load_model
+from .lower import Program, lower
+from .plan import MemoryPlan, plan_memory
+from .quant.formats import QuantizedGraph
+from .quant.rtn import quantize_graph
+from .run import load_board
+from .verify import verify_graph
+
+DEFAULT_RAM_BUDGET = 512 * 1024
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    board: str = "qemu-mps2-an500"
+    group_size: int = 32
+    kv_bits: int = 8
+    max_seq: int | None = None  # None: the model's context
+    ram_budget: int = DEFAULT_RAM_BUDGET
+
+
+@dataclass(frozen=True)
+class Compiled:
+    model: ImportedModel
+    qgraph: QuantizedGraph
+    plan: MemoryPlan
+    program: Program
+    tree: EmittedTree
+
+
+def parse_size(text: str) -> int:
+    """'512K', '1M', '300000' -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1024, "M": 1024 * 1024}.get(t[-1:], 1)
+    digits = t[:-1] if t[-1:] in "KM" else t
+    try:
+        value = int(digits) * mult
+    except ValueError:
+        raise UserError(f"bad size {text!r}: use bytes or a K/M suffix, e.g. 512K") from None
+    if value <= 0:
+        raise UserError(f"bad size {text!r}: must be positive")
+    return value
+
+
+def resolve_max_seq(model: ImportedModel, requested: int | None) -> int:
+    ctx = model.graph.config.max_seq
+    if requested is None:
+        return ctx
+    if requested > ctx:
+        raise UserError(f"--max-seq {requested} exceeds the model's context of {ctx} tokens "
+                        f"(max_position_embeddings): use at most {ctx}")
+    return requested
+
+
+def require_tokenizer(model: ImportedModel) -> Tokenizer:
+    if model.tokenizer is None:
+        raise UserError(f"{model.source}: no tokenizer found: add tokenizer.json to the model directory "
+                        "or pass --tokenizer tokenizer.bin")
+    return model.tokenizer
+
+
+def quantize(model: ImportedModel, opts: CompileOptions) -> QuantizedGraph:
+    return quantize_graph(verify_graph(model.graph), opts.group_size, opts.kv_bits)
+
+
+def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
+    board = load_board(opts.board)
+    tokenizer = require_tokenizer(model)
+    qg = quantize(model, opts)
+    plan = plan_memory(qg, resolve_max_seq(model, opts.max_seq), opts.ram_budget)
+    program = lower(qg, plan)
+    limit = board["weights"].get("max_bytes")
+    if limit is not None and len(program.blob.data) > limit:
+        raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "
+                        "of weights: use a smaller model")
+    options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
+               "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method}
+    tree = emit_tree(program, tokenizer, board, options)
+    return Compiled(model, qg, plan, program, tree)
+
+
+def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:
+    return compile_model(load_model(Path(model_path), tokenizer), opts)
+
+
+def write_tree(tree: EmittedTree, out: Path) -> None:
+    """Write to a sibling temp dir, then swap it in: OUT is either the old
+    tree or the complete new one, never half-written."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} exists and is not a directory: choose another -o")
+    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+        raise UserError(f"{out} is not empty and not a tinyllm-gen output (no manifest.json): "
+                        "choose an empty or new directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        for rel, data in tree.files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        old = None
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+        tmp.rename(out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,97 @@
+"""Python logic the templates call: one C statement or comment per call.
+
+Templates stay loops over precomputed data; every string built here is
+tested in tests/unit/test_emit_filters.py."""
+from __future__ import annotations
+
+from ..exact import c_float_literal
+from ..lower import (Add, AttentionI8, BufferRef, EmbedQ4, KernelCall, MatvecQ4, QuantizeI8, Rope,
+                     RmsNorm, SiluMul)
+from .names import buffer_macro, matrix_name, vector_macro
+
+
+def _b(ref: BufferRef) -> str:
+    return buffer_macro(ref.name)
+
+
+def c_statement(call: KernelCall) -> str:
+    a = call.args
+    if isinstance(a, EmbedQ4):
+        return f"tllm_embed_q4(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
+    if isinstance(a, RmsNorm):
+        return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, "
+                f"{c_float_literal(a.eps)}, {_b(a.out)});")
+    if isinstance(a, QuantizeI8):
+        return f"tllm_quantize_i8({_b(a.x)}, {a.n}, {a.group}, {_b(a.q)}, {_b(a.scales)});"
+    if isinstance(a, MatvecQ4):
+        bias = vector_macro(a.bias.name) if a.bias else "0"
+        return f"tllm_matvec_q4(&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)});"
+    if isinstance(a, Rope):
+        return f"tllm_rope({_b(a.x)}, {a.n_heads}, {a.head_dim}, rope_cos, rope_sin);"
+    if isinstance(a, AttentionI8):
+        return (f"tllm_attention_i8(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &KV[{a.layer}], pos, "
+                f"{_b(a.q8)}, {_b(a.scores)}, {_b(a.out)});")
+    if isinstance(a, Add):
+        return f"tllm_add({_b(a.a)}, {_b(a.b)}, {a.n});"
+    if isinstance(a, SiluMul):
+        return f"tllm_silu_mul({_b(a.gate)}, {_b(a.up)}, {a.n});"
+    raise AssertionError(f"no C form for {type(a).__name__}")
+
+
+def c_comment(call: KernelCall) -> str:
+    """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
+    a = call.args
+    where = f"layer {call.layer} " if call.layer is not None else ""
+    if isinstance(a, MatvecQ4):
+        what = f"q4_matvec {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"
+        out = a.out
+    elif isinstance(a, EmbedQ4):
+        what, out = f"embed_q4 {a.table.rows}x{a.table.cols}", a.out
+    elif isinstance(a, RmsNorm):
+        what, out = f"rmsnorm {a.n}", a.out
+    elif isinstance(a, QuantizeI8):
+        what, out = f"int8 x{a.n} g{a.group}", a.q
+    elif isinstance(a, Rope):
+        what, out = f"rope {a.n_heads}x{a.head_dim} in place", a.x
+    elif isinstance(a, AttentionI8):
+        what, out = "attention over int8 KV (stores k,v at pos)", a.out
+    elif isinstance(a, Add):
+        what, out = f"add {a.n} in place", a.a
+    elif isinstance(a, SiluMul):
+        what, out = f"silu(gate)*up {a.n} in place", a.gate
+    else:
+        raise AssertionError(type(a).__name__)
+    label = call.label if not isinstance(a, QuantizeI8) else ""
+    text = " ".join(p for p in (where + label, what) if p.strip())
+    return f"/* {text} -> {out.name} @arena+0x{out.offset:x} */"
+
+
+def c_hex(n: int) -> str:
+    return f"0x{n:x}u"
+
+
+def c_bytes(data: bytes) -> str:
+    """A C string literal for arbitrary bytes (octal escapes never run into
+    a following digit the way \\x escapes do)."""
+    out = []
+    for b in data:
+        ch = chr(b)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0x20 <= b < 0x7F and ch != "?":
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+FILTERS = {
+    "c_statement": c_statement,
+    "c_comment": c_comment,
+    "c_hex": c_hex,
+    "c_float": c_float_literal,
+    "c_bytes": c_bytes,
+    "buffer_macro": buffer_macro,
+    "matrix_name": matrix_name,
+    "vector_macro": vector_macro,
+}

@@ -1,0 +1,157 @@
+"""Program -> firmware source tree.
+
+`emit_tree` returns every output file as path -> bytes (nothing is written
+here); compile.py writes the tree atomically.  Output is a pure function of
+its inputs: no timestamps, sorted iteration, and a manifest of hashes."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import jinja2
+
+from .. import __version__
+from ..frontends.tokenizer import Tokenizer
+from ..lower import Program, Q4Ref
+from ..plan.lifetimes import GEN_STATE_BYTES
+from ..plan.memory import CANARY_BYTES
+from ..plan.report import plan_json, plan_text
+from .filters import FILTERS
+from .names import check_unique, offset_macro
+
+PACKAGE = Path(__file__).resolve().parent.parent
+TEMPLATES = PACKAGE / "templates"
+FIRMWARE = PACKAGE / "firmware"
+BOARDS = PACKAGE / "boards"
+ABI_VERSION = 1
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
+RUNTIME_HEADERS = ("tllm_board.h", "tllm_kernels.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
+
+
+@dataclass(frozen=True)
+class EmittedTree:
+    files: Mapping[str, bytes]  # relative path -> contents
+
+    def manifest_entry(self, path: str) -> str:
+        return hashlib.sha256(self.files[path]).hexdigest()
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(FILTERS)
+    env.filters["offset_macro"] = offset_macro
+    return env
+
+
+def _calls_with_layer_marks(program: Program) -> list[dict]:
+    out, prev = [], None
+    for call in program.calls:
+        out.append({"call": call, "layer": call.layer, "layer_start": call.layer is not None and call.layer != prev})
+        prev = call.layer if call.layer is not None else prev
+    return out
+
+
+def _vocab(tokenizer: Tokenizer, vocab_size: int) -> tuple[list[bytes], list[list[int]]]:
+    pieces = [tokenizer.token_bytes(i) if i < tokenizer.vocab_size else b"" for i in range(vocab_size)]
+    offsets = [0]
+    for p in pieces:
+        offsets.append(offsets[-1] + len(p))
+    chunks = [b"".join(pieces[i:i + VOCAB_CHUNK]) for i in range(0, len(pieces), VOCAB_CHUNK)]
+    chunks = [c for c in chunks if c] or [b""]
+    rows = [offsets[i:i + 16] for i in range(0, len(offsets), 16)]
+    return chunks, rows
+
+
+def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapping[str, object]) -> EmittedTree:
+    c = program.config
+    plan = program.plan
+    env = _env()
+    buffers = program.buffers()
+    check_unique([b.name for b in buffers], "buffer")
+    matrices = sorted({call.args.matrix if hasattr(call.args, "matrix") else call.args.table
+                       for call in program.calls if hasattr(call.args, "matrix") or hasattr(call.args, "table")},
+                      key=lambda m: m.name)
+    assert all(isinstance(m, Q4Ref) for m in matrices)
+    check_unique([m.name for m in matrices], "matrix")
+    vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
+    vector_refs = [{"name": e.name, "offset": e.offset, "count": e.nbytes // 4} for e in vectors]
+    external = board["weights"]["storage"] == "external"
+    eos_ids = list(c.eos_ids)[:4] or [-1]
+    option_text = " ".join(f"{k}={options[k]}" for k in sorted(options))
+    vocab_chunks, vocab_rows = _vocab(tokenizer, c.vocab_size)
+    arena_attribute = f'__attribute__((section("{board["arena_section"]}")))' if board.get("arena_section") else ""
+
+    ctx = {
+        "version": __version__, "abi_version": ABI_VERSION, "model_sha256": program.blob.sha256,
+        "arch": c.arch, "n_params": f"{c.n_params():,}", "options": option_text,
+        "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits,
+        "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
+        "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
+        "weights_external": external, "weights_address": board["weights"].get("address", ""),
+        "matrices": matrices, "vectors": vector_refs, "attention_scale": program.attention_scale,
+        "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
+                      for i in range(c.n_layers)],
+        "eos_ids": [str(e) for e in eos_ids] if c.eos_ids else [], "calls": _calls_with_layer_marks(program),
+        "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
+        "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "weights_file": "../weights.bin",
+        "gnu_stack_note": board["toolchain"] == "host", "arena_attribute": arena_attribute,
+    }
+    if not c.eos_ids:
+        ctx["eos_ids"] = []
+
+    def render(name: str, **extra) -> bytes:
+        return env.get_template(name).render(**ctx, **extra).encode()
+
+    files: dict[str, bytes] = {
+        "src/tllm_model.h": render("tllm_model.h.j2"),
+        "src/tllm_model.c": render("tllm_model.c.j2"),
+        "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
+        "weights.bin": program.blob.data,
+        "plan.json": (json.dumps(plan_json(plan, program), indent=2, sort_keys=True) + "\n").encode(),
+        "memory_report.txt": plan_text(plan).encode(),
+    }
+    if not external:
+        files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
+    for name in RUNTIME_SOURCES + RUNTIME_HEADERS:
+        files[f"runtime/{name}"] = (FIRMWARE / name).read_bytes()
+    files["cmake/arm-none-eabi.cmake"] = (FIRMWARE / "cmake" / "arm-none-eabi.cmake").read_bytes()
+    board_dir = BOARDS / board["name"]
+    for name in board["sources"]:
+        files[f"board/{name}"] = (board_dir / name).read_bytes()
+    files["board/board.json"] = (board_dir / "board.json").read_bytes()
+    if board.get("linker_script"):
+        lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
+            (board_dir / board["linker_script"]).read_text())
+        mem = board["memory"]
+        files["board/linker.ld"] = lds.render(
+            flash_origin=mem["flash"]["address"], flash_bytes=mem["flash"]["size"],
+            ram_origin=mem["sram"]["address"], ram_bytes=plan.budget_bytes, stack_bytes=plan.stack_bytes).encode()
+    files["CMakeLists.txt"] = render(
+        "CMakeLists.txt.j2", board=board, sources=sorted(k for k in files if k.endswith((".c", ".S"))),
+        has_linker_script="board/linker.ld" in files, is_arm=board["toolchain"] == "arm-none-eabi")
+    kind, _, tok_path = tokenizer.source.partition(":")
+    tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]
+    files[tok_name] = Path(tok_path).read_bytes()
+    manifest = {
+        "tokenizer": {"file": tok_name, "kind": kind, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
+                      "vocab_size": c.vocab_size},
+        "eos_ids": list(c.eos_ids),
+        "max_seq": program.max_seq,
+        "generator": f"tinyllm-gen {__version__}",
+        "abi_version": ABI_VERSION,
+        "board": board["name"],
+        "options": {k: options[k] for k in sorted(options)},
+        "model_sha256": program.blob.sha256,
+        "files": {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)},
+    }
+    files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    return EmittedTree(files=dict(sorted(files.items())))

@@ -1,0 +1,222 @@
+"""Lowering: QuantizedGraph + MemoryPlan -> Program (ordered kernel calls).
+
+Each graph node becomes one or two calls of the firmware's kernel interface
+with typed argument records; buffers come from the plan, constants from the
+weights blob.  The emitter only prints what is here: it makes no decisions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from . import exact
+from .blob import WeightsBlob, build_blob
+from .ir import ModelConfig, Node
+from .plan import MemoryPlan
+from .quant.formats import QuantizedGraph
+from .reference import rope_tables
+
+
+@dataclass(frozen=True)
+class BufferRef:
+    """A planned arena buffer."""
+
+    name: str
+    ctype: str
+    count: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Q4Ref:
+    """A Q4 matrix in the weights blob."""
+
+    name: str
+    rows: int
+    cols: int
+    group: int
+    packed_offset: int
+    scales_offset: int
+
+
+@dataclass(frozen=True)
+class VectorRef:
+    """A float32 vector (norm weight, bias, RoPE table) in the weights blob."""
+
+    name: str
+    count: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class EmbedQ4:
+    table: Q4Ref
+    out: BufferRef
+
+
+@dataclass(frozen=True)
+class RmsNorm:
+    x: BufferRef
+    weight: VectorRef
+    n: int
+    eps: np.float32
+    out: BufferRef
+
+
+@dataclass(frozen=True)
+class QuantizeI8:
+    x: BufferRef
+    n: int
+    group: int
+    q: BufferRef
+    scales: BufferRef
+
+
+@dataclass(frozen=True)
+class MatvecQ4:
+    matrix: Q4Ref
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+
+@dataclass(frozen=True)
+class Rope:
+    x: BufferRef
+    n_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class AttentionI8:
+    layer: int
+    q: BufferRef
+    k: BufferRef
+    v: BufferRef
+    k_cache: BufferRef
+    v_cache: BufferRef
+    k_scale: BufferRef
+    v_scale: BufferRef
+    q8: BufferRef
+    scores: BufferRef
+    out: BufferRef
+
+
+@dataclass(frozen=True)
+class Add:
+    a: BufferRef
+    b: BufferRef
+    n: int
+
+
+@dataclass(frozen=True)
+class SiluMul:
+    gate: BufferRef
+    up: BufferRef
+    n: int
+
+
+KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, MatvecQ4, Rope, AttentionI8, Add, SiluMul]
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    args: KernelArgs
+    layer: int | None
+    label: str  # e.g. "attn.wq"
+
+
+@dataclass(frozen=True)
+class Program:
+    config: ModelConfig
+    calls: tuple[KernelCall, ...]
+    plan: MemoryPlan
+    blob: WeightsBlob
+    logits: BufferRef
+    rope_cos: VectorRef
+    rope_sin: VectorRef
+    attention_scale: np.float32
+    group_size: int
+    kv_bits: int
+
+    @property
+    def max_seq(self) -> int:
+        return self.plan.max_seq
+
+    def buffers(self) -> list[BufferRef]:
+        return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset) for p in self.plan.buffers]
+
+
+def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
+    c = qg.config
+    cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
+    blob = build_blob(qg, cos, sin)
+
+    def buf(name: str) -> BufferRef:
+        p = plan.buffer(name)
+        return BufferRef(name, p.request.ctype, p.request.count, p.offset)
+
+    def val(value: str) -> BufferRef:
+        return buf(plan.lifetimes.value_buffer[value])
+
+    def q4(name: str) -> Q4Ref:
+        t = qg.q4[name]
+        return Q4Ref(name, t.rows, t.cols, t.group_size,
+                     blob.entry(name, "q4.packed").offset, blob.entry(name, "q4.scales").offset)
+
+    def vec(name: str) -> VectorRef:
+        e = blob.entry(name, "f32")
+        return VectorRef(name, e.nbytes // 4, e.offset)
+
+    calls: list[KernelCall] = []
+    quantized: set[str] = set()
+
+    def emit(args: KernelArgs, node: Node, label: str | None = None) -> None:
+        calls.append(KernelCall(args, node.layer, label or node.label))
+
+    for node in qg.graph.nodes:
+        ins = node.inputs
+        if node.op == "embedding":
+            emit(EmbedQ4(q4(ins[1]), val(node.output)), node)
+        elif node.op == "rmsnorm":
+            emit(RmsNorm(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), val(node.output)), node)
+        elif node.op == "linear":
+            src = ins[0]
+            if src not in quantized:  # one int8 copy shared by every linear reading src
+                quantized.add(src)
+                emit(QuantizeI8(val(src), qg.graph.values[src][0], qg.group_size, buf(src + ".q8"), buf(src + ".qs")),
+                     node, label=f"quantize {src}")
+            bias = vec(ins[2]) if len(ins) > 2 else None
+            emit(MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)), node)
+        elif node.op == "rope":
+            _require_inplace(plan, node)
+            emit(Rope(val(ins[0]), int(node.attrs["n_heads"]), int(node.attrs["head_dim"])), node)
+        elif node.op == "attention":
+            lay = f"l{node.attrs['layer']}"
+            emit(AttentionI8(int(node.attrs["layer"]), val(ins[0]), val(ins[1]), val(ins[2]),
+                             buf(lay + ".k_cache"), buf(lay + ".v_cache"), buf(lay + ".k_scale"), buf(lay + ".v_scale"),
+                             buf(lay + ".att.q8"), buf(lay + ".att.scores"), val(node.output)), node)
+        elif node.op == "add":
+            _require_inplace(plan, node)
+            emit(Add(val(ins[0]), val(ins[1]), qg.graph.values[node.output][0]), node)
+        elif node.op == "silu_mul":
+            _require_inplace(plan, node)
+            emit(SiluMul(val(ins[0]), val(ins[1]), qg.graph.values[node.output][0]), node)
+        else:
+            raise AssertionError(f"no lowering for op {node.op}")
+    return Program(
+        config=c, calls=tuple(calls), plan=plan, blob=blob, logits=val(qg.graph.output),
+        rope_cos=vec("rope.cos"), rope_sin=vec("rope.sin"), attention_scale=exact.attention_scale(c.head_dim),
+        group_size=qg.group_size, kv_bits=qg.kv_bits,
+    )
+
+
+def _require_inplace(plan: MemoryPlan, node: Node) -> None:
+    """The C kernels for these ops work in place; the planner must have
+    given the output the input's buffer."""
+    vb = plan.lifetimes.value_buffer
+    if vb[node.output] != vb[node.inputs[0]]:
+        raise AssertionError(f"{node.op} -> {node.output} is not in place; the planner must alias it")

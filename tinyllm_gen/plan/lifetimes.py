@@ -1,0 +1,126 @@
+"""Buffers and live ranges of one decode step plus the generation loop.
+
+Time is the index of a graph node (0..N-1); the sampler runs at time N.
+Persistent buffers (KV cache, token ids, generation state) live over the
+whole range [0, N].  Kernel conventions that create buffers are stated here,
+and lower.py follows the same names:
+
+* `linear` reads its input as int8 groups: buffer "<value>.q8" (+ ".qs"
+  scales), made once before the first linear that reads <value> and shared
+  by all of them (q/k/v share one, gate/up share one);
+* `rope`, `add` and `silu_mul` work in place on their first input when that
+  input is not read afterwards: the output value shares its buffer;
+* `attention` needs scratch "<layer>.att.q8" and "<layer>.att.scores";
+* the sampler reads "logits" and needs "sample_idx" [vocab] uint16.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..ir import STEP_INPUTS
+from ..quant.formats import QuantizedGraph, n_groups
+
+ALIGN = 16
+GEN_STATE_BYTES = 64  # sizeof(tllm_gen_state), asserted in the generated C
+INPLACE_OPS = ("rope", "add", "silu_mul")
+CTYPE_BYTES = {"float": 4, "int8_t": 1, "uint16_t": 2, "uint8_t": 1}
+
+
+def align_up(n: int, a: int = ALIGN) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class BufferRequest:
+    name: str
+    ctype: str  # element type in C
+    count: int  # elements
+    first: int  # first time step it is live
+    last: int  # last time step it is live (inclusive)
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler
+    align: int = ALIGN
+
+    @property
+    def size(self) -> int:
+        return align_up(self.count * CTYPE_BYTES[self.ctype], self.align)
+
+    def overlaps_in_time(self, other: "BufferRequest") -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    buffers: tuple[BufferRequest, ...]
+    value_buffer: Mapping[str, str]  # graph value -> buffer holding it
+    n_steps: int  # graph nodes; the sampler runs at time n_steps
+
+    def by_name(self, name: str) -> BufferRequest:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+
+def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
+    g, c = qg.graph, qg.config
+    nodes = g.nodes
+    end = len(nodes)  # sampler time
+    last_read: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for v in node.inputs:
+            last_read[v] = i
+    last_read[g.output] = end
+
+    value_buffer: dict[str, str] = {}
+    spans: dict[str, list[int]] = {}  # buffer -> [first, last]
+    counts: dict[str, tuple[str, int, str]] = {}  # buffer -> (ctype, count, kind)
+
+    def live(buf: str, t: int) -> None:
+        span = spans.setdefault(buf, [t, t])
+        span[0], span[1] = min(span[0], t), max(span[1], t)
+
+    quantized_inputs: dict[str, str] = {}
+    for i, node in enumerate(nodes):
+        for v in node.inputs:
+            if v in value_buffer:
+                live(value_buffer[v], i)
+        if node.op == "linear":
+            src = node.inputs[0]
+            if src not in quantized_inputs:
+                quantized_inputs[src] = src
+                n = g.values[src][0]
+                counts[src + ".q8"] = ("int8_t", n, "scratch")
+                counts[src + ".qs"] = ("float", n_groups(n, qg.group_size), "scratch")
+            for suffix in (".q8", ".qs"):
+                live(src + suffix, i)
+        if node.op == "attention":
+            lay = f"l{node.attrs['layer']}"
+            counts[lay + ".att.q8"] = ("int8_t", c.head_dim, "scratch")
+            counts[lay + ".att.scores"] = ("float", max_seq, "scratch")
+            live(lay + ".att.q8", i)
+            live(lay + ".att.scores", i)
+        src = node.inputs[0]
+        if node.op in INPLACE_OPS and src in value_buffer and last_read[src] == i:
+            buf = value_buffer[src]
+        else:
+            buf = node.output
+            kind = "logits" if node.output == g.output else "activation"
+            counts[buf] = ("float", g.values[node.output][0], kind)
+        value_buffer[node.output] = buf
+        live(buf, i)
+        if node.output == g.output:
+            live(buf, end)
+
+    requests = [BufferRequest(name, counts[name][0], counts[name][1], s[0], s[1], counts[name][2])
+                for name, s in spans.items()]
+    for layer in range(c.n_layers):
+        for kv in ("k", "v"):
+            requests.append(BufferRequest(f"l{layer}.{kv}_cache", "int8_t", max_seq * c.kv_dim, 0, end, "kv"))
+            requests.append(BufferRequest(f"l{layer}.{kv}_scale", "float", max_seq * c.n_kv_heads, 0, end, "kv"))
+    requests.append(BufferRequest("tokens", "uint16_t", max_seq, 0, end, "tokens"))
+    requests.append(BufferRequest("gen_state", "uint8_t", GEN_STATE_BYTES, 0, end, "state"))
+    requests.append(BufferRequest("sample_idx", "uint16_t", c.vocab_size, end, end, "sampler"))
+    for v in STEP_INPUTS:
+        value_buffer.pop(v, None)
+    return Lifetimes(buffers=tuple(requests), value_buffer=value_buffer, n_steps=end)

@@ -1,0 +1,61 @@
+"""Offset assignment: a pure algorithm over (size, align, live range) items.
+
+Greedy by size, as TFLite Micro's GreedyMemoryPlanner: take buffers from
+largest to smallest (ties: earlier first use, then name, so the result is
+deterministic) and put each at the lowest aligned offset where it overlaps
+no already-placed buffer that is live at the same time.  Big, long-lived
+buffers (the KV cache) settle at the bottom and short-lived activations
+share the space above them.
+
+The lower bound any placement must respect is the peak, over time, of the
+bytes live at once; `peak_live_bytes` computes it so callers can report how
+close the placement came."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from .lifetimes import BufferRequest, align_up
+
+
+def place(buffers: Sequence[BufferRequest]) -> dict[str, int]:
+    order = sorted(buffers, key=lambda b: (-b.size, b.first, b.name))
+    placed: list[tuple[int, BufferRequest]] = []
+    offsets: dict[str, int] = {}
+    for buf in order:
+        busy = sorted((off, off + other.size) for off, other in placed if other.overlaps_in_time(buf))
+        candidate = 0
+        for start, stop in busy:
+            if align_up(candidate, buf.align) + buf.size <= start:
+                break
+            candidate = max(candidate, stop)
+        offset = align_up(candidate, buf.align)
+        offsets[buf.name] = offset
+        placed.append((offset, buf))
+    return offsets
+
+
+def arena_bytes(buffers: Sequence[BufferRequest], offsets: Mapping[str, int]) -> int:
+    return max((offsets[b.name] + b.size for b in buffers), default=0)
+
+
+def peak_live_bytes(buffers: Sequence[BufferRequest]) -> tuple[int, int]:
+    """(peak bytes live at one time step, that time step)."""
+    times = sorted({b.first for b in buffers})
+    best, at = 0, 0
+    for t in times:
+        live = sum(b.size for b in buffers if b.first <= t <= b.last)
+        if live > best:
+            best, at = live, t
+    return best, at
+
+
+def overlapping_pairs(buffers: Sequence[BufferRequest], offsets: Mapping[str, int]) -> list[tuple[str, str]]:
+    """Pairs live at the same time whose byte ranges intersect (must be empty)."""
+    bad = []
+    for i, a in enumerate(buffers):
+        for b in buffers[i + 1:]:
+            if a.overlaps_in_time(b):
+                a0, b0 = offsets[a.name], offsets[b.name]
+                if a0 < b0 + b.size and b0 < a0 + a.size:
+                    bad.append((a.name, b.name))
+    return bad

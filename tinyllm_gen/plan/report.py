@@ -1,0 +1,78 @@
+"""The memory plan explained: JSON for tools, text with a time x offset chart
+for people (after TFLite Micro's PrintMemoryPlan)."""
+from __future__ import annotations
+
+from .memory import MemoryPlan
+
+CHART_WIDTH = 64  # offset columns
+CHART_ROWS_MAX = 80
+
+
+def plan_json(plan: MemoryPlan, program=None) -> dict:
+    kinds: dict[str, int] = {}
+    for b in plan.buffers:
+        kinds[b.request.kind] = kinds.get(b.request.kind, 0) + b.size
+    doc = {
+        "fits": plan.fits,
+        "budget_bytes": plan.budget_bytes,
+        "total_sram_bytes": plan.total_bytes,
+        "arena_bytes": plan.arena_bytes,
+        "lower_bound_bytes": plan.lower_bound_bytes,
+        "arena_over_lower_bound": round(plan.arena_bytes / plan.lower_bound_bytes, 4),
+        "stack_bytes": plan.stack_bytes,
+        "runtime_static_bytes": plan.runtime_static_bytes,
+        "kv_cache_bytes": plan.kv_cache_bytes,
+        "max_seq": plan.max_seq,
+        "bytes_by_kind": dict(sorted(kinds.items())),
+        "buffers": [
+            {"name": b.name, "offset": b.offset, "size": b.size, "ctype": b.request.ctype, "count": b.request.count,
+             "first": b.request.first, "last": b.request.last, "kind": b.request.kind}
+            for b in plan.buffers
+        ],
+    }
+    if program is not None:
+        doc["weights_bytes"] = len(program.blob.data)
+    return doc
+
+
+def _kib(n: int) -> str:
+    return f"{n:,} B ({n / 1024:.1f} KiB)"
+
+
+def plan_text(plan: MemoryPlan) -> str:
+    lines = [
+        "tinyllm-gen memory plan",
+        f"  budget        {_kib(plan.budget_bytes)}",
+        f"  total         {_kib(plan.total_bytes)}  {'fits' if plan.fits else 'DOES NOT FIT'}",
+        f"  arena         {_kib(plan.arena_bytes)}  lower bound {_kib(plan.lower_bound_bytes)}"
+        f"  ratio {plan.arena_bytes / plan.lower_bound_bytes:.2f}",
+        f"  kv cache      {_kib(plan.kv_cache_bytes)} at max_seq {plan.max_seq}",
+        f"  stack         {_kib(plan.stack_bytes)}",
+        f"  runtime static reserve {_kib(plan.runtime_static_bytes)}",
+        "",
+        f"  {'offset':>8} {'size':>8}  {'live':>9}  buffer",
+    ]
+    for b in plan.buffers:
+        r = b.request
+        lines.append(f"  {b.offset:>8} {b.size:>8}  {r.first:>4}-{r.last:<4}  {b.name} ({r.ctype}[{r.count}], {r.kind})")
+    lines += ["", chart(plan)]
+    return "\n".join(lines) + "\n"
+
+
+def chart(plan: MemoryPlan) -> str:
+    """Rows are time steps, columns offsets; each buffer draws its letter."""
+    top = plan.arena_bytes
+    scale = max(1, -(-top // CHART_WIDTH))
+    steps = plan.lifetimes.n_steps + 1
+    stride = max(1, -(-steps // CHART_ROWS_MAX))
+    symbols = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    legend = {b.name: symbols[i % len(symbols)] for i, b in enumerate(plan.buffers)}
+    out = [f"  time x offset chart (one column = {scale} B, '.' = free)"]
+    for t in range(0, steps, stride):
+        row = ["."] * CHART_WIDTH
+        for b in plan.buffers:
+            if b.request.first <= t <= b.request.last:
+                for col in range(b.offset // scale, min(CHART_WIDTH, -(-(b.offset + b.size) // scale))):
+                    row[col] = legend[b.name]
+        out.append(f"  {t:>4} |{''.join(row)}|")
+    return "\n".join(out)

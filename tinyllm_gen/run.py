@@ -1,0 +1,193 @@
+"""Boards and runners: load a board description, run firmware on the host or
+under QEMU, and collect its exit status and console text.
+
+A board lives in ``tinyllm_gen/boards/<name>/`` as ``board.json`` plus the C
+sources it lists.  Firmware for ``qemu-mps2-an500`` gets its weights and its
+request through ``-device loader`` into PSRAM, prints on UART0 (captured to a
+file, apart from semihosting and QEMU's own messages) and reports its exit
+status through semihosting."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tinyllm_gen.errors import UserError
+
+BOARDS_DIR = Path(__file__).parent / "boards"
+
+QEMU_INSTALL_HINT = "sudo apt-get install qemu-system-arm"
+
+# Exit status reported for a run that was killed at its timeout.
+TIMEOUT_EXIT_CODE = -9
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run produced.
+
+    ``output`` is the console text (UART0 under QEMU, stdout on the host).
+    ``diagnostics`` holds everything else the process printed: QEMU's
+    messages and semihosting text, or the host program's stderr."""
+
+    exit_code: int
+    output: str
+    timed_out: bool
+    command: list[str]
+    diagnostics: str = ""
+
+
+# ---------------------------------------------------------------- boards
+
+
+def board_names() -> list[str]:
+    """Names of the boards shipped with tinyllm-gen, sorted."""
+    if not BOARDS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BOARDS_DIR.iterdir() if (p / "board.json").is_file())
+
+
+def board_dir(name: str) -> Path:
+    """The directory of a known board (its sources and linker template)."""
+    names = board_names()
+    if name not in names:
+        raise UserError(f"unknown board '{name}': choose one of {', '.join(names)}")
+    return BOARDS_DIR / name
+
+
+def load_board(name: str) -> dict:
+    """The parsed ``board.json`` of a known board."""
+    path = board_dir(name) / "board.json"
+    with path.open(encoding="utf-8") as f:
+        board = json.load(f)
+    if board.get("name", name) != name:
+        raise ValueError(f"{path}: name {board.get('name')!r} does not match its directory")
+    return board
+
+
+def board_sources(name: str) -> list[Path]:
+    """Absolute paths of the C sources a board adds to the firmware."""
+    d = board_dir(name)
+    return [d / s for s in load_board(name)["sources"]]
+
+
+# ---------------------------------------------------------------- QEMU
+
+
+def _qemu_opt(value: str) -> str:
+    """Escape a value for a QEMU ``key=value,...`` option list."""
+    return value.replace(",", ",,")
+
+
+def _check_blob(path: Path, what: str, limit: int) -> None:
+    if not path.is_file():
+        raise UserError(f"{what} file not found: {path}")
+    size = path.stat().st_size
+    if size > limit:
+        raise UserError(
+            f"{what} file {path} is {size} bytes; the board has room for {limit} bytes"
+        )
+
+
+def qemu_command(
+    elf: Path,
+    board: dict,
+    weights_bin: Path | None,
+    request_bin: Path | None,
+    uart_file: Path,
+    count: bool = True,
+) -> list[str]:
+    """The QEMU command line that boots ``elf`` on ``board``.
+
+    Weights and request are placed raw at the board's addresses.  UART0 goes
+    to ``uart_file``; semihosting text stays on QEMU's stdout.  With ``count``
+    the guest clock is tied to the instruction count (``-icount shift=0``:
+    one ns per instruction, so one 25 MHz timer tick per 40 instructions)."""
+    emu = board.get("emulator")
+    if not emu:
+        raise UserError(f"board '{board.get('name')}' does not run under an emulator")
+    cmd = [emu["program"], *emu["args"]]
+    cmd += ["-semihosting-config", "enable=on,target=native"]
+    if count:
+        cmd += ["-icount", "shift=0"]
+    cmd += [
+        "-chardev",
+        f"file,id=tllm_uart,path={_qemu_opt(str(Path(uart_file).absolute()))}",
+        "-serial",
+        "chardev:tllm_uart",
+    ]
+    for blob, what, key in ((weights_bin, "weights", "weights"), (request_bin, "request", "request")):
+        if blob is None:
+            continue
+        place = board[key]
+        if "address" not in place:
+            raise UserError(f"board '{board.get('name')}' has no memory address for the {what}")
+        _check_blob(Path(blob), what, int(place["max_bytes"]))
+        cmd += [
+            "-device",
+            f"loader,file={_qemu_opt(str(Path(blob).absolute()))},addr={place['address']},force-raw=on",
+        ]
+    cmd += ["-kernel", str(Path(elf).absolute())]
+    return cmd
+
+
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+def run_qemu(
+    elf: Path,
+    board: dict,
+    weights_bin: Path | None,
+    request_bin: Path | None,
+    timeout_s: float = 120,
+    count: bool = True,
+) -> RunResult:
+    """Boot ``elf`` under QEMU and wait for its semihosting exit."""
+    program = board.get("emulator", {}).get("program", "qemu-system-arm")
+    if shutil.which(program) is None:
+        raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
+    with tempfile.TemporaryDirectory(prefix="tllm-qemu-") as tmp:
+        uart = Path(tmp) / "uart.txt"
+        cmd = qemu_command(Path(elf), board, weights_bin, request_bin, uart, count=count)
+        timed_out = False
+        try:
+            proc = subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
+            code, diag = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as e:
+            timed_out, code, diag = True, TIMEOUT_EXIT_CODE, e.stdout
+        output = _decode(uart.read_bytes()) if uart.exists() else ""
+    return RunResult(code, output, timed_out, cmd, _decode(diag))
+
+
+# ---------------------------------------------------------------- host
+
+
+def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60) -> RunResult:
+    """Run a host-board executable, passing the request file as argv[1]."""
+    cmd = [str(Path(exe).absolute())]
+    if request_bin is not None:
+        cmd.append(str(Path(request_bin).absolute()))
+    try:
+        proc = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        return RunResult(TIMEOUT_EXIT_CODE, _decode(e.stdout), True, cmd, _decode(e.stderr))
+    return RunResult(proc.returncode, _decode(proc.stdout), False, cmd, _decode(proc.stderr))

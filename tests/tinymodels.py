@@ -30,14 +30,14 @@ def make_tokenizer(path: Path, vocab_size: int) -> Path:
 
 def make_hf_model(path: Path, arch: str = "llama", *, dim: int = 64, hidden: int = 96, layers: int = 2,
                   heads: int = 4, kv_heads: int = 2, vocab: int = 300, context: int = 128, tied: bool = True,
-                  seed: int = 0, weight_scale: float = 1.0) -> Path:
+                  seed: int = 0, weight_scale: float = 1.0, eos: int | None = 1) -> Path:
     """save_pretrained() of a random transformers model plus a tokenizer."""
     import torch
     import transformers as tf
 
     common = dict(hidden_size=dim, intermediate_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                   num_key_value_heads=kv_heads, vocab_size=vocab, max_position_embeddings=context,
-                  tie_word_embeddings=tied, bos_token_id=0, eos_token_id=1, rms_norm_eps=1e-5, rope_theta=10000.0)
+                  tie_word_embeddings=tied, bos_token_id=0, eos_token_id=eos, rms_norm_eps=1e-5, rope_theta=10000.0)
     if arch == "llama":
         cfg, cls = tf.LlamaConfig(**common), tf.LlamaForCausalLM
     elif arch == "qwen2":

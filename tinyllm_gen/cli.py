@@ -157,6 +157,24 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
         click.echo(prompt + text)
 
 
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def report(out, as_json):
+    """The memory report of a compiled (and, if built, sized) OUT."""
+    from .build import read_manifest
+    from .plan.report import summary_text
+
+    read_manifest(out)
+    plan_doc = json.loads((Path(out) / "plan.json").read_text())
+    size_file = Path(out) / "build" / "size.json"
+    size = json.loads(size_file.read_text()) if size_file.is_file() else None
+    if as_json:
+        click.echo(json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size}))
+    else:
+        click.echo(summary_text(plan_doc, size))
+
+
 def main(argv=None) -> None:
     try:
         rc = cli.main(args=argv, prog_name="tinyllm-gen", standalone_mode=False)

@@ -76,3 +76,29 @@ def chart(plan: MemoryPlan) -> str:
                     row[col] = legend[b.name]
         out.append(f"  {t:>4} |{''.join(row)}|")
     return "\n".join(out)
+
+
+def summary_text(plan_doc: dict, size: dict | None) -> str:
+    """The memory report printed after a build: plan figures beside the ELF's."""
+    kib = lambda n: f"{n:>9,} B {n / 1024:>7.1f} KiB"  # noqa: E731
+    lines = ["memory report (static plan, proven at compile time)",
+             f"  RAM budget            {kib(plan_doc['budget_bytes'])}",
+             f"  RAM planned           {kib(plan_doc['total_sram_bytes'])}  "
+             f"({'fits' if plan_doc['fits'] else 'DOES NOT FIT'})",
+             f"    arena               {kib(plan_doc['arena_bytes'])}  "
+             f"(lower bound {plan_doc['lower_bound_bytes']:,} B, ratio {plan_doc['arena_over_lower_bound']:.2f})"]
+    lines.append("      buffers by kind, before sharing space:")
+    for kind, n in plan_doc["bytes_by_kind"].items():
+        lines.append(f"        {kind:<15} {kib(n)}")
+    lines += [f"    stack               {kib(plan_doc['stack_bytes'])}",
+              f"    runtime statics     {kib(plan_doc['runtime_static_bytes'])} (reserve)",
+              f"  context (max_seq)     {plan_doc['max_seq']:>9}"]
+    if "weights_bytes" in plan_doc:
+        lines.append(f"  weights (flash)       {kib(plan_doc['weights_bytes'])}")
+    if size:
+        lines += ["arm-none-eabi-size of the built image",
+                  f"  text (code+vocab)     {kib(size['text'])}",
+                  f"  data + bss (RAM)      {kib(size['ram_bytes'])}  "
+                  f"(arena + stack = {plan_doc['arena_bytes'] + plan_doc['stack_bytes']:,} B; "
+                  f"the rest is runtime statics)"]
+    return "\n".join(lines)

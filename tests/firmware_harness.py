@@ -1,0 +1,77 @@
+"""Compile -> build -> run helpers shared by the host and emulator tiers."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
+from tinyllm_gen.frontends import load_model
+from tinyllm_gen.reference import Executor, QuantKernels, generate
+from tinyllm_gen.sampler import SamplingOptions
+
+from tinymodels import make_hf_model
+
+GREEDY = SamplingOptions()
+TOP_P = SamplingOptions(temperature=0.9, top_p=0.85, seed=1234)
+
+# Two shapes: a tied Llama with GQA, and an untied Qwen2 with q/k/v biases
+# whose hidden size leaves a short last group at group sizes 64 and 128.
+SHAPES = {
+    "llama-tied-gqa": dict(arch="llama", dim=64, hidden=96, layers=2, heads=4, kv_heads=2, vocab=300, context=96,
+                           tied=True, seed=11),
+    "qwen2-bias-untied": dict(arch="qwen2", dim=96, hidden=160, layers=3, heads=6, kv_heads=2, vocab=320,
+                              context=96, tied=False, seed=12),
+}
+CASES = [("llama-tied-gqa", 32), ("llama-tied-gqa", 64), ("qwen2-bias-untied", 64), ("qwen2-bias-untied", 128)]
+N_NEW = 40
+
+
+def need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (apt-get install gcc-arm-none-eabi qemu-system-arm)")
+
+
+@dataclass(frozen=True)
+class Built:
+    model_dir: Path
+    out: Path
+
+
+def build_case(root: Path, shape: str, group: int, board: str) -> Built:
+    model_dir = root / f"model-{shape}"
+    if not model_dir.exists():
+        make_hf_model(model_dir, eos=None, **SHAPES[shape])
+    out = root / f"out-{shape}-g{group}-{board}"
+    compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group))
+    write_tree(compiled.tree, out)
+    build(out)
+    return Built(model_dir, out)
+
+
+def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], sampling: SamplingOptions,
+                     max_seq: int) -> list[int]:
+    m = load_model(model_dir)
+    qg = quantize(m, CompileOptions(group_size=group))
+    ex = Executor(m.graph, QuantKernels(qg, max_seq))
+    return generate(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling).generated_ids
+
+
+def prompt_for(model_dir: Path) -> list[int]:
+    return load_model(model_dir).tokenizer.encode("Once upon a time there was a cat")
+
+
+def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> list[int]:
+    ids = prompt_for(built.model_dir)
+    fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=300)
+    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT)
+    assert len(ref) == N_NEW, "reference stopped early: the test would cover fewer than 40 tokens"
+    assert fw.output.generated_ids == ref
+    assert fw.output.canary_ok is True
+    return fw.output.instructions_per_token
+
+
+SHAPES_CONTEXT = 96

@@ -1,0 +1,30 @@
+"""Frontends: checkpoints on disk -> `ImportedModel` (a verified Graph plus
+its tokenizer).  `load_model` picks the frontend from what the path is."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+from .hf import ImportedModel, load_hf
+from .llama2c import load_llama2c
+from .tokenizer import Tokenizer
+
+__all__ = ["ImportedModel", "Tokenizer", "load_hf", "load_llama2c", "load_model"]
+
+
+def load_model(path: Path, tokenizer: Path | None = None) -> ImportedModel:
+    """A directory is a Hugging Face `save_pretrained` folder; a file is a
+    llama2.c `.bin` checkpoint.  Pointing at a file inside an HF folder
+    (config.json, *.safetensors) means that folder."""
+    path = Path(path)
+    if path.is_dir():
+        return load_hf(path, tokenizer)
+    if path.is_file():
+        if path.name == "config.json" or path.suffix == ".safetensors":
+            return load_hf(path.parent, tokenizer)
+        return load_llama2c(path, tokenizer)
+    if not path.exists():
+        raise UserError(f"{path}: no such file or directory; pass a Hugging Face model directory "
+                        "or a llama2.c .bin checkpoint")
+    raise UserError(f"{path}: neither a directory nor a regular file; pass a Hugging Face model "
+                    "directory or a llama2.c .bin checkpoint")

@@ -129,7 +129,7 @@ def parse_config(cfg: dict[str, Any], where: Path, gen: dict[str, Any] | None = 
         raise UserError(f"{where}: hidden_act {act!r} is not supported (only 'silu', the SwiGLU MLP)")
 
     theta = _rope_theta(cfg, where)
-    _refuse_sliding_window(cfg, arch, max_seq, where)
+    max_seq = _usable_context(cfg, arch, max_seq, where)
 
     qkv_bias = arch == "qwen2"  # Qwen2 always has q/k/v biases and no others
     if cfg.get("attention_bias"):
@@ -186,7 +186,11 @@ def _rope_theta(cfg: dict[str, Any], where: Path) -> float:
     return float(theta)
 
 
-def _refuse_sliding_window(cfg: dict[str, Any], arch: str, max_seq: int, where: Path) -> None:
+def _usable_context(cfg: dict[str, Any], arch: str, max_seq: int, where: Path) -> int:
+    """The context we can run exactly.  A Phi-3 sliding window (Phi-3-mini-4k:
+    2047 of 4096) never slides for positions below the window, where it is
+    plain causal attention, so such a model is accepted with its context
+    limited to the window; everything else that slides is refused."""
     layer_types = cfg.get("layer_types") or []
     if any(t != "full_attention" for t in layer_types):
         bad = next(t for t in layer_types if t != "full_attention")
@@ -195,11 +199,14 @@ def _refuse_sliding_window(cfg: dict[str, Any], arch: str, max_seq: int, where: 
         if cfg.get("use_sliding_window"):
             raise UserError(f"{where}: use_sliding_window=true (sliding-window attention) is not supported; "
                             "use a model trained with full attention")
-        return
+        return max_seq
     sw = cfg.get("sliding_window")
+    if arch == "phi3" and isinstance(sw, int) and 0 < sw < max_seq:
+        return sw
     if sw is not None and sw < max_seq:
         raise UserError(f"{where}: sliding_window {sw} is smaller than max_position_embeddings {max_seq}; "
                         "sliding-window attention is not supported")
+    return max_seq
 
 
 def _token_ids(cfg, gen, key: str, vocab: int, where: Path) -> tuple[int, ...]:

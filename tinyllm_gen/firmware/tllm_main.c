@@ -66,6 +66,12 @@ int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const 
     return 0;
 }
 
+/* Phase marker for the instruction-count plugin (bench/tllm_icount.c): an
+ * out-of-line empty function whose address the plugin watches. Called before
+ * and after every model step and after every sampling, a few instructions
+ * each. */
+__attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
+
 static int is_eos(int32_t tok) {
     for (uint32_t i = 0; i < tllm_model.n_eos; i++)
         if (tllm_model.eos_ids[i] == tok) return 1;
@@ -137,7 +143,9 @@ int tllm_main(void) {
     while (st->phase != TLLM_DONE) {
         switch (st->phase) {
         case TLLM_PREFILL:
+            tllm_mark();
             logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos);
+            tllm_mark();
             st->pos++;
             if (st->pos == st->n_prompt) {
                 st->t_prefill = tllm_board_instret();
@@ -147,6 +155,7 @@ int tllm_main(void) {
             break;
         case TLLM_SAMPLE:
             st->token = tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size, tllm_model_sample_idx());
+            tllm_mark();
             tokens[st->pos] = (uint16_t)st->token;
             st->n_generated++;
             st->phase = TLLM_EMIT;
@@ -172,7 +181,9 @@ int tllm_main(void) {
             break;
         }
         case TLLM_DECODE:
+            tllm_mark();
             logits = tllm_model_step(st->token, (int32_t)st->pos);
+            tllm_mark();
             st->pos++;
             st->phase = TLLM_SAMPLE;
             break;

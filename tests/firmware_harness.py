@@ -26,6 +26,8 @@ SHAPES = {
     "qwen2-bias-untied": dict(arch="qwen2", dim=96, hidden=160, layers=3, heads=6, kv_heads=2, vocab=320,
                               context=96, tied=False, seed=12),
 }
+# int4 KV cache (--kv-bits 4): one GQA shape and one with biases and 3 layers.
+KV4_CASES = [("llama-tied-gqa", 32), ("qwen2-bias-untied", 64)]
 CASES = [("llama-tied-gqa", 32), ("llama-tied-gqa", 64), ("qwen2-bias-untied", 64), ("qwen2-bias-untied", 128)]
 N_NEW = 40
 
@@ -39,23 +41,24 @@ def need(tool: str) -> None:
 class Built:
     model_dir: Path
     out: Path
+    kv_bits: int = 8
 
 
-def build_case(root: Path, shape: str, group: int, board: str) -> Built:
+def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8) -> Built:
     model_dir = root / f"model-{shape}"
     if not model_dir.exists():
         make_hf_model(model_dir, eos=None, **SHAPES[shape])
-    out = root / f"out-{shape}-g{group}-{board}"
-    compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group))
+    out = root / f"out-{shape}-g{group}-{board}-kv{kv_bits}"
+    compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits))
     write_tree(compiled.tree, out)
     build(out)
-    return Built(model_dir, out)
+    return Built(model_dir, out, kv_bits)
 
 
 def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], sampling: SamplingOptions,
-                     max_seq: int) -> list[int]:
+                     max_seq: int, kv_bits: int = 8) -> list[int]:
     m = load_model(model_dir)
-    qg = quantize(m, CompileOptions(group_size=group))
+    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits))
     ex = Executor(m.graph, QuantKernels(qg, max_seq))
     return generate(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling).generated_ids
 
@@ -67,10 +70,11 @@ def prompt_for(model_dir: Path) -> list[int]:
 def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> list[int]:
     ids = prompt_for(built.model_dir)
     fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=300)
-    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT)
+    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits)
     assert len(ref) == N_NEW, "reference stopped early: the test would cover fewer than 40 tokens"
     assert fw.output.generated_ids == ref
     assert fw.output.canary_ok is True
+    assert fw.output.canary_regions and all(fw.output.canary_regions.values())
     return fw.output.instructions_per_token
 
 

@@ -12,7 +12,8 @@ read as float32 directly):
    56   8  reserved (0)
    64  ..  tensors, in sorted name order
 
-Q4 tensors store packed nibbles then scales (quant/formats.py says how);
+Q4 tensors store packed nibbles then scales, or one q4x4 stream for the
+Cortex-M7 kernels (quant/formats.py says how);
 float vectors and RoPE tables are float32 arrays.  The firmware checks
 magic, version, size and checksum at boot, so a stale or missing weights
 file is caught before it produces garbage.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .quant.formats import QuantizedGraph
+from .quant.formats import QuantizedGraph, pack_q4x4
 
 BLOB_MAGIC = b"TLLMWTS1"
 BLOB_VERSION = 1
@@ -36,7 +37,7 @@ ALIGN = 16
 @dataclass(frozen=True)
 class BlobEntry:
     name: str
-    kind: str  # "q4.packed" | "q4.scales" | "f32"
+    kind: str  # "q4.packed" | "q4.scales" | "q4x4" | "f32"
     offset: int
     nbytes: int
 
@@ -71,8 +72,11 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray) -
 
     for name in sorted(qg.q4):
         t = qg.q4[name]
-        put(name, "q4.packed", t.packed())
-        put(name, "q4.scales", np.ascontiguousarray(t.scales, "<f4").tobytes())
+        if qg.kernels == "cortex-m7":
+            put(name, "q4x4", pack_q4x4(t))
+        else:
+            put(name, "q4.packed", t.packed())
+            put(name, "q4.scales", np.ascontiguousarray(t.scales, "<f4").tobytes())
     for name in sorted(qg.vectors):
         put(name, "f32", np.ascontiguousarray(qg.vectors[name], "<f4").tobytes())
     put("rope.cos", "f32", np.ascontiguousarray(rope_cos, "<f4").tobytes())

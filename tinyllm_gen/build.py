@@ -77,7 +77,24 @@ def build(out: Path, cmsis_nn: Path | None = None, jobs: int = 2) -> BuildResult
     size = arm_size(image) if arm else None
     if size is not None:
         (build_dir / "size.json").write_text(json.dumps(size, indent=2, sort_keys=True) + "\n")
+        _report_with_elf(out, image, board)
     return BuildResult(image=image, board=board["name"], size=size)
+
+
+def _report_with_elf(out: Path, image: Path, board: dict) -> None:
+    """Rewrite OUT/report.md and report.json with the ELF's sections beside
+    the plan (manifest.json keeps the compile-time hashes of both)."""
+    from .plan.elfsize import elf_usage
+    from .plan.human import report_files
+
+    path = out / "report.json"
+    if not path.is_file():
+        return
+    doc = json.loads(path.read_text())
+    doc.pop("elf", None)
+    files = report_files(doc, elf_usage(image, board, doc))
+    for name in ("report.json", "report.md"):
+        (out / name).write_bytes(files[name])
 
 
 def arm_size(elf: Path) -> dict:

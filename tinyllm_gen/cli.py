@@ -26,10 +26,32 @@ def _sampling_options(f):
     return f
 
 
+class _MaxSeq(click.ParamType):
+    """A positive token count or "auto"."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "auto" or isinstance(value, int):
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is not a positive integer or 'auto'", param, ctx)
+        return n
+
+
+MAX_SEQ = _MaxSeq()
+
+
 def _quant_options(f):
     f = click.option("--ram-budget", default="512K", show_default=True, help="RAM budget (bytes, K or M suffix).")(f)
-    f = click.option("--max-seq", type=click.IntRange(1), default=None, help="Context length (default: the model's).")(f)
-    f = click.option("--kv-bits", type=click.Choice(["8"]), default="8", show_default=True, help="KV cache precision.")(f)
+    f = click.option("--max-seq", type=MAX_SEQ, default=None,
+                     help="Context length (default: the model's; auto: the longest that fits).")(f)
+    f = click.option("--kv-bits", type=click.Choice(["8", "4"]), default="8", show_default=True,
+                     help="KV cache precision (4: group-wise int4).")(f)
     f = click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="32", show_default=True,
                      help="INT4 weight group size along the input dimension.")(f)
     f = click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
@@ -58,7 +80,7 @@ def cli():
 def inspect(model, tokenizer, as_json):
     """Architecture, parameter count and weight bytes at each precision."""
     from .frontends import load_model
-    from .inspect import describe, describe_text
+    from .describe import describe, describe_text
 
     info = describe(load_model(model, tokenizer))
     click.echo(json.dumps(info, indent=2) if as_json else describe_text(info))
@@ -68,12 +90,16 @@ def inspect(model, tokenizer, as_json):
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
 @click.option("--board", default="qemu-mps2-an500", show_default=True, help="host | qemu-mps2-an500")
+@click.option("--kernels", type=click.Choice(["auto", "portable", "cortex-m7"]), default="auto", show_default=True,
+              help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
 @_quant_options
-def compile_cmd(model, out, board, tokenizer, group_size, kv_bits, max_seq, ram_budget):
+def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget):
     """Quantize, plan and emit a firmware source tree into OUT."""
+    from dataclasses import replace
+
     from .compile import compile_path, write_tree
 
-    opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -141,6 +167,14 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     m = load_model(model, tokenizer)
     tok = require_tokenizer(m)
     opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq)
+    if max_seq == "auto":  # the context compile would pick for the default board
+        from .compile import parse_size
+        from .plan.memory import GraphShape
+        from .planning import resolve_seq
+        from .run import load_board
+
+        max_seq, _ = resolve_seq(GraphShape(m.graph, opts.group_size, opts.kv_bits), "auto",
+                                 parse_size(ram_budget), load_board(opts.board))
     seq = resolve_max_seq(m, max_seq)
     ids = tok.encode(prompt)
     if len(ids) >= seq:
@@ -155,6 +189,41 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
                                "text": text, "stop_reason": gen.stop_reason}))
     else:
         click.echo(prompt + text)
+
+
+@cli.command("plan")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--board", default="qemu-mps2-an500", show_default=True,
+              help="qemu-mps2-an500 | stm32h750b-dk | weact-h750 | host")
+@_quant_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, as_json):
+    """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
+    2 with one line saying what does not fit and what would."""
+    from .frontends import load_model
+    from .plan.memory import GraphShape
+    from .plan.report import plan_json, plan_text
+    from .planning import check_weights, plan_for
+    from .run import load_board
+    from .verify import verify_graph
+
+    opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
+    b = load_board(opts.board)
+    m = load_model(model, tokenizer)
+    res = plan_for(GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits), opts.max_seq,
+                   opts.ram_budget, b)
+    check_weights(res, opts.board)
+    if as_json:
+        doc = plan_json(res.plan)
+        doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
+                   trade_off=res.trade_off or None)
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(plan_text(res.plan), nl=False)
+        click.echo(f"  weights       {res.weights_bytes:,} B of {res.weights_capacity or 0:,} B "
+                   f"in the board's weights storage")
+        if res.trade_off:
+            click.echo("  " + res.trade_off)
 
 
 @cli.command()
@@ -173,6 +242,25 @@ def report(out, as_json):
         click.echo(json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size}))
     else:
         click.echo(summary_text(plan_doc, size))
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path), required=False)
+@click.option("--shape", type=click.Choice(["stories260k"]), default="stories260k", show_default=True,
+              help="Without OUT: benchmark a random-weight model of this shape.")
+@click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="32", show_default=True,
+              help="Without OUT: the group size to compile with.")
+@click.option("--position", type=click.IntRange(1), default=10, show_default=True,
+              help="Decode position to measure (the prompt has this many tokens).")
+@click.option("--cmsis-nn", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              envvar="CMSIS_NN_ROOT", help="CMSIS-NN checkout: adds its kernels to the table.")
+@click.option("--json", "as_json", is_flag=True)
+def bench(out, shape, group_size, position, cmsis_nn, as_json):
+    """Exact instruction counts under QEMU: per decoded token, per op, per MAC."""
+    from .bench.bench import bench_all, format_table, result_json
+
+    result = bench_all(out, shape, int(group_size), position, cmsis_nn)
+    click.echo(result_json(result) if as_json else format_table(result))
 
 
 def main(argv=None) -> None:

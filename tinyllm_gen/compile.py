@@ -18,7 +18,9 @@ from .errors import UserError
 from .frontends import ImportedModel, Tokenizer, load_model
 from .lower import Program, lower
 from .plan import MemoryPlan, plan_memory
-from .quant.formats import QuantizedGraph
+from .plan.memory import shape_of
+from .planning import plan_for
+from .quant.formats import KERNEL_SETS, QuantizedGraph
 from .quant.rtn import quantize_graph
 from .run import load_board
 from .verify import verify_graph
@@ -31,8 +33,9 @@ class CompileOptions:
     board: str = "qemu-mps2-an500"
     group_size: int = 32
     kv_bits: int = 8
-    max_seq: int | None = None  # None: the model's context
+    max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits (planning.py)
     ram_budget: int = DEFAULT_RAM_BUDGET
+    kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
 
 
 @dataclass(frozen=True)
@@ -75,22 +78,35 @@ def require_tokenizer(model: ImportedModel) -> Tokenizer:
     return model.tokenizer
 
 
-def quantize(model: ImportedModel, opts: CompileOptions) -> QuantizedGraph:
-    return quantize_graph(verify_graph(model.graph), opts.group_size, opts.kv_bits)
+def resolve_kernels(opts: CompileOptions, board: dict | None = None) -> str:
+    """Which kernel set (and so weight layout) the firmware uses. The
+    arithmetic is the same for all of them: the reference does not care."""
+    if opts.kernels != "auto":
+        if opts.kernels not in KERNEL_SETS:
+            raise UserError(f"--kernels {opts.kernels} is not known: choose auto, {', '.join(KERNEL_SETS)}")
+        return opts.kernels
+    if board is None:
+        return "portable"
+    return board.get("kernels") or ("cortex-m7" if board.get("cpu") == "cortex-m7" else "portable")
+
+
+def quantize(model: ImportedModel, opts: CompileOptions, board: dict | None = None) -> QuantizedGraph:
+    return quantize_graph(verify_graph(model.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     board = load_board(opts.board)
     tokenizer = require_tokenizer(model)
-    qg = quantize(model, opts)
-    plan = plan_memory(qg, resolve_max_seq(model, opts.max_seq), opts.ram_budget)
+    qg = quantize(model, opts, board)
+    plan = plan_for(shape_of(qg), opts.max_seq, opts.ram_budget, board).plan  # planning.py: shared with `plan`
     program = lower(qg, plan)
     limit = board["weights"].get("max_bytes")
     if limit is not None and len(program.blob.data) > limit:
         raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
     options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
-               "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method}
+               "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
+               "kernels": qg.kernels}
     tree = emit_tree(program, tokenizer, board, options)
     return Compiled(model, qg, plan, program, tree)
 

@@ -47,9 +47,11 @@ EXP_MAX = f32(88.0)  # above this the input is clamped (no inf in softmax)
 
 
 def round_half_away(v: np.ndarray) -> np.ndarray:
-    """C: (int32_t)(v >= 0 ? v + 0.5f : v - 0.5f), the add rounded to float32."""
-    v = np.asarray(v, dtype=F32)
-    return np.trunc(np.where(v >= 0, v + F32(0.5), v - F32(0.5))).astype(np.int64)
+    """Round to nearest, ties away from zero, exactly (C: lroundf, which is
+    one VCVTA.S32.F32 on the M7): evaluated in float64, where |v| + 0.5 is
+    exact for every float32 v."""
+    v = np.asarray(v, dtype=F32).astype(np.float64)
+    return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
 
 
 def expf(x: np.ndarray) -> np.ndarray:
@@ -193,4 +195,51 @@ def attention_i8(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarra
     out = np.zeros((nh, hd), F32)
     for t in range(T):
         out = out + w[:, t:t + 1] * vf[t]
+    return out.reshape(-1)
+
+
+# --- int4 KV cache (quant/kv.py states the layout) ---------------------------
+def quantize_rows_i4(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group of `group` along the last axis: amax = max|x|, scale = amax/7,
+    q = round(x * (7/amax)) in [-7, 7]; an all-zero group has scale 0, q 0.
+
+    Returns (q int8 [..., n] unpacked, scales float32 [..., n/group]).
+    C twin: tllm_quantize_i4 (which also packs the nibbles)."""
+    x = np.asarray(x, dtype=F32)
+    n = x.shape[-1]
+    xg = x.reshape(*x.shape[:-1], n // group, group)
+    amax = np.max(np.abs(xg), axis=-1)
+    scales = np.where(amax > 0, amax / F32(7.0), F32(0.0)).astype(F32)
+    inv = np.where(amax > 0, F32(7.0) / np.where(amax > 0, amax, F32(1.0)), F32(0.0)).astype(F32)
+    q = np.clip(round_half_away(xg * inv[..., None]), -7, 7).astype(np.int8)
+    return q.reshape(x.shape), scales
+
+
+def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray,
+                  scale: np.float32, group: int) -> np.ndarray:
+    """Attention of one query over an int4 KV cache (grouped-query aware).
+
+    q [heads, hd] float32; k_q/v_q [T, kv_heads, hd] int4 values held in int8;
+    k_s/v_s [T, kv_heads, hd/group].  C order per head h (kv head kh):
+      q8, qs = quantize_i8(q[h])
+      s[t] = ((sum_g (float)dot_g(q8, k4[t]) * ks[t][g]) * qs) * scale   (g ascending, from 0.0f)
+      p = softmax(s)
+      out[i] = sum_t (p[t] * vs[t][g(i)]) * (float)v4[t][i]             (t ascending)"""
+    nh, hd = q.shape
+    T, nkv, _ = k_q.shape
+    ng = hd // group
+    kv_of = np.arange(nh) // (nh // nkv)
+    q8, qs = quantize_rows_i8(q)
+    kg = k_q[:, kv_of].astype(np.int32).reshape(T, nh, ng, group)
+    dots = np.einsum("hgd,thgd->htg", q8.astype(np.int32).reshape(nh, ng, group), kg)
+    terms = dots.astype(F32) * k_s[:, kv_of].transpose(1, 0, 2)  # [heads, T, ng]
+    acc = np.zeros((nh, T), F32)
+    for g in range(ng):
+        acc = acc + terms[:, :, g]
+    p = softmax((acc * qs[:, None]) * scale)
+    w = np.repeat(p[:, :, None] * v_s[:, kv_of].transpose(1, 0, 2), group, axis=2)  # [heads, T, hd]
+    vf = v_q[:, kv_of].astype(F32).transpose(1, 0, 2)  # [heads, T, hd]
+    out = np.zeros((nh, hd), F32)
+    for t in range(T):
+        out = out + w[:, t] * vf[:, t]
     return out.reshape(-1)

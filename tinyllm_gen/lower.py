@@ -16,6 +16,7 @@ from .blob import WeightsBlob, build_blob
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
 from .quant.formats import QuantizedGraph
+from .quant.kv import kv_layout
 from .reference import rope_tables
 
 
@@ -27,11 +28,13 @@ class BufferRef:
     ctype: str
     count: int
     offset: int
+    region: str = "ram"  # the memory region whose arena holds it (plan/regions.py)
 
 
 @dataclass(frozen=True)
 class Q4Ref:
-    """A Q4 matrix in the weights blob."""
+    """A Q4 matrix in the weights blob: packed nibbles + scales ("q4"), or
+    one stream in the Cortex-M7 layout ("q4x4", scales_offset unused)."""
 
     name: str
     rows: int
@@ -39,6 +42,7 @@ class Q4Ref:
     group: int
     packed_offset: int
     scales_offset: int
+    layout: str = "q4"
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,24 @@ class MatvecQ4:
 
 
 @dataclass(frozen=True)
+class QuantizeX16:
+    """int8 quantization into the Cortex-M7 int16 activation stream."""
+
+    x: BufferRef
+    n: int
+    group: int
+    stream: BufferRef
+
+
+@dataclass(frozen=True)
+class MatvecQ4x4:
+    matrix: Q4Ref
+    x_stream: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+
+@dataclass(frozen=True)
 class Rope:
     x: BufferRef
     n_heads: int
@@ -106,6 +128,24 @@ class AttentionI8:
 
 
 @dataclass(frozen=True)
+class AttentionKV4:
+    """Attention over the int4 KV cache (quant/kv.py); same scratch as AttentionI8."""
+
+    layer: int
+    q: BufferRef
+    k: BufferRef
+    v: BufferRef
+    k_cache: BufferRef
+    v_cache: BufferRef
+    k_scale: BufferRef
+    v_scale: BufferRef
+    q8: BufferRef
+    scores: BufferRef
+    out: BufferRef
+    group: int  # int4 elements per scale along head_dim
+
+
+@dataclass(frozen=True)
 class Add:
     a: BufferRef
     b: BufferRef
@@ -119,7 +159,7 @@ class SiluMul:
     n: int
 
 
-KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, MatvecQ4, Rope, AttentionI8, Add, SiluMul]
+KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, QuantizeX16, MatvecQ4, MatvecQ4x4, Rope, AttentionI8, AttentionKV4, Add, SiluMul]
 
 
 @dataclass(frozen=True)
@@ -141,13 +181,14 @@ class Program:
     attention_scale: np.float32
     group_size: int
     kv_bits: int
+    kernels: str = "portable"
 
     @property
     def max_seq(self) -> int:
         return self.plan.max_seq
 
     def buffers(self) -> list[BufferRef]:
-        return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset) for p in self.plan.buffers]
+        return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset, p.region) for p in self.plan.buffers]
 
 
 def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
@@ -157,13 +198,15 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
 
     def buf(name: str) -> BufferRef:
         p = plan.buffer(name)
-        return BufferRef(name, p.request.ctype, p.request.count, p.offset)
+        return BufferRef(name, p.request.ctype, p.request.count, p.offset, p.region)
 
     def val(value: str) -> BufferRef:
         return buf(plan.lifetimes.value_buffer[value])
 
     def q4(name: str) -> Q4Ref:
         t = qg.q4[name]
+        if qg.kernels == "cortex-m7":
+            return Q4Ref(name, t.rows, t.cols, t.group_size, blob.entry(name, "q4x4").offset, 0, "q4x4")
         return Q4Ref(name, t.rows, t.cols, t.group_size,
                      blob.entry(name, "q4.packed").offset, blob.entry(name, "q4.scales").offset)
 
@@ -185,20 +228,28 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
             emit(RmsNorm(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), val(node.output)), node)
         elif node.op == "linear":
             src = ins[0]
+            n, m7 = qg.graph.values[src][0], qg.kernels == "cortex-m7"
             if src not in quantized:  # one int8 copy shared by every linear reading src
                 quantized.add(src)
-                emit(QuantizeI8(val(src), qg.graph.values[src][0], qg.group_size, buf(src + ".q8"), buf(src + ".qs")),
-                     node, label=f"quantize {src}")
+                q = (QuantizeX16(val(src), n, qg.group_size, buf(src + ".x16")) if m7 else
+                     QuantizeI8(val(src), n, qg.group_size, buf(src + ".q8"), buf(src + ".qs")))
+                emit(q, node, label=f"quantize {src}")
             bias = vec(ins[2]) if len(ins) > 2 else None
-            emit(MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)), node)
+            mv = (MatvecQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output)) if m7 else
+                  MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)))
+            emit(mv, node)
         elif node.op == "rope":
             _require_inplace(plan, node)
             emit(Rope(val(ins[0]), int(node.attrs["n_heads"]), int(node.attrs["head_dim"])), node)
         elif node.op == "attention":
             lay = f"l{node.attrs['layer']}"
-            emit(AttentionI8(int(node.attrs["layer"]), val(ins[0]), val(ins[1]), val(ins[2]),
-                             buf(lay + ".k_cache"), buf(lay + ".v_cache"), buf(lay + ".k_scale"), buf(lay + ".v_scale"),
-                             buf(lay + ".att.q8"), buf(lay + ".att.scores"), val(node.output)), node)
+            refs = (int(node.attrs["layer"]), val(ins[0]), val(ins[1]), val(ins[2]),
+                    buf(lay + ".k_cache"), buf(lay + ".v_cache"), buf(lay + ".k_scale"), buf(lay + ".v_scale"),
+                    buf(lay + ".att.q8"), buf(lay + ".att.scores"), val(node.output))
+            if qg.kv_bits == 4:
+                emit(AttentionKV4(*refs, group=kv_layout(c, 4).group), node)
+            else:
+                emit(AttentionI8(*refs), node)
         elif node.op == "add":
             _require_inplace(plan, node)
             emit(Add(val(ins[0]), val(ins[1]), qg.graph.values[node.output][0]), node)
@@ -210,7 +261,7 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
     return Program(
         config=c, calls=tuple(calls), plan=plan, blob=blob, logits=val(qg.graph.output),
         rope_cos=vec("rope.cos"), rope_sin=vec("rope.sin"), attention_scale=exact.attention_scale(c.head_dim),
-        group_size=qg.group_size, kv_bits=qg.kv_bits,
+        group_size=qg.group_size, kv_bits=qg.kv_bits, kernels=qg.kernels,
     )
 
 

@@ -14,7 +14,7 @@ REQUEST_VERSION = 1
 REQUEST_HEADER = struct.Struct("<4sIIIIffQI")  # 40 bytes, see tllm_request.h
 assert REQUEST_HEADER.size == 40
 
-EXIT_CODES = {0: "ok", 3: "bad request", 4: "weights blob mismatch", 5: "arena canary broken",
+EXIT_CODES = {0: "ok", 3: "bad request", 4: "weights blob mismatch", 5: "arena or stack canary broken",
               249: "unexpected interrupt", 250: "HardFault", 251: "MemManage fault (stack overflow?)",
               252: "BusFault", 253: "UsageFault", 254: "NMI"}
 
@@ -36,8 +36,10 @@ class FirmwareOutput:
     stop_reason: str | None
     prefill_instructions: int | None
     text: str  # the firmware's own rendering of prompt + generation
-    canary_ok: bool | None
+    canary_ok: bool | None  # every arena canary and the stack-limit canary intact
     error: str | None
+    stack_peak: int | None = None  # bytes of stack used (0: the board cannot measure)
+    canary_regions: dict | None = None  # region -> intact
 
 
 _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
@@ -68,7 +70,7 @@ def _unescape(s: str) -> bytes:
 
 def parse_output(console: str) -> FirmwareOutput:
     ids, texts, instr = [], [], []
-    reason = prefill = canary = error = None
+    reason = prefill = canary = error = stack_peak = canary_regions = None
     text_lines: list[str] | None = None
     text = ""
     for line in console.split("\n"):
@@ -88,7 +90,11 @@ def parse_output(console: str) -> FirmwareOutput:
         elif line == "@TLLM text-begin":
             text_lines = []
         elif line.startswith("@TLLM canary "):
-            canary = "arena=ok" in line
+            fields = dict(f.split("=", 1) for f in line.split()[2:] if "=" in f)
+            canary = fields.get("arena") == "ok" and fields.get("stack", "ok") == "ok"
+            stack_peak = int(fields["stack_peak"]) if "stack_peak" in fields else None
+            regions = dict(r.split(":", 1) for r in fields.get("regions", "").split(",") if ":" in r)
+            canary_regions = {k: v == "ok" for k, v in regions.items()} or None
         elif line.startswith("@TLLM error "):
             error = line[len("@TLLM error "):]
-    return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error)
+    return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions)

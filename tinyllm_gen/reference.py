@@ -20,6 +20,7 @@ import numpy as np
 
 from . import exact
 from .ir import Graph, Node
+from .quant.kv import kv_layout
 from .sampler import Sampler, SamplingOptions
 
 
@@ -203,6 +204,10 @@ class QuantKernels:
         self.v_q = np.zeros(shape, np.int8)
         self.k_s = np.zeros(shape[:3], np.float32)
         self.v_s = np.zeros(shape[:3], np.float32)
+        if self.qg.kv_bits == 4:  # int4 values (unpacked) and one scale per group (quant/kv.py)
+            self.kv4_group = kv_layout(c, 4).group
+            self.k_s = np.zeros(shape[:3] + (c.head_dim // self.kv4_group,), np.float32)
+            self.v_s = np.zeros_like(self.k_s)
 
     def embedding(self, node, token):
         t = self.qg.q4[node.inputs[1]]
@@ -223,10 +228,19 @@ class QuantKernels:
     def attention(self, node, q, k, v, pos):
         at = node.attrs
         layer, hd, nh, nkv = at["layer"], at["head_dim"], at["n_heads"], at["n_kv_heads"]
+        if self.qg.kv_bits == 4:
+            return self._attention_kv4(layer, hd, nh, nkv, q, k, v, pos)
         self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i8(k.reshape(nkv, hd))
         self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i8(v.reshape(nkv, hd))
         return exact.attention_i8(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale)
+
+    def _attention_kv4(self, layer, hd, nh, nkv, q, k, v, pos):
+        g = self.kv4_group
+        self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i4(k.reshape(nkv, hd), g)
+        self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i4(v.reshape(nkv, hd), g)
+        return exact.attention_kv4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
+                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale, g)
 
     def add(self, node, a, b):
         return (a + b).astype(np.float32)

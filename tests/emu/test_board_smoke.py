@@ -219,8 +219,8 @@ def project(tmp_path: Path):
 
 
 def test_board_names_and_unknown_board():
-    assert run.board_names() == ["host", "qemu-mps2-an500"]
-    with pytest.raises(UserError, match="unknown board 'x': choose one of host, qemu-mps2-an500"):
+    assert run.board_names() == ["host", "qemu-mps2-an500", "stm32h750b-dk", "weact-h750"]
+    with pytest.raises(UserError, match="unknown board 'x': choose one of host, qemu-mps2-an500, stm32h750b-dk"):
         run.load_board("x")
     with pytest.raises(UserError):
         run.load_board("../boards")

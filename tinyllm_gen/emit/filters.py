@@ -5,8 +5,8 @@ tested in tests/unit/test_emit_filters.py."""
 from __future__ import annotations
 
 from ..exact import c_float_literal
-from ..lower import (Add, AttentionI8, BufferRef, EmbedQ4, KernelCall, MatvecQ4, QuantizeI8, Rope,
-                     RmsNorm, SiluMul)
+from ..lower import (Add, AttentionI8, AttentionKV4, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4, QuantizeI8,
+                     Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul)
 from .names import buffer_macro, matrix_name, vector_macro
 
 
@@ -17,7 +17,13 @@ def _b(ref: BufferRef) -> str:
 def c_statement(call: KernelCall) -> str:
     a = call.args
     if isinstance(a, EmbedQ4):
-        return f"tllm_embed_q4(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
+        fn = "tllm_embed_q4x4" if a.table.layout == "q4x4" else "tllm_embed_q4"
+        return f"{fn}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
+    if isinstance(a, QuantizeX16):
+        return f"tllm_quantize_x16({_b(a.x)}, {a.n}, {a.group}, {_b(a.stream)});"
+    if isinstance(a, MatvecQ4x4):
+        bias = vector_macro(a.bias.name) if a.bias else "0"
+        return f"tllm_matvec_q4x4(&{matrix_name(a.matrix.name)}, {_b(a.x_stream)}, {bias}, {_b(a.out)});"
     if isinstance(a, RmsNorm):
         return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, "
                 f"{c_float_literal(a.eps)}, {_b(a.out)});")
@@ -31,6 +37,9 @@ def c_statement(call: KernelCall) -> str:
     if isinstance(a, AttentionI8):
         return (f"tllm_attention_i8(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &KV[{a.layer}], pos, "
                 f"{_b(a.q8)}, {_b(a.scores)}, {_b(a.out)});")
+    if isinstance(a, AttentionKV4):
+        return (f"tllm_attention_kv4(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &KV4[{a.layer}], pos, "
+                f"{_b(a.q8)}, {_b(a.scores)}, {_b(a.out)});")
     if isinstance(a, Add):
         return f"tllm_add({_b(a.a)}, {_b(a.b)}, {a.n});"
     if isinstance(a, SiluMul):
@@ -42,8 +51,9 @@ def c_comment(call: KernelCall) -> str:
     """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
     a = call.args
     where = f"layer {call.layer} " if call.layer is not None else ""
-    if isinstance(a, MatvecQ4):
-        what = f"q4_matvec {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"
+    if isinstance(a, (MatvecQ4, MatvecQ4x4)):
+        layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
+        what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"
         out = a.out
     elif isinstance(a, EmbedQ4):
         what, out = f"embed_q4 {a.table.rows}x{a.table.cols}", a.out
@@ -51,19 +61,32 @@ def c_comment(call: KernelCall) -> str:
         what, out = f"rmsnorm {a.n}", a.out
     elif isinstance(a, QuantizeI8):
         what, out = f"int8 x{a.n} g{a.group}", a.q
+    elif isinstance(a, QuantizeX16):
+        what, out = f"int8 (as int16 stream) x{a.n} g{a.group}", a.stream
     elif isinstance(a, Rope):
         what, out = f"rope {a.n_heads}x{a.head_dim} in place", a.x
     elif isinstance(a, AttentionI8):
         what, out = "attention over int8 KV (stores k,v at pos)", a.out
+    elif isinstance(a, AttentionKV4):
+        what, out = f"attention over int4 KV g{a.group} (stores k,v at pos)", a.out
     elif isinstance(a, Add):
         what, out = f"add {a.n} in place", a.a
     elif isinstance(a, SiluMul):
         what, out = f"silu(gate)*up {a.n} in place", a.gate
     else:
         raise AssertionError(type(a).__name__)
-    label = call.label if not isinstance(a, QuantizeI8) else ""
+    label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16)) else ""
     text = " ".join(p for p in (where + label, what) if p.strip())
-    return f"/* {text} -> {out.name} @arena+0x{out.offset:x} */"
+    return f"/* {text} -> {out.name} @{out.region}+0x{out.offset:x} */"
+
+
+def c_matrix(m: Q4Ref) -> str:
+    """The const descriptor of one Q4 matrix, in its layout's struct."""
+    name = matrix_name(m.name)
+    if m.layout == "q4x4":
+        return f"static const tllm_q4x4_matrix {name} = {{TLLM_W({c_hex(m.packed_offset)}), {m.rows}, {m.cols}, {m.group}}};"
+    return (f"static const tllm_q4_matrix {name} = {{TLLM_W({c_hex(m.packed_offset)}), "
+            f"(const float *)TLLM_W({c_hex(m.scales_offset)}), {m.rows}, {m.cols}, {m.group}}};")
 
 
 def c_hex(n: int) -> str:
@@ -89,6 +112,7 @@ FILTERS = {
     "c_statement": c_statement,
     "c_comment": c_comment,
     "c_hex": c_hex,
+    "c_matrix": c_matrix,
     "c_float": c_float_literal,
     "c_bytes": c_bytes,
     "buffer_macro": buffer_macro,

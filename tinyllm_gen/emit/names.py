@@ -42,3 +42,20 @@ def check_unique(names: Iterable[str], what: str) -> None:
         if i in seen and seen[i] != n:
             raise AssertionError(f"{what} names {seen[i]!r} and {n!r} both become {i}")
         seen[i] = n
+
+
+def arena_symbol(region: str) -> str:
+    """The static array holding one memory region's arena."""
+    return "tllm_arena_" + ident(region).lower()
+
+
+def arena_macro(region: str) -> str:
+    return "TLLM_ARENA_" + ident(region) + "_BYTES"
+
+
+def canary_macro(region: str) -> str:
+    return "TLLM_CANARY_OFFSET_" + ident(region)
+
+
+def region_macro(region: str) -> str:
+    return "TLLM_REGION_" + ident(region) + "_BYTES"

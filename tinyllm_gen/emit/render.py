@@ -18,17 +18,20 @@ from ..frontends.tokenizer import Tokenizer
 from ..lower import Program, Q4Ref
 from ..plan.lifetimes import GEN_STATE_BYTES
 from ..plan.memory import CANARY_BYTES
+from ..plan.human import report_files
 from ..plan.report import plan_json, plan_text
+from ..quant.kv import kv_layout
 from .filters import FILTERS
-from .names import check_unique, offset_macro
+from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
+from .regions import arena_regions, board_file, linker_variables
 
 PACKAGE = Path(__file__).resolve().parent.parent
 TEMPLATES = PACKAGE / "templates"
 FIRMWARE = PACKAGE / "firmware"
 BOARDS = PACKAGE / "boards"
 ABI_VERSION = 1
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
-RUNTIME_HEADERS = ("tllm_board.h", "tllm_kernels.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
+RUNTIME_HEADERS = ("tllm_board.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
 
 
@@ -49,6 +52,8 @@ def _env() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.filters["offset_macro"] = offset_macro
+    env.filters.update(arena_symbol=arena_symbol, arena_macro=arena_macro, canary_macro=canary_macro,
+                       region_macro=region_macro)
     return env
 
 
@@ -97,13 +102,17 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
         "weights_external": external, "weights_address": board["weights"].get("address", ""),
-        "matrices": matrices, "vectors": vector_refs, "attention_scale": program.attention_scale,
+        "matrices": matrices, "vectors": vector_refs,
+        "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
+                           else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
                       for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in eos_ids] if c.eos_ids else [], "calls": _calls_with_layer_marks(program),
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "weights_file": "../weights.bin",
         "gnu_stack_note": board["toolchain"] == "host", "arena_attribute": arena_attribute,
+        "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
+        "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0,
     }
     if not c.eos_ids:
         ctx["eos_ids"] = []
@@ -118,6 +127,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "weights.bin": program.blob.data,
         "plan.json": (json.dumps(plan_json(plan, program), indent=2, sort_keys=True) + "\n").encode(),
         "memory_report.txt": plan_text(plan).encode(),
+        **report_files(plan_json(plan, program)),
     }
     if not external:
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
@@ -126,15 +136,12 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     files["cmake/arm-none-eabi.cmake"] = (FIRMWARE / "cmake" / "arm-none-eabi.cmake").read_bytes()
     board_dir = BOARDS / board["name"]
     for name in board["sources"]:
-        files[f"board/{name}"] = (board_dir / name).read_bytes()
+        files[f"board/{name}"] = board_file(board, name).read_bytes()
     files["board/board.json"] = (board_dir / "board.json").read_bytes()
     if board.get("linker_script"):
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
-            (board_dir / board["linker_script"]).read_text())
-        mem = board["memory"]
-        files["board/linker.ld"] = lds.render(
-            flash_origin=mem["flash"]["address"], flash_bytes=mem["flash"]["size"],
-            ram_origin=mem["sram"]["address"], ram_bytes=plan.budget_bytes, stack_bytes=plan.stack_bytes).encode()
+            board_file(board, board["linker_script"]).read_text())
+        files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", board=board, sources=sorted(k for k in files if k.endswith((".c", ".S"))),
         has_linker_script="board/linker.ld" in files, is_arm=board["toolchain"] == "arm-none-eabi")

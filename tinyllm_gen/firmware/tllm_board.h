@@ -31,6 +31,12 @@ uint64_t tllm_board_instret(void);
  * layout), and its size in bytes via *len. NULL when there is none. */
 const uint8_t *tllm_board_request(size_t *len);
 
+/* Bytes of stack used since reset (the startup code paints the stack and
+ * this finds the deepest overwritten word); 0 where the board cannot tell
+ * (the host).  tllm_main checks it against the planned stack after each
+ * generation: the stack-limit canary. */
+size_t tllm_board_stack_peak(void);
+
 /* Stop with an exit status the host can read (semihosting on QEMU). */
 void tllm_board_exit(int code) __attribute__((noreturn));
 

@@ -12,11 +12,13 @@
 #define EXP_MIN (-86.0f)
 #define EXP_MAX 88.0f
 
-static inline int32_t round_half_away(float v) {
-    return (int32_t)(v >= 0.0f ? v + 0.5f : v - 0.5f);
-}
+/* Nearest, ties away from zero, exact: one VCVTA on the M7 (with
+ * -fno-math-errno), glibc/newlib lroundf elsewhere. */
+static inline int32_t round_half_away(float v) { return (int32_t)lroundf(v); }
 
-float tllm_expf(float x) {
+/* Always inlined into its callers (softmax, SiLU) so that instruction
+ * counts per function attribute exp to the op that needed it. */
+static inline __attribute__((always_inline)) float exp_poly(float x) {
     if (x > EXP_MAX) x = EXP_MAX;
     if (x < EXP_MIN) return 0.0f;
     int32_t n = round_half_away(x * EXP_LOG2E);
@@ -34,6 +36,8 @@ float tllm_expf(float x) {
     scale.u = (uint32_t)(n + 127) << 23;
     return p * scale.f;
 }
+
+float tllm_expf(float x) { return exp_poly(x); }
 
 void tllm_embed_q4(const tllm_q4_matrix *m, int32_t token, float *out) {
     const int32_t cols = m->cols, group = m->group;
@@ -115,17 +119,19 @@ void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, co
     }
 }
 
-void tllm_softmax(float *x, int32_t n) {
+static inline __attribute__((always_inline)) void softmax_inline(float *x, int32_t n) {
     float m = x[0];
     for (int32_t i = 1; i < n; i++)
         if (x[i] > m) m = x[i];
     float total = 0.0f;
     for (int32_t i = 0; i < n; i++) {
-        x[i] = tllm_expf(x[i] - m);
+        x[i] = exp_poly(x[i] - m);
         total += x[i];
     }
     for (int32_t i = 0; i < n; i++) x[i] = x[i] / total;
 }
+
+void tllm_softmax(float *x, int32_t n) { softmax_inline(x, n); }
 
 void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                        const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
@@ -146,7 +152,7 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
             for (int32_t i = 0; i < hd; i++) dot += (int32_t)q8[i] * (int32_t)kr[i];
             scores[t] = (((float)dot * qs) * kv->k_scale[t * n_kv + kh]) * shape->scale;
         }
-        tllm_softmax(scores, pos + 1);
+        softmax_inline(scores, pos + 1);
         float *o = out + h * hd;
         for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
         for (int32_t t = 0; t <= pos; t++) {
@@ -164,6 +170,73 @@ void tllm_add(float *a, const float *b, int32_t n) {
 void tllm_silu_mul(float *gate, const float *up, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         const float g = gate[i];
-        gate[i] = (g / (1.0f + tllm_expf(-g))) * up[i];
+        gate[i] = (g / (1.0f + exp_poly(-g))) * up[i];
+    }
+}
+
+/* ---- int4 KV cache (twins: exact.quantize_rows_i4, exact.attention_kv4) ---- */
+
+static inline int32_t nibble_at(const uint8_t *row, int32_t i) {
+    const int32_t nib = (i & 1) ? (row[i >> 1] >> 4) : (row[i >> 1] & 0xF);
+    return nib > 7 ? nib - 16 : nib;
+}
+
+void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed, float *scales) {
+    for (int32_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
+        const int32_t g1 = g0 + group;
+        float amax = 0.0f;
+        for (int32_t i = g0; i < g1; i++) {
+            const float a = fabsf(x[i]);
+            if (a > amax) amax = a;
+        }
+        const float inv = amax > 0.0f ? 7.0f / amax : 0.0f;
+        scales[gi] = amax > 0.0f ? amax / 7.0f : 0.0f;
+        for (int32_t i = g0; i < g1; i++) {
+            int32_t v = amax > 0.0f ? round_half_away(x[i] * inv) : 0;
+            v = v > 7 ? 7 : (v < -7 ? -7 : v);
+            /* elements arrive in ascending order: the low nibble starts a byte */
+            if (i & 1) packed[i >> 1] = (uint8_t)(packed[i >> 1] | ((uint32_t)(v & 0xF) << 4));
+            else packed[i >> 1] = (uint8_t)(v & 0xF);
+        }
+    }
+}
+
+void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                        const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
+    const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, group = kv->group;
+    const int32_t ng = hd / group, row_bytes = hd / 2;
+    const int32_t pos_bytes = n_kv * row_bytes, pos_scales = n_kv * ng, heads_per_kv = shape->n_heads / n_kv;
+    for (int32_t kh = 0; kh < n_kv; kh++) {
+        tllm_quantize_i4(k + kh * hd, hd, group, kv->k + pos * pos_bytes + kh * row_bytes,
+                         kv->k_scale + pos * pos_scales + kh * ng);
+        tllm_quantize_i4(v + kh * hd, hd, group, kv->v + pos * pos_bytes + kh * row_bytes,
+                         kv->v_scale + pos * pos_scales + kh * ng);
+    }
+    for (int32_t h = 0; h < shape->n_heads; h++) {
+        const int32_t kh = h / heads_per_kv;
+        float qs;
+        tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
+        for (int32_t t = 0; t <= pos; t++) {
+            const uint8_t *kr = kv->k + t * pos_bytes + kh * row_bytes;
+            const float *ks = kv->k_scale + t * pos_scales + kh * ng;
+            float acc = 0.0f;
+            for (int32_t g = 0; g < ng; g++) {
+                int32_t dot = 0;
+                for (int32_t i = g * group; i < (g + 1) * group; i++) dot += (int32_t)q8[i] * nibble_at(kr, i);
+                acc = acc + (float)dot * ks[g];
+            }
+            scores[t] = (acc * qs) * shape->scale;
+        }
+        softmax_inline(scores, pos + 1);
+        float *o = out + h * hd;
+        for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
+        for (int32_t t = 0; t <= pos; t++) {
+            const uint8_t *vr = kv->v + t * pos_bytes + kh * row_bytes;
+            const float *vs = kv->v_scale + t * pos_scales + kh * ng;
+            for (int32_t g = 0; g < ng; g++) {
+                const float w = scores[t] * vs[g];
+                for (int32_t i = g * group; i < (g + 1) * group; i++) o[i] = o[i] + w * (float)nibble_at(vr, i);
+            }
+        }
     }
 }

@@ -61,6 +61,27 @@ void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, co
 void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                        const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
 
+/* One layer's int4 KV cache (tinyllm_gen/quant/kv.py): values
+ * [max_seq][n_kv_heads][head_dim/2] bytes, element 2j in the LOW nibble of
+ * byte j, in [-7, 7]; float32 scales [max_seq][n_kv_heads][head_dim/group]. */
+typedef struct {
+    uint8_t *k;
+    uint8_t *v;
+    float *k_scale;
+    float *v_scale;
+    uint16_t group; /* elements per scale; divides head_dim */
+} tllm_kv4_layer;
+
+/* Per group: scale = max|x| / 7, q = round(x * 7/max|x|) in [-7, 7], packed
+ * low nibble first into packed[n/2].  Twin: exact.quantize_rows_i4. */
+void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed, float *scales);
+
+/* tllm_attention_i8 over an int4 cache.  Scores sum the groups' exact int32
+ * dot products times the key scales left to right, then * q scale * 1/sqrt(hd).
+ * Twin: exact.attention_kv4. */
+void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                        const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
+
 /* a += b */
 void tllm_add(float *a, const float *b, int32_t n);
 

@@ -8,7 +8,9 @@
  *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n>
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
  *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n>
- *   @TLLM canary arena=<ok|BROKEN>
+ *   @TLLM canary arena=<ok|BROKEN> stack=<ok|BROKEN> stack_peak=<n> stack_bytes=<n> regions=<name>:<ok|BROKEN>,...
+ *     (arena: every region's guard words; stack: the deepest stack use left
+ *      the 16 guard bytes at the stack limit painted)
  *   @TLLM text-begin / raw story text / @TLLM text-end
  * Exit status: 0 ok, 3 bad request, 4 weights blob mismatch, 5 canary broken. */
 #include <stddef.h>
@@ -97,6 +99,27 @@ static void print_text(const uint16_t *tokens, uint32_t from, uint32_t to) {
         const uint8_t *b = tllm_vocab_bytes(tokens[i], &n);
         tllm_board_write((const char *)b, n);
     }
+}
+
+/* One line: arena guard words per region, and the stack-limit canary. */
+static int report_canaries(void) {
+    const int arena = tllm_model_canary_ok();
+    const size_t peak = tllm_board_stack_peak();
+    const int stack = peak + 16u <= tllm_model_stack_bytes();
+    puts_(arena ? "@TLLM canary arena=ok" : "@TLLM canary arena=BROKEN");
+    puts_(stack ? " stack=ok stack_peak=" : " stack=BROKEN stack_peak=");
+    put_u64(peak);
+    puts_(" stack_bytes=");
+    put_u64(tllm_model_stack_bytes());
+    puts_(" regions=");
+    const char *name;
+    for (uint32_t i = 0; tllm_model_region_canary_ok(i, &name) >= 0; i++) {
+        if (i) puts_(",");
+        puts_(name);
+        puts_(tllm_model_region_canary_ok(i, &name) ? ":ok" : ":BROKEN");
+    }
+    puts_("\n");
+    return arena && stack;
 }
 
 int tllm_main(void) {
@@ -202,7 +225,5 @@ int tllm_main(void) {
     puts_("\n@TLLM text-begin\n");
     print_text(tokens, 0, st->n_prompt + st->n_generated);
     puts_("\n@TLLM text-end\n");
-    const int canary = tllm_model_canary_ok();
-    puts_(canary ? "@TLLM canary arena=ok\n" : "@TLLM canary arena=BROKEN\n");
-    return canary ? EXIT_OK : EXIT_CANARY;
+    return report_canaries() ? EXIT_OK : EXIT_CANARY;
 }

@@ -49,6 +49,12 @@ uint16_t *tllm_model_sample_idx(void);  /* [vocab] sampler scratch */
 void tllm_model_canary_arm(void);
 int tllm_model_canary_ok(void);
 
+/* Region i's canary: 1 intact, 0 broken, -1 no such region; *name = its name. */
+int tllm_model_region_canary_ok(uint32_t i, const char **name);
+
+/* The stack the plan reserved (TLLM_STACK_BYTES). */
+uint32_t tllm_model_stack_bytes(void);
+
 /* 0 when the weights blob header matches this build. */
 int tllm_weights_check(const char **why);
 

@@ -19,16 +19,31 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..ir import STEP_INPUTS
-from ..quant.formats import QuantizedGraph, n_groups
+from ..quant.formats import QuantizedGraph, n_groups, x16_stream_bytes
+from ..quant.kv import kv_layout
 
-ALIGN = 16
+ALIGN = 16  # also lets the 4-row M7 matvec write whole tiles: float outputs round up to 4
 GEN_STATE_BYTES = 64  # sizeof(tllm_gen_state), asserted in the generated C
 INPLACE_OPS = ("rope", "add", "silu_mul")
 CTYPE_BYTES = {"float": 4, "int8_t": 1, "uint16_t": 2, "uint8_t": 1}
 
 
+def activation_scratch(kernels: str) -> tuple[str, ...]:
+    """Buffers a linear's input is quantized into, by kernel set: int8
+    values + float scales (portable), or one int16 stream (cortex-m7)."""
+    return (".x16",) if kernels == "cortex-m7" else (".q8", ".qs")
+
+
 def align_up(n: int, a: int = ALIGN) -> int:
     return -(-n // a) * a
+
+
+def placement_of(kind: str) -> str:
+    """Where a buffer wants to live.  Touched every layer, small: "hot" (the
+    TCM first).  Big and long-lived, streamed once per token: "bulk" (the
+    large AXI SRAM first).  "dma" is for buffers a DMA controller fills or
+    drains (none in today's graph; the planner honours it when asked)."""
+    return "bulk" if kind in ("kv", "tokens") else "hot"
 
 
 @dataclass(frozen=True)
@@ -40,10 +55,15 @@ class BufferRequest:
     last: int  # last time step it is live (inclusive)
     kind: str  # activation | scratch | kv | state | tokens | logits | sampler
     align: int = ALIGN
+    placement: str = ""  # hot | bulk | dma; "" = by kind (placement_of)
 
     @property
     def size(self) -> int:
         return align_up(self.count * CTYPE_BYTES[self.ctype], self.align)
+
+    @property
+    def place_class(self) -> str:
+        return self.placement or placement_of(self.kind)
 
     def overlaps_in_time(self, other: "BufferRequest") -> bool:
         return self.first <= other.last and other.first <= self.last
@@ -63,6 +83,8 @@ class Lifetimes:
 
 
 def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
+    """qg needs only .graph, .config, .group_size and .kv_bits: a
+    QuantizedGraph, or plan.memory.GraphShape when no weights are quantized."""
     g, c = qg.graph, qg.config
     nodes = g.nodes
     end = len(nodes)  # sampler time
@@ -87,12 +109,16 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
                 live(value_buffer[v], i)
         if node.op == "linear":
             src = node.inputs[0]
+            suffixes = activation_scratch(getattr(qg, "kernels", "portable"))
             if src not in quantized_inputs:
                 quantized_inputs[src] = src
                 n = g.values[src][0]
-                counts[src + ".q8"] = ("int8_t", n, "scratch")
-                counts[src + ".qs"] = ("float", n_groups(n, qg.group_size), "scratch")
-            for suffix in (".q8", ".qs"):
+                if suffixes == (".x16",):  # one interleaved int16 stream (quant/formats.py "q4x4")
+                    counts[src + ".x16"] = ("uint8_t", x16_stream_bytes(n, qg.group_size), "scratch")
+                else:
+                    counts[src + ".q8"] = ("int8_t", n, "scratch")
+                    counts[src + ".qs"] = ("float", n_groups(n, qg.group_size), "scratch")
+            for suffix in suffixes:
                 live(src + suffix, i)
         if node.op == "attention":
             lay = f"l{node.attrs['layer']}"
@@ -114,10 +140,11 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
 
     requests = [BufferRequest(name, counts[name][0], counts[name][1], s[0], s[1], counts[name][2])
                 for name, s in spans.items()]
+    kv = kv_layout(c, qg.kv_bits)
     for layer in range(c.n_layers):
-        for kv in ("k", "v"):
-            requests.append(BufferRequest(f"l{layer}.{kv}_cache", "int8_t", max_seq * c.kv_dim, 0, end, "kv"))
-            requests.append(BufferRequest(f"l{layer}.{kv}_scale", "float", max_seq * c.n_kv_heads, 0, end, "kv"))
+        for part in ("k", "v"):
+            requests.append(BufferRequest(f"l{layer}.{part}_cache", kv.ctype, max_seq * kv.bytes_per_pos, 0, end, "kv"))
+            requests.append(BufferRequest(f"l{layer}.{part}_scale", "float", max_seq * kv.scales_per_pos, 0, end, "kv"))
     requests.append(BufferRequest("tokens", "uint16_t", max_seq, 0, end, "tokens"))
     requests.append(BufferRequest("gen_state", "uint8_t", GEN_STATE_BYTES, 0, end, "state"))
     requests.append(BufferRequest("sample_idx", "uint16_t", c.vocab_size, end, end, "sampler"))

@@ -1,14 +1,22 @@
-"""The memory plan: placed buffers checked against a RAM budget."""
+"""The memory plan: placed buffers, per board memory region, checked against
+the regions' sizes and one total RAM budget.
+
+Budget = arenas of every region (each ends with CANARY_BYTES of guard words)
++ stack + a reserve for the runtime's own .data/.bss.  Stack and reserve
+live in the board's stack_region (DTCM on the STM32H750), so they come off
+that region's capacity too."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import UserError
+from ..ir import Graph
 from ..quant.formats import QuantizedGraph
 from .lifetimes import BufferRequest, Lifetimes, find_lifetimes
-from .placer import arena_bytes, overlapping_pairs, peak_live_bytes, place
+from .placer import overlapping_pairs_regions, peak_live_bytes, place_regions
+from .regions import BoardMemory, board_memory
 
-CANARY_BYTES = 16  # guard words after the arena, checked after each generation
+CANARY_BYTES = 16  # guard words after each region's arena, checked after each generation
 DEFAULT_STACK_BYTES = 4096
 # .data/.bss of the runtime outside the arena (board driver state, newlib
 # bits); the link itself enforces the real total, this keeps the plan honest.
@@ -17,9 +25,29 @@ MIN_SEQ = 8
 
 
 @dataclass(frozen=True)
+class GraphShape:
+    """What planning needs from a model: its graph and the precisions.  Lets
+    `tinyllm-gen plan` skip weight quantization entirely."""
+
+    graph: Graph
+    group_size: int
+    kv_bits: int
+    kernels: str = "portable"  # decides the activation scratch (lifetimes.activation_scratch)
+
+    @property
+    def config(self):
+        return self.graph.config
+
+
+def shape_of(qg) -> GraphShape:
+    return GraphShape(qg.graph, qg.group_size, qg.kv_bits, getattr(qg, "kernels", "portable"))
+
+
+@dataclass(frozen=True)
 class PlacedBuffer:
     request: BufferRequest
-    offset: int
+    offset: int  # from the start of its region's arena
+    region: str = "ram"
 
     @property
     def name(self) -> str:
@@ -31,16 +59,44 @@ class PlacedBuffer:
 
 
 @dataclass(frozen=True)
+class RegionPlan:
+    name: str
+    address: int
+    size: int  # the whole region
+    arena_bytes: int  # planned buffers + canary (0 when the region holds none)
+    lower_bound_bytes: int  # peak live bytes of this region's buffers + canary
+    reserved_bytes: int  # stack + runtime statics when this is the stack region
+    speed: str
+
+    @property
+    def used_bytes(self) -> int:
+        return self.arena_bytes + self.reserved_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.used_bytes <= self.size
+
+    @property
+    def ratio(self) -> float:
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     buffers: tuple[PlacedBuffer, ...]
     lifetimes: Lifetimes
     max_seq: int
-    arena_bytes: int  # planned buffers + canary
-    lower_bound_bytes: int  # peak live bytes (+ canary): no placement can beat it
+    arena_bytes: int  # all regions' arenas (canaries included)
+    lower_bound_bytes: int  # sum of per-region lower bounds: no placement in these regions beats it
     peak_time: int
     stack_bytes: int
     runtime_static_bytes: int
     budget_bytes: int
+    regions: tuple[RegionPlan, ...] = ()  # regions holding buffers, board order
+    board: str = "host"
+    kv_bits: int = 8
+    sram_bytes: int = 0  # the board's plannable RAM (ceiling for --ram-budget)
+    stack_region: str = "ram"
 
     @property
     def total_bytes(self) -> int:
@@ -48,7 +104,7 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.budget_bytes
+        return self.total_bytes <= self.budget_bytes and all(r.fits for r in self.regions)
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -60,50 +116,123 @@ class MemoryPlan:
                 return b
         raise KeyError(name)
 
+    def region(self, name: str) -> RegionPlan:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        raise KeyError(name)
 
-def _plan(qg: QuantizedGraph, max_seq: int, budget: int, stack: int) -> MemoryPlan:
+
+def _plan(qg, max_seq: int, budget: int, stack: int, mem: BoardMemory) -> MemoryPlan:
     lt = find_lifetimes(qg, max_seq)
-    offsets = place(lt.buffers)
-    bad = overlapping_pairs(lt.buffers, offsets)
+    reserve = stack + RUNTIME_STATIC_BYTES
+    capacity = {r.name: r.size - CANARY_BYTES - (reserve if r.name == mem.stack_region else 0)
+                for r in mem.arena_regions}
+    where = place_regions(lt.buffers, capacity, mem.placement)
+    bad = overlapping_pairs_regions(lt.buffers, where)
     if bad:  # the placer's invariant; a failure here is a bug, not user error
         raise AssertionError(f"planner overlapped live buffers: {bad[:3]}")
-    peak, at = peak_live_bytes(lt.buffers)
-    placed = tuple(sorted((PlacedBuffer(b, offsets[b.name]) for b in lt.buffers), key=lambda p: (p.offset, p.name)))
+    placed = tuple(sorted((PlacedBuffer(b, where[b.name][1], where[b.name][0]) for b in lt.buffers),
+                          key=lambda p: (p.region, p.offset, p.name)))
+    regions = []
+    for r in mem.arena_regions:
+        mine = [p for p in placed if p.region == r.name]
+        if not mine and r.name != mem.stack_region:
+            continue
+        top = max((p.offset + p.size for p in mine), default=0)
+        peak, _ = peak_live_bytes([p.request for p in mine])
+        regions.append(RegionPlan(r.name, r.address, r.size, top + CANARY_BYTES if mine else 0,
+                                  peak + CANARY_BYTES if mine else 0,
+                                  reserve if r.name == mem.stack_region else 0, r.speed))
+    _, at = peak_live_bytes(lt.buffers)
     return MemoryPlan(
         buffers=placed, lifetimes=lt, max_seq=max_seq,
-        arena_bytes=arena_bytes(lt.buffers, offsets) + CANARY_BYTES,
-        lower_bound_bytes=peak + CANARY_BYTES, peak_time=at,
+        arena_bytes=sum(r.arena_bytes for r in regions),
+        lower_bound_bytes=sum(r.lower_bound_bytes for r in regions), peak_time=at,
         stack_bytes=stack, runtime_static_bytes=RUNTIME_STATIC_BYTES, budget_bytes=budget,
+        regions=tuple(regions), board=mem.board, kv_bits=qg.kv_bits, sram_bytes=mem.sram_bytes,
+        stack_region=mem.stack_region,
     )
 
 
-def largest_fitting_seq(qg: QuantizedGraph, budget: int, stack: int, upper: int) -> int | None:
+def largest_fitting_seq(qg, budget: int, stack: int, upper: int, mem: BoardMemory | None = None) -> int | None:
+    mem = mem or board_memory({"name": "host"})
     lo, hi = MIN_SEQ, upper
-    if not _plan(qg, lo, budget, stack).fits:
+    if hi < lo or not _plan(qg, lo, budget, stack, mem).fits:
         return None
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _plan(qg, mid, budget, stack).fits:
+        if _plan(qg, mid, budget, stack, mem).fits:
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-def plan_memory(qg: QuantizedGraph, max_seq: int, budget_bytes: int,
-                stack_bytes: int = DEFAULT_STACK_BYTES) -> MemoryPlan:
+def _kib_up(n: int) -> str:
+    return f"{-(-n // 1024)}K"
+
+
+def _what_is_over(plan: MemoryPlan) -> str:
+    if plan.total_bytes > plan.budget_bytes:
+        return (f"memory plan needs {plan.total_bytes:,} B of RAM but the budget is {plan.budget_bytes:,} B "
+                f"(over by {plan.total_bytes - plan.budget_bytes:,} B)")
+    r = next(r for r in plan.regions if not r.fits)
+    return (f"region {r.name} needs {r.used_bytes:,} B but holds {r.size:,} B "
+            f"(over by {r.used_bytes - r.size:,} B)")
+
+
+def fixes(qg, plan: MemoryPlan, mem: BoardMemory, stack: int, context: int | None = None) -> list[str]:
+    """Options that would make this plan fit, cheapest change first; the
+    --max-seq option (if any) comes last so the sentence ends on a number."""
+    out = []
+    need = max(plan.total_bytes, plan.budget_bytes)
+    if plan.total_bytes > plan.budget_bytes and need <= mem.sram_bytes:
+        bigger = int(_kib_up(need)[:-1]) * 1024
+        if _plan(qg, plan.max_seq, bigger, stack, mem).fits:
+            out.append(f"--ram-budget {_kib_up(need)}")
+    if qg.kv_bits == 8:
+        q4 = replace(shape_of(qg), kv_bits=4)
+        if _plan(q4, plan.max_seq, plan.budget_bytes, stack, mem).fits:
+            out.append("--kv-bits 4")
+        else:
+            best4 = largest_fitting_seq(q4, plan.budget_bytes, stack, plan.max_seq, mem)
+            if best4:
+                out.append(f"--kv-bits 4 --max-seq {best4}")
+    best = largest_fitting_seq(qg, plan.budget_bytes, stack, plan.max_seq, mem)
+    if best:
+        out.append(f"--max-seq {best}")
+    return out
+
+
+def explain_over(qg, plan: MemoryPlan, mem: BoardMemory, stack: int) -> str:
+    kv = f"KV cache int{plan.kv_bits} at {plan.max_seq} tokens is {plan.kv_cache_bytes:,} B"
+    act = plan.arena_bytes - plan.kv_cache_bytes - CANARY_BYTES * len(plan.regions)
+    opts = fixes(qg, plan, mem, stack)
+    fix = ("fits with " + (", ".join(opts[:-1]) + " or " + opts[-1] if len(opts) > 1 else opts[0]) if opts else
+           f"even --max-seq {MIN_SEQ} does not fit: raise --ram-budget or use a smaller model")
+    return (f"{_what_is_over(plan)}: {kv}, activations and scratch peak at {act:,} B, "
+            f"stack {stack:,} B; {fix}")
+
+
+def plan_memory(qg: QuantizedGraph | GraphShape, max_seq: int, budget_bytes: int,
+                stack_bytes: int = DEFAULT_STACK_BYTES, board: dict | None = None) -> MemoryPlan:
     """Plan, or raise UserError saying what is over and what would fit."""
+    mem = board_memory(board or {"name": "host"})
     if max_seq < MIN_SEQ:
         raise UserError(f"--max-seq {max_seq} is too small: use at least {MIN_SEQ}")
-    plan = _plan(qg, max_seq, budget_bytes, stack_bytes)
+    plan = _plan(qg, max_seq, budget_bytes, stack_bytes, mem)
     if plan.fits:
         return plan
-    over = plan.total_bytes - budget_bytes
-    best = largest_fitting_seq(qg, budget_bytes, stack_bytes, max_seq)
-    kv = f"KV cache int{qg.kv_bits} at {max_seq} tokens is {plan.kv_cache_bytes:,} B"
-    fix = (f"fits with --max-seq {best}" if best else
-           f"even --max-seq {MIN_SEQ} does not fit: raise --ram-budget or use a smaller model")
-    raise UserError(
-        f"memory plan needs {plan.total_bytes:,} B of RAM but the budget is {budget_bytes:,} B "
-        f"(over by {over:,} B): {kv}, activations and scratch peak at "
-        f"{plan.arena_bytes - plan.kv_cache_bytes - CANARY_BYTES:,} B, stack {stack_bytes:,} B; {fix}")
+    raise UserError(explain_over(qg, plan, mem, stack_bytes))
+
+
+def auto_max_seq(qg, context: int, budget_bytes: int, stack_bytes: int = DEFAULT_STACK_BYTES,
+                 board: dict | None = None) -> int:
+    """--max-seq auto: the longest context (<= the model's) that fits."""
+    mem = board_memory(board or {"name": "host"})
+    best = largest_fitting_seq(qg, budget_bytes, stack_bytes, context, mem)
+    if best is None:
+        plan = _plan(qg, MIN_SEQ, budget_bytes, stack_bytes, mem)
+        raise UserError(f"--max-seq auto: not even {MIN_SEQ} tokens fit: " + explain_over(qg, plan, mem, stack_bytes))
+    return best

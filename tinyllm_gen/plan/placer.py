@@ -59,3 +59,53 @@ def overlapping_pairs(buffers: Sequence[BufferRequest], offsets: Mapping[str, in
                 if a0 < b0 + b.size and b0 < a0 + a.size:
                     bad.append((a.name, b.name))
     return bad
+
+
+# --- several memories ------------------------------------------------------
+# Same greedy order, one free-space search per region: each buffer tries the
+# regions its placement class lists, in order, and takes the first where the
+# greedy offset still fits that region's capacity.  A buffer that fits
+# nowhere lands in its first choice past the end, so the plan can say by how
+# much it is over instead of just failing.
+
+def _greedy_offset(buf: BufferRequest, placed: Sequence[tuple[int, BufferRequest]]) -> int:
+    busy = sorted((off, off + other.size) for off, other in placed if other.overlaps_in_time(buf))
+    candidate = 0
+    for start, stop in busy:
+        if align_up(candidate, buf.align) + buf.size <= start:
+            break
+        candidate = max(candidate, stop)
+    return align_up(candidate, buf.align)
+
+
+def place_regions(buffers: Sequence[BufferRequest], capacity: Mapping[str, int],
+                  order: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, int]]:
+    """buffer name -> (region, offset).  `capacity`: usable bytes per region;
+    `order`: placement class -> region names to try."""
+    placed: dict[str, list[tuple[int, BufferRequest]]] = {r: [] for r in capacity}
+    out: dict[str, tuple[str, int]] = {}
+    for buf in sorted(buffers, key=lambda b: (-b.size, b.first, b.name)):
+        choices = order[buf.place_class]
+        pick = None
+        for region in choices:
+            off = _greedy_offset(buf, placed[region])
+            if off + buf.size <= capacity[region]:
+                pick = (region, off)
+                break
+        if pick is None:
+            pick = (choices[0], _greedy_offset(buf, placed[choices[0]]))
+        placed[pick[0]].append((pick[1], buf))
+        out[buf.name] = pick
+    return out
+
+
+def overlapping_pairs_regions(buffers: Sequence[BufferRequest],
+                              where: Mapping[str, tuple[str, int]]) -> list[tuple[str, str]]:
+    """Pairs in one region, live together, whose byte ranges intersect."""
+    bad = []
+    by_region: dict[str, list[BufferRequest]] = {}
+    for b in buffers:
+        by_region.setdefault(where[b.name][0], []).append(b)
+    for group in by_region.values():
+        bad += overlapping_pairs(group, {b.name: where[b.name][1] for b in group})
+    return bad

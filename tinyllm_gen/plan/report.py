@@ -24,9 +24,23 @@ def plan_json(plan: MemoryPlan, program=None) -> dict:
         "kv_cache_bytes": plan.kv_cache_bytes,
         "max_seq": plan.max_seq,
         "bytes_by_kind": dict(sorted(kinds.items())),
+        "board": plan.board,
+        "kv_bits": plan.kv_bits,
+        "board_sram_bytes": plan.sram_bytes,
+        "stack_region": plan.stack_region,
+        # region -> bytes used there (arena + canary, plus stack and statics in the stack region)
+        "regions": {r.name: r.used_bytes for r in plan.regions},
+        "region_detail": [
+            {"name": r.name, "address": f"0x{r.address:08x}", "size": r.size, "speed": r.speed,
+             "arena_bytes": r.arena_bytes, "lower_bound_bytes": r.lower_bound_bytes,
+             "reserved_bytes": r.reserved_bytes, "used_bytes": r.used_bytes,
+             "arena_over_lower_bound": round(r.ratio, 4), "fits": r.fits}
+            for r in plan.regions
+        ],
         "buffers": [
-            {"name": b.name, "offset": b.offset, "size": b.size, "ctype": b.request.ctype, "count": b.request.count,
-             "first": b.request.first, "last": b.request.last, "kind": b.request.kind}
+            {"name": b.name, "region": b.region, "offset": b.offset, "size": b.size, "ctype": b.request.ctype,
+             "count": b.request.count, "first": b.request.first, "last": b.request.last, "kind": b.request.kind,
+             "placement": b.request.place_class}
             for b in plan.buffers
         ],
     }
@@ -47,30 +61,40 @@ def plan_text(plan: MemoryPlan) -> str:
         f"  arena         {_kib(plan.arena_bytes)}  lower bound {_kib(plan.lower_bound_bytes)}"
         f"  ratio {plan.arena_bytes / plan.lower_bound_bytes:.2f}",
         f"  kv cache      {_kib(plan.kv_cache_bytes)} at max_seq {plan.max_seq}",
-        f"  stack         {_kib(plan.stack_bytes)}",
+        f"  stack         {_kib(plan.stack_bytes)} in {plan.stack_region}",
         f"  runtime static reserve {_kib(plan.runtime_static_bytes)}",
         "",
-        f"  {'offset':>8} {'size':>8}  {'live':>9}  buffer",
+        f"  board {plan.board}: {'region':<8} {'used':>10} {'of':>10}  {'arena':>9} {'lower bd':>9} ratio",
     ]
+    for r in plan.regions:
+        lines.append(f"  {'':<{len(plan.board) + 7}} {r.name:<8} {r.used_bytes:>10,} {r.size:>10,}  "
+                     f"{r.arena_bytes:>9,} {r.lower_bound_bytes:>9,} {r.ratio:.2f}{'' if r.fits else '  OVER'}")
+    lines += ["", f"  {'region':<7} {'offset':>8} {'size':>8}  {'live':>9}  buffer"]
     for b in plan.buffers:
         r = b.request
-        lines.append(f"  {b.offset:>8} {b.size:>8}  {r.first:>4}-{r.last:<4}  {b.name} ({r.ctype}[{r.count}], {r.kind})")
-    lines += ["", chart(plan)]
+        lines.append(f"  {b.region:<7} {b.offset:>8} {b.size:>8}  {r.first:>4}-{r.last:<4}  "
+                     f"{b.name} ({r.ctype}[{r.count}], {r.kind})")
+    for r in plan.regions:
+        if r.arena_bytes:
+            lines += ["", chart(plan, r.name)]
     return "\n".join(lines) + "\n"
 
 
-def chart(plan: MemoryPlan) -> str:
-    """Rows are time steps, columns offsets; each buffer draws its letter."""
-    top = plan.arena_bytes
+def chart(plan: MemoryPlan, region: str | None = None) -> str:
+    """Rows are time steps, columns offsets; each buffer draws its letter.
+    One chart per region (its own offsets)."""
+    region = region or plan.regions[0].name
+    bufs = [b for b in plan.buffers if b.region == region]
+    top = plan.region(region).arena_bytes
     scale = max(1, -(-top // CHART_WIDTH))
     steps = plan.lifetimes.n_steps + 1
     stride = max(1, -(-steps // CHART_ROWS_MAX))
     symbols = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    legend = {b.name: symbols[i % len(symbols)] for i, b in enumerate(plan.buffers)}
-    out = [f"  time x offset chart (one column = {scale} B, '.' = free)"]
+    legend = {b.name: symbols[i % len(symbols)] for i, b in enumerate(bufs)}
+    out = [f"  {region}: time x offset chart (one column = {scale} B, '.' = free)"]
     for t in range(0, steps, stride):
         row = ["."] * CHART_WIDTH
-        for b in plan.buffers:
+        for b in bufs:
             if b.request.first <= t <= b.request.last:
                 for col in range(b.offset // scale, min(CHART_WIDTH, -(-(b.offset + b.size) // scale))):
                     row[col] = legend[b.name]

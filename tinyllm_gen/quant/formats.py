@@ -13,7 +13,8 @@ Q4 weights (`Q4Tensor`), used for every matrix including the embedding:
   the packed nibbles of the tensor.
 
 KV cache: int8 per (position, kv-head) with one float32 scale each, same
-rounding as the activations (exact.quantize_rows_i8).
+rounding as the activations (exact.quantize_rows_i8); int4 KV (group-wise
+scales, low nibble first) is stated in quant/kv.py.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from ..ir import Graph
 Q4_MIN, Q4_MAX = -7, 7
 Q4_PACKING = "q4_rowmajor_lo_first"
 GROUP_SIZES = (32, 64, 128)
-KV_BITS = (8,)
+KERNEL_SETS = ("portable", "cortex-m7")
+KV_BITS = (8, 4)  # layouts: quant/kv.py
 
 
 def n_groups(cols: int, group_size: int) -> int:
@@ -87,7 +89,60 @@ class QuantizedGraph:
     group_size: int
     kv_bits: int = 8
     method: str = "rtn"
+    # Kernel set the firmware uses ("portable" | "cortex-m7"); it decides
+    # the weight layout in the blob (q4 / q4x4) and the activation scratch.
+    kernels: str = "portable"
 
     @property
     def config(self):
         return self.graph.config
+
+
+# --- "q4x4": the Cortex-M7 layout (firmware/tllm_kernels_m7.c) ---------------
+# Same values and scales as Q4Tensor; only the byte order changes, so the
+# reference needs no change and both layouts give bit-identical results.
+#
+# Weights are stored offset-binary (u = q + 8 in [1, 15]) so that one
+# AND with 0x000F000F isolates two nibbles as two int16 lanes ready for
+# SMLAD; the kernel subtracts 8 * sum(x) per group to undo the offset.
+# Rows are taken four at a time ("tile"; missing rows of the last tile are
+# padded with u = 8 and scale 0). Per tile, per group:
+#   for each block of 8 inputs k..k+7 (the group padded to a multiple of 8
+#   with u = 8): one uint32 per row of the tile (4 words), where nibble j
+#   (bits 4j..4j+3) holds u[k+2j] and nibble 4+j (bits 16+4j..) u[k+2j+1];
+#   then the tile's 4 float32 scales of that group.
+# Activations ("x16" stream), per group: the int8 values widened to int16,
+# padded to a multiple of 8 with zeros, then int32 8*sum(q) and the float32
+# scale. Interleaving scales with data keeps the kernel at two pointers.
+Q4X4_TILE = 4
+Q4X4_BLOCK = 8
+
+
+def q4x4_group_blocks(cols: int, group_size: int) -> list[int]:
+    return [-(-min(group_size, cols - g0) // Q4X4_BLOCK) for g0 in range(0, cols, group_size)]
+
+
+def pack_q4x4(t: Q4Tensor) -> bytes:
+    rows, cols, G = t.rows, t.cols, t.group_size
+    tiles = -(-rows // Q4X4_TILE)
+    blocks = q4x4_group_blocks(cols, G)
+    padded_cols = [g * G + b * Q4X4_BLOCK for g, b in enumerate(blocks)]
+    u = np.full((tiles * Q4X4_TILE, max(padded_cols[-1], cols)), 8, np.uint32)
+    u[:rows, :cols] = t.q.astype(np.int32) + 8
+    scales = np.zeros((tiles * Q4X4_TILE, len(blocks)), np.float32)
+    scales[:rows] = t.scales
+    shifts = np.array([0, 16, 4, 20, 8, 24, 12, 28], np.uint32)  # input k+i -> bit position
+    out = bytearray()
+    for tile in range(tiles):
+        r = slice(tile * Q4X4_TILE, (tile + 1) * Q4X4_TILE)
+        for g, nb in enumerate(blocks):
+            for b in range(nb):
+                k = g * G + b * Q4X4_BLOCK
+                words = (u[r, k:k + Q4X4_BLOCK] << shifts).sum(axis=1, dtype=np.uint64).astype("<u4")
+                out += words.tobytes()
+            out += scales[r, g].astype("<f4").tobytes()
+    return bytes(out)
+
+
+def x16_stream_bytes(n: int, group_size: int) -> int:
+    return sum(nb * Q4X4_BLOCK * 2 + 8 for nb in q4x4_group_blocks(n, group_size))

@@ -26,7 +26,7 @@ def quantize_q4_rtn(name: str, w: np.ndarray, group_size: int) -> Q4Tensor:
     return Q4Tensor(name=name, q=np.ascontiguousarray(q), scales=scales, group_size=group_size)
 
 
-def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: int = 8) -> QuantizedGraph:
+def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
     if group_size not in GROUP_SIZES:
         raise UserError(f"--group-size {group_size} is not supported: choose one of {', '.join(map(str, GROUP_SIZES))}")
     if kv_bits not in KV_BITS:
@@ -38,4 +38,5 @@ def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: int = 8) -> Quan
             q4[name] = quantize_q4_rtn(name, w, group_size)
         else:
             vectors[name] = np.ascontiguousarray(w, dtype=np.float32)
-    return QuantizedGraph(graph=graph, q4=q4, vectors=vectors, group_size=group_size, kv_bits=kv_bits)
+    return QuantizedGraph(graph=graph, q4=q4, vectors=vectors, group_size=group_size, kv_bits=kv_bits,
+                          kernels=kernels)

@@ -95,6 +95,12 @@ const uint8_t *tllm_board_request(size_t *len)
     return buf;
 }
 
+/* The OS owns the host's stack: nothing to measure. */
+size_t tllm_board_stack_peak(void)
+{
+    return 0;
+}
+
 void tllm_board_exit(int code)
 {
     fflush(stdout);

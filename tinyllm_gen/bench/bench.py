@@ -1,0 +1,245 @@
+"""`tinyllm-gen bench`: exact instruction counts of the firmware under QEMU.
+
+Two measurements, both through the tllm_icount plugin (exact, repeatable):
+
+* decode: the compiled model in OUT runs a prompt of `position` tokens and
+  decodes a few more; the decode step at that position plus its sampling is
+  "instructions per decoded token", split per op by which function ran;
+* kernels: a micro-benchmark firmware (bench/micro.c) runs each matvec
+  shape of the model once per kernel variant -> instructions per MAC; it
+  also checks the M7 assembly against its C twin (bit-exact or it fails).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from ..build import image_path, read_manifest
+from ..emit.render import BOARDS, FIRMWARE
+from ..errors import UserError
+from ..protocol import pack_request, parse_output
+from ..run import load_board
+from ..sampler import SamplingOptions
+from .counting import Snapshots, run_counted
+
+MICRO_SOURCE = Path(__file__).with_name("micro.c")
+# Which op a function's instructions belong to (the decode breakdown).
+OP_OF_FUNCTION = {
+    "tllm_matvec_q4": "matvec", "tllm_matvec_q4x4": "matvec", "tllm_matvec_q4x4_c": "matvec",
+    "tllm_mv_q4x4_b4": "matvec", "tllm_mv_q4x4_b8": "matvec", "tllm_mv_q4x4_b16": "matvec",
+    "tllm_quantize_i8": "quantize", "tllm_quantize_x16": "quantize",
+    "tllm_attention_i8": "attention", "tllm_attention_kv4": "attention",
+    "tllm_rmsnorm": "norm", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul",
+    "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
+}
+MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
+                  "matvec_f32")
+CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
+
+
+@dataclass(frozen=True)
+class KernelFigure:
+    shape: str  # "rows x cols"
+    kernel: str
+    instructions: int
+    macs: int
+
+    @property
+    def instructions_per_mac(self) -> float:
+        return self.instructions / self.macs
+
+
+@dataclass
+class BenchResult:
+    position: int
+    decode_instructions_per_token: int
+    decode_step_instructions: int
+    sampling_instructions: int
+    breakdown: dict[str, int]
+    kernels: list[KernelFigure] = field(default_factory=list)
+    repeatable: bool | None = None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["kernels"] = [dict(asdict(k), instructions_per_mac=round(k.instructions_per_mac, 4)) for k in self.kernels]
+        return d
+
+
+def _op_breakdown(per_function: dict[str, int]) -> dict[str, int]:
+    ops: dict[str, int] = {}
+    for name, n in per_function.items():
+        op = OP_OF_FUNCTION.get(name, "other")
+        ops[op] = ops.get(op, 0) + n
+    return dict(sorted(ops.items(), key=lambda kv: -kv[1]))
+
+
+def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple[BenchResult, Snapshots]:
+    """Counts of the decode step at `position` (prompt = `position` tokens)."""
+    out = Path(out)
+    manifest = read_manifest(out)
+    board = load_board(manifest["board"])
+    if board["toolchain"] != "arm-none-eabi" or "emulator" not in board:
+        raise UserError(f"bench needs a firmware for an emulated board, not {board['name']}: "
+                        "compile with --board qemu-mps2-an500")
+    elf = image_path(out, board)
+    if not elf.is_file():
+        raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
+    if position + decode_tokens >= manifest["max_seq"]:
+        raise UserError(f"--position {position} does not fit the context of {manifest['max_seq']}")
+    bos = manifest["tokenizer"]["bos_id"] or 0
+    prompt = [bos] + [(7 * i + 3) % manifest["tokenizer"]["vocab_size"] for i in range(position - 1)]
+    request = out / "build" / "bench_request.bin"
+    request.write_bytes(pack_request(prompt, decode_tokens + 1, SamplingOptions()))
+    snaps = run_counted(elf, board, out / "weights.bin", request)
+    if snaps.exit_code != 0:
+        raise UserError(f"firmware exited with status {snaps.exit_code} under the bench: "
+                        f"{parse_output(snaps.console).error or 'see its console output'}")
+    # marks: prefill (before, after) x position, then "after sample"; then
+    # per decode step (before, after, after sample)
+    first_decode = 2 * position + 1
+    before, after_step, after_sample = first_decode, first_decode + 1, first_decode + 2
+    per_fn = snaps.between(before, after_sample)
+    step = snaps.total_between(before, after_step)
+    sampling = snaps.total_between(after_step, after_sample)
+    breakdown = _op_breakdown(snaps.between(before, after_step))
+    breakdown["sampling"] = sampling
+    result = BenchResult(position=position, decode_instructions_per_token=step + sampling,
+                         decode_step_instructions=step, sampling_instructions=sampling, breakdown=breakdown)
+    assert sum(per_fn.values()) == step + sampling
+    return result, snaps
+
+
+def matvec_shapes(config: dict) -> list[tuple[int, int]]:
+    """The distinct (rows, cols) of the model's matmuls (without the
+    classifier, whose vocabulary-sized rows exceed the micro buffers)."""
+    dim, hidden = config["dim"], config["hidden_dim"]
+    q, kv = config["n_heads"] * config["head_dim"], config["n_kv_heads"] * config["head_dim"]
+    # 256x256: the reference shape the kernel targets are quoted at
+    return sorted({(q, dim), (kv, dim), (dim, q), (hidden, dim), (dim, hidden), (256, 256)})
+
+
+def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> list[KernelFigure]:
+    """Build and run bench/micro.c for these shapes on the QEMU board."""
+    board = load_board("qemu-mps2-an500")
+    for r, c in shapes:
+        if r > 256 or c > 256:
+            raise UserError(f"kernel bench shape {r}x{c} exceeds the 256x256 micro-benchmark buffers")
+    with tempfile.TemporaryDirectory(prefix="tllm-micro-") as tmp:
+        t = Path(tmp)
+        sources = [str(MICRO_SOURCE), str(FIRMWARE / "tllm_kernels.c"), str(FIRMWARE / "tllm_kernels_m7.c")]
+        sources += [str(BOARDS / board["name"] / s) for s in board["sources"]]
+        lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
+            (BOARDS / board["name"] / board["linker_script"]).read_text())
+        mem = board["memory"]
+        (t / "linker.ld").write_text(lds.render(flash_origin=mem["flash"]["address"], flash_bytes=mem["flash"]["size"],
+                                                ram_origin=mem["sram"]["address"], ram_bytes=2 * 1024 * 1024,
+                                                stack_bytes=16384))
+        defines = [f"TLLM_BENCH_GROUP={group}",
+                   "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]
+        cmsis_sources, cmsis_includes = [], []
+        if cmsis_nn is not None:
+            root = Path(cmsis_nn)
+            for sub in ("Source/FullyConnectedFunctions", "Source/NNSupportFunctions"):
+                cmsis_sources += sorted(str(p) for p in (root / sub).glob("*.c"))
+            cmsis_includes = [str(root / "Include")]
+            defines.append("TLLM_BENCH_CMSIS_NN=1")
+        cmake = _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, t / "linker.ld")
+        (t / "CMakeLists.txt").write_text(cmake)
+        (t / "arm-none-eabi.cmake").write_text((FIRMWARE / "cmake" / "arm-none-eabi.cmake").read_text())
+        for cmd in (["cmake", "-S", str(t), "-B", str(t / "b"), "-DCMAKE_TOOLCHAIN_FILE=" + str(t / "arm-none-eabi.cmake"),
+                     "-DCMAKE_BUILD_TYPE=Release"], ["cmake", "--build", str(t / "b"), "-j", str(os.cpu_count() or 2)]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode:
+                raise UserError(f"kernel bench build failed: {proc.stdout[-400:]} {proc.stderr[-400:]}")
+        snaps = run_counted(t / "b" / "micro.elf", board, None, None)
+    if snaps.exit_code != 0:
+        raise UserError(f"kernel bench failed (status {snaps.exit_code}): {snaps.console.strip()}")
+    variants = MICRO_VARIANTS + (CMSIS_VARIANTS if cmsis_nn is not None else ())
+    overhead = snaps.total_between(0, 1)  # one mark call, measured
+    figures = []
+    for s, (r, c) in enumerate(shapes):
+        first = 2 + s * (len(variants) + 1)  # each shape: fill(), then a mark before and after every variant
+        for j, v in enumerate(variants):
+            n = snaps.total_between(first + j, first + j + 1) - overhead
+            macs = c if v.startswith("quantize") else r * c
+            figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
+    return figures
+
+
+def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker) -> str:
+    lines = ["cmake_minimum_required(VERSION 3.20)", "project(tllm_micro C ASM)",
+             "set(CMAKE_C_FLAGS_RELEASE \"\")",
+             "add_executable(micro " + " ".join(sources + cmsis_sources) + ")",
+             'set_target_properties(micro PROPERTIES SUFFIX ".elf")',
+             f"target_include_directories(micro PRIVATE {FIRMWARE} {' '.join(cmsis_includes)})",
+             "target_compile_definitions(micro PRIVATE " + " ".join(f'"{d}"' for d in defines) + ")",
+             "target_compile_options(micro PRIVATE -Wall -Wextra " + " ".join(board["cflags"]) + ")",
+             # CMSIS-NN is the user's code: its warnings are not ours to fail on
+             "set_source_files_properties(" + " ".join(sources) + " PROPERTIES COMPILE_OPTIONS -Werror)",
+             "target_link_options(micro PRIVATE " + " ".join(board["ldflags"]) + f" -T{linker})",
+             "target_link_libraries(micro PRIVATE " + " ".join(board.get("libs", [])) + ")"]
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def format_table(result: BenchResult) -> str:
+    lines = [f"decode at position {result.position}: {result.decode_instructions_per_token:,} instructions per token "
+             f"(step {result.decode_step_instructions:,}, sampling {result.sampling_instructions:,})"]
+    total = result.decode_instructions_per_token
+    for op, n in result.breakdown.items():
+        lines.append(f"  {op:<12} {n:>12,}  {100 * n / total:5.1f}%")
+    if result.kernels:
+        lines += ["", f"  {'shape':<10} {'kernel':<20} {'instructions':>12} {'per MAC':>8}"]
+        for k in result.kernels:
+            per = "" if k.kernel.startswith("quantize") else f"{k.instructions_per_mac:8.3f}"
+            lines.append(f"  {k.shape:<10} {k.kernel:<20} {k.instructions:>12,} {per:>8}")
+    if result.repeatable is not None:
+        lines.append(f"\nrepeatable: {'yes, identical counts on a second run' if result.repeatable else 'NO'}")
+    return "\n".join(lines)
+
+
+def result_json(result: BenchResult) -> str:
+    return json.dumps(result.to_json(), indent=2)
+
+
+def bench_all(out: Path | None, shape: str, group: int, position: int, cmsis_nn: Path | None) -> BenchResult:
+    """The whole benchmark: decode counts (twice, to prove they repeat) and
+    the kernel table for the model's matvec shapes."""
+    with tempfile.TemporaryDirectory(prefix="tllm-bench-model-") as tmp:
+        if out is None:
+            out = _compile_synthetic(Path(tmp), shape, group)
+        result, first = bench_decode(out, position)
+        _, second = bench_decode(out, position)
+        result.repeatable = first.marks == second.marks
+        manifest = read_manifest(out)
+        cfg = json.loads((Path(out) / "plan.json").read_text()).get("model_config") or _config_of(out)
+        result.kernels = bench_kernels(matvec_shapes(cfg), manifest["options"]["group_size"], cmsis_nn)
+    return result
+
+
+def _config_of(out: Path) -> dict:
+    text = (Path(out) / "src" / "tllm_model.h").read_text()
+    vals = {}
+    for key, name in (("dim", "TLLM_DIM"), ("hidden_dim", "TLLM_HIDDEN_DIM"), ("n_heads", "TLLM_N_HEADS"),
+                      ("n_kv_heads", "TLLM_N_KV_HEADS"), ("head_dim", "TLLM_HEAD_DIM")):
+        for line in text.splitlines():
+            if line.startswith(f"#define {name} "):
+                vals[key] = int(line.split()[2])
+    return vals
+
+
+def _compile_synthetic(root: Path, shape: str, group: int) -> Path:
+    from ..build import build
+    from ..compile import CompileOptions, compile_path, write_tree
+    from .synthetic import SHAPES, write_random_llama
+
+    model = write_random_llama(root / "model", SHAPES[shape])
+    out = root / "out"
+    write_tree(compile_path(model, CompileOptions(board="qemu-mps2-an500", group_size=group)).tree, out)
+    build(out)
+    return out

@@ -1,0 +1,135 @@
+/* Kernel micro-benchmark firmware for `tinyllm-gen bench`.
+ *
+ * For each matvec shape (compiled in via -DTLLM_BENCH_SHAPES) it runs every
+ * kernel variant once between two calls of tllm_mark(); the icount plugin
+ * snapshots the instruction counters at each mark, so the difference is
+ * the exact cost of one call. It also checks that the Cortex-M7 assembly
+ * and its portable C twin return bit-identical outputs (exit status 1 if
+ * not), which is how CI proves the asm path in the emulator.
+ *
+ * Marks: two back to back (the marker's own cost), then per shape
+ * (bench.py relies on this order):
+ *   quantize_i8, matvec_q4 (portable), quantize_x16, matvec_q4x4 (M7 asm),
+ *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline) [, CMSIS-NN s4, s8] */
+#include <stdint.h>
+#include <string.h>
+
+#include "tllm_board.h"
+#include "tllm_kernels.h"
+#include "tllm_kernels_m7.h"
+#ifdef TLLM_BENCH_CMSIS_NN
+#include "arm_nnfunctions.h"
+#endif
+
+#ifndef TLLM_BENCH_GROUP
+#define TLLM_BENCH_GROUP 32
+#endif
+#define MAX_ROWS 256
+#define MAX_COLS 256
+
+static const uint16_t SHAPES[][2] = {TLLM_BENCH_SHAPES};
+#define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
+
+static uint8_t q4_packed[MAX_ROWS * MAX_COLS / 2];
+static float q4_scales[MAX_ROWS * (MAX_COLS / 8)];
+static uint8_t q4x4[MAX_ROWS * MAX_COLS / 2 + MAX_ROWS * (MAX_COLS / 8) * 4 + 1024] __attribute__((aligned(4)));
+static float w_f32[MAX_ROWS * MAX_COLS];
+static float x[MAX_COLS];
+static int8_t xq[MAX_COLS];
+static float xs[MAX_COLS / 8];
+static uint8_t x16[MAX_COLS * 2 + (MAX_COLS / 8) * 8 + 64] __attribute__((aligned(4)));
+static float out_a[MAX_ROWS + 4], out_b[MAX_ROWS + 4], out_f[MAX_ROWS];
+#ifdef TLLM_BENCH_CMSIS_NN
+static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[MAX_ROWS * MAX_COLS];
+static int32_t bias_s32[MAX_ROWS];
+#endif
+
+static uint32_t rng = 0x12345678u;
+static uint32_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng;
+}
+
+__attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
+
+static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
+
+static void fill(uint32_t rows, uint32_t cols) {
+    const uint32_t group = TLLM_BENCH_GROUP;
+    for (uint32_t i = 0; i < rows * ((cols + 1) / 2); i++) q4_packed[i] = (uint8_t)next();
+    for (uint32_t i = 0; i < rows * ((cols + group - 1) / group); i++) q4_scales[i] = 0.01f;
+    for (uint32_t i = 0; i < rows * cols; i++) w_f32[i] = (float)((int32_t)(next() % 15u) - 7) * 0.01f;
+    for (uint32_t i = 0; i < cols; i++) x[i] = (float)((int32_t)(next() % 2001u) - 1000) * 0.001f;
+    /* q4x4: random words, then real floats in the scale slots */
+    uint8_t *p = q4x4;
+    for (uint32_t t = 0; t < (rows + 3) / 4; t++)
+        for (uint32_t g0 = 0; g0 < cols; g0 += group) {
+            const uint32_t len = g0 + group < cols ? group : cols - g0;
+            for (uint32_t b = 0; b < 4u * ((len + 7) / 8); b++, p += 4) {
+                const uint32_t w = next();
+                memcpy(p, &w, 4);
+            }
+            for (uint32_t s = 0; s < 4; s++, p += 4) {
+                const float sc = 0.01f + 0.001f * (float)s;
+                memcpy(p, &sc, 4);
+            }
+        }
+}
+
+static void matvec_f32(const float *w, const float *v, uint32_t rows, uint32_t cols, float *out) {
+    for (uint32_t r = 0; r < rows; r++) {
+        float acc = 0.0f;
+        const float *row = w + r * cols;
+        for (uint32_t i = 0; i < cols; i++) acc += row[i] * v[i];
+        out[r] = acc;
+    }
+}
+
+int tllm_main(void) {
+    tllm_mark(); /* two marks with nothing between: the cost of a mark, */
+    tllm_mark(); /* subtracted from every measurement */
+    for (uint32_t s = 0; s < N_SHAPES; s++) {
+        const uint32_t rows = SHAPES[s][0], cols = SHAPES[s][1];
+        const tllm_q4_matrix m = {q4_packed, q4_scales, (uint16_t)rows, (uint16_t)cols, TLLM_BENCH_GROUP};
+        const tllm_q4x4_matrix m4 = {q4x4, (uint16_t)rows, (uint16_t)cols, TLLM_BENCH_GROUP};
+        fill(rows, cols);
+        tllm_mark();
+        tllm_quantize_i8(x, (int32_t)cols, TLLM_BENCH_GROUP, xq, xs);
+        tllm_mark();
+        tllm_matvec_q4(&m, xq, xs, 0, out_f);
+        tllm_mark();
+        tllm_quantize_x16(x, (int32_t)cols, TLLM_BENCH_GROUP, x16);
+        tllm_mark();
+        tllm_matvec_q4x4(&m4, x16, 0, out_a);
+        tllm_mark();
+        tllm_matvec_q4x4_c(&m4, x16, 0, out_b);
+        tllm_mark();
+        matvec_f32(w_f32, x, rows, cols, out_f);
+        tllm_mark();
+#ifdef TLLM_BENCH_CMSIS_NN
+        /* CMSIS-NN's int4 and int8 fully connected layers on the same shape
+         * (per-tensor quantization, as their API takes it). */
+        {
+            const cmsis_nn_context ctx = {0, 0};
+            const cmsis_nn_fc_params fc = {0, 0, 0, {-128, 127}};
+            const cmsis_nn_per_tensor_quant_params pq = {1073741824, -5};
+            const cmsis_nn_dims in_dims = {1, 1, 1, (int32_t)cols}, f_dims = {(int32_t)cols, 1, 1, (int32_t)rows},
+                                b_dims = {1, 1, 1, (int32_t)rows}, o_dims = {1, 1, 1, (int32_t)rows};
+            for (uint32_t i = 0; i < cols; i++) x_s8[i] = (int8_t)next();
+            for (uint32_t i = 0; i < rows * cols; i++) w_s8[i] = (int8_t)next();
+            arm_fully_connected_s4(&ctx, &fc, &pq, &in_dims, x_s8, &f_dims, q4_packed, &b_dims, bias_s32, &o_dims, out_s8);
+            tllm_mark();
+            arm_fully_connected_s8(&ctx, &fc, &pq, &in_dims, x_s8, &f_dims, w_s8, &b_dims, bias_s32, &o_dims, out_s8);
+            tllm_mark();
+        }
+#endif
+        if (memcmp(out_a, out_b, sizeof(float) * rows) != 0) {
+            puts_("@BENCH mismatch: matvec_q4x4 assembly differs from its C twin\n");
+            return 1;
+        }
+    }
+    puts_("@BENCH ok\n");
+    return 0;
+}

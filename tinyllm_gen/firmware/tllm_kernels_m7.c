@@ -1,0 +1,254 @@
+/* Cortex-M7 kernels: see tllm_kernels_m7.h for the contract and
+ * tinyllm_gen/quant/formats.py for the q4x4 layout.
+ *
+ * The INT4 x INT8 matvec does, per 8 inputs and row, one LDR, four AND and
+ * four SMLAD: AND with 0x000F000F (optionally after a shift by 4/8/12 in
+ * the same instruction) leaves two offset-binary nibbles as int16 lanes,
+ * and SMLAD multiplies them with an (x[k], x[k+1]) pair and accumulates.
+ * Four rows share every activation load. The group epilogue removes the
+ * +8 offset (8*sum(x), precomputed once per vector) and does the float
+ * part in the reference's order; VMLA.F32 is the ARMv7-M chained (not
+ * fused) multiply-accumulate, i.e. exactly round(acc + round(a*b)). */
+#include "tllm_kernels_m7.h"
+
+#include <math.h>
+#include <string.h>
+
+#define TILE 4
+#define BLOCK 8
+
+/* Nearest, ties away from zero, exact: one VCVTA on the M7 (with
+ * -fno-math-errno), glibc/newlib lroundf elsewhere. */
+static inline int32_t round_half_away(float v) { return (int32_t)lroundf(v); }
+
+static inline int32_t n_blocks(int32_t len) { return (len + BLOCK - 1) / BLOCK; }
+
+void tllm_quantize_x16(const float *x, int32_t n, int32_t group, uint8_t *stream) {
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t len = g0 + group < n ? group : n - g0;
+        const int32_t padded = n_blocks(len) * BLOCK;
+        const float *xg = x + g0;
+        int16_t *q = (int16_t *)stream;
+        float amax = 0.0f;
+        for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i])); /* VMAXNM on the M7 */
+        int32_t sum = 0;
+        float scale = 0.0f;
+        if (amax > 0.0f) {
+            scale = amax / 127.0f;
+            const float inv = 127.0f / amax;
+            /* |x * inv| <= 127 * (1 + 2^-23)^2 < 127.5: the rounding never leaves [-127, 127] */
+            for (int32_t i = 0; i < len; i++) {
+                const int32_t v = round_half_away(xg[i] * inv);
+                q[i] = (int16_t)v;
+                sum += v;
+            }
+        } else {
+            for (int32_t i = 0; i < len; i++) q[i] = 0;
+        }
+        for (int32_t i = len; i < padded; i++) q[i] = 0;
+        stream += 2 * padded;
+        const int32_t sum8 = 8 * sum;
+        memcpy(stream, &sum8, 4);
+        memcpy(stream + 4, &scale, 4);
+        stream += 8;
+    }
+}
+
+/* --- portable twin ------------------------------------------------------ */
+static inline int32_t smlad_c(uint32_t a, uint32_t b, int32_t acc) {
+    return acc + (int32_t)(int16_t)(a & 0xFFFF) * (int32_t)(int16_t)(b & 0xFFFF) +
+           (int32_t)(int16_t)(a >> 16) * (int32_t)(int16_t)(b >> 16);
+}
+
+void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out) {
+    const int32_t tiles = (m->rows + TILE - 1) / TILE;
+    const uint8_t *w = m->stream;
+    for (int32_t t = 0; t < tiles; t++) {
+        float f[TILE] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const uint8_t *xa = x_stream;
+        for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+            const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
+            int32_t acc[TILE] = {0, 0, 0, 0};
+            for (int32_t b = 0; b < n_blocks(len); b++) {
+                uint32_t x[4], wd[TILE];
+                memcpy(x, xa, 16);
+                memcpy(wd, w, 16);
+                xa += 16;
+                w += 16;
+                for (int32_t s = 0; s < TILE; s++)
+                    for (int32_t j = 0; j < 4; j++) acc[s] = smlad_c((wd[s] >> (4 * j)) & 0x000F000Fu, x[j], acc[s]);
+            }
+            int32_t sum8;
+            float xs, ws[TILE];
+            memcpy(&sum8, xa, 4);
+            memcpy(&xs, xa + 4, 4);
+            memcpy(ws, w, 16);
+            xa += 8;
+            w += 16;
+            for (int32_t s = 0; s < TILE; s++) f[s] = f[s] + ((float)(acc[s] - sum8) * ws[s]) * xs;
+        }
+        for (int32_t s = 0; s < TILE; s++) out[t * TILE + s] = f[s];
+    }
+    if (bias)
+        for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
+}
+
+void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out) {
+    const int32_t tile = token / TILE, slot = token % TILE;
+    int32_t tile_bytes = 0;
+    for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+        const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
+        tile_bytes += n_blocks(len) * 16 + 16;
+    }
+    const uint8_t *w = m->stream + tile * tile_bytes;
+    for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+        const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
+        const int32_t nb = n_blocks(len);
+        float s;
+        memcpy(&s, w + nb * 16 + 4 * slot, 4);
+        for (int32_t i = 0; i < len; i++) {
+            uint32_t word;
+            memcpy(&word, w + (i / BLOCK) * 16 + 4 * slot, 4);
+            const int32_t k = i % BLOCK; /* input k+... sits at bit 4*(k/2) + 16*(k%2) */
+            const int32_t u = (int32_t)((word >> (4 * (k / 2) + 16 * (k % 2))) & 0xF);
+            out[g0 + i] = (float)(u - 8) * s;
+        }
+        w += nb * 16 + 16;
+    }
+}
+
+#if defined(__ARM_ARCH_7EM__) && defined(__ARM_FEATURE_DSP) && defined(__ARM_FP)
+/* --- Cortex-M7 ----------------------------------------------------------
+ * tllm_mv_q4x4_bNN(w, x, out, dims): NN = blocks per full group (4, 8, 16
+ * for group sizes 32, 64, 128), fully unrolled; dims = {tiles, full
+ * groups, blocks of the short last group (0: none)}.
+ * Registers in the hot loop: r0-r3 activation pairs, r4-r7 row
+ * accumulators, r8 weight word, r9 lanes, r10 mask, r11 weights, r12
+ * activations, lr group counter. */
+__asm__(
+    "    .syntax unified\n"
+    "    .macro TLLM_ROW acc, first\n"
+    "    ldr r8, [r11], #4\n"
+    "    and r9, r8, r10\n"
+    "    .if \\first\n"
+    "    smuad \\acc, r9, r0\n"
+    "    .else\n"
+    "    smlad \\acc, r9, r0, \\acc\n"
+    "    .endif\n"
+    "    and r9, r10, r8, lsr #4\n"
+    "    smlad \\acc, r9, r1, \\acc\n"
+    "    and r9, r10, r8, lsr #8\n"
+    "    smlad \\acc, r9, r2, \\acc\n"
+    "    and r9, r10, r8, lsr #12\n"
+    "    smlad \\acc, r9, r3, \\acc\n"
+    "    .endm\n"
+    "    .macro TLLM_BLOCK first\n"
+    "    ldm r12!, {r0-r3}\n"
+    "    TLLM_ROW r4, \\first\n"
+    "    TLLM_ROW r5, \\first\n"
+    "    TLLM_ROW r6, \\first\n"
+    "    TLLM_ROW r7, \\first\n"
+    "    .endm\n"
+    /* remove the +8 offset, then f += ((float)acc * ws) * xs for 4 rows */
+    "    .macro TLLM_GROUP_END\n"
+    "    ldrd r1, r2, [r12], #8\n"
+    "    subs r4, r4, r1\n"
+    "    subs r5, r5, r1\n"
+    "    subs r6, r6, r1\n"
+    "    subs r7, r7, r1\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    vldm r11!, {s8-s11}\n"
+    "    vmul.f32 s4, s4, s8\n"
+    "    vmul.f32 s5, s5, s9\n"
+    "    vmul.f32 s6, s6, s10\n"
+    "    vmul.f32 s7, s7, s11\n"
+    "    vmov s12, r2\n"
+    "    vmla.f32 s0, s4, s12\n"
+    "    vmla.f32 s1, s5, s12\n"
+    "    vmla.f32 s2, s6, s12\n"
+    "    vmla.f32 s3, s7, s12\n"
+    "    .endm\n"
+    "    .macro TLLM_MATVEC name, nb\n"
+    "    .text\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    push {r4-r11, lr}\n"
+    "    sub sp, sp, #24\n"
+    "    str r1, [sp, #0]\n"        /* activation stream */
+    "    str r2, [sp, #4]\n"        /* out */
+    "    ldm r3, {r4-r6}\n"
+    "    str r4, [sp, #8]\n"        /* tiles left */
+    "    str r5, [sp, #12]\n"       /* full groups */
+    "    str r6, [sp, #16]\n"       /* blocks in the short last group */
+    "    mov r11, r0\n"
+    "    movw r10, #0x000F\n"
+    "    movt r10, #0x000F\n"
+    "1:  ldr r12, [sp, #0]\n"
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "    ldr lr, [sp, #12]\n"
+    "    cmp lr, #0\n"
+    "    beq 3f\n"
+    "2:  TLLM_BLOCK 1\n"
+    "    .rept \\nb - 1\n"
+    "    TLLM_BLOCK 0\n"
+    "    .endr\n"
+    "    TLLM_GROUP_END\n"
+    "    subs lr, lr, #1\n"
+    "    bne 2b\n"
+    "3:  ldr lr, [sp, #16]\n"
+    "    cmp lr, #0\n"
+    "    beq 5f\n"
+    "    movs r4, #0\n"
+    "    movs r5, #0\n"
+    "    movs r6, #0\n"
+    "    movs r7, #0\n"
+    "4:  TLLM_BLOCK 0\n"
+    "    subs lr, lr, #1\n"
+    "    bne 4b\n"
+    "    TLLM_GROUP_END\n"
+    "5:  ldr r0, [sp, #4]\n"
+    "    vstm r0!, {s0-s3}\n"
+    "    str r0, [sp, #4]\n"
+    "    ldr r0, [sp, #8]\n"
+    "    subs r0, r0, #1\n"
+    "    str r0, [sp, #8]\n"
+    "    bne 1b\n"
+    "    add sp, sp, #24\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    "    TLLM_MATVEC tllm_mv_q4x4_b4, 4\n"
+    "    TLLM_MATVEC tllm_mv_q4x4_b8, 8\n"
+    "    TLLM_MATVEC tllm_mv_q4x4_b16, 16\n");
+
+void tllm_mv_q4x4_b4(const uint8_t *w, const uint8_t *x, float *out, const uint32_t *dims);
+void tllm_mv_q4x4_b8(const uint8_t *w, const uint8_t *x, float *out, const uint32_t *dims);
+void tllm_mv_q4x4_b16(const uint8_t *w, const uint8_t *x, float *out, const uint32_t *dims);
+
+void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out) {
+    const uint32_t full = m->cols / m->group, rest = m->cols % m->group;
+    const uint32_t dims[3] = {(uint32_t)(m->rows + TILE - 1) / TILE, full, (uint32_t)n_blocks((int32_t)rest)};
+    switch (m->group) {
+    case 32: tllm_mv_q4x4_b4(m->stream, x_stream, out, dims); break;
+    case 64: tllm_mv_q4x4_b8(m->stream, x_stream, out, dims); break;
+    case 128: tllm_mv_q4x4_b16(m->stream, x_stream, out, dims); break;
+    default: tllm_matvec_q4x4_c(m, x_stream, bias, out); return;
+    }
+    if (bias)
+        for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
+}
+#else
+void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out) {
+    tllm_matvec_q4x4_c(m, x_stream, bias, out);
+}
+#endif

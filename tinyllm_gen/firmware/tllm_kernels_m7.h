@@ -1,0 +1,32 @@
+/* Cortex-M7 kernel set: the "q4x4" weight layout (quant/formats.py) and an
+ * int16 activation stream, with SMLAD inline assembly on the M7 and a
+ * portable C twin everywhere else. Results are bit-identical to
+ * tllm_kernels.c (and so to tinyllm_gen/exact.py): only the data layout
+ * and the order of exact integer additions differ. */
+#ifndef TLLM_KERNELS_M7_H
+#define TLLM_KERNELS_M7_H
+
+#include <stdint.h>
+
+typedef struct {
+    const uint8_t *stream; /* q4x4 tiles: words and scales interleaved */
+    uint16_t rows;
+    uint16_t cols;
+    uint16_t group;
+} tllm_q4x4_matrix;
+
+/* Quantizes x exactly as tllm_quantize_i8 and writes the x16 stream: per
+ * group the int16 values padded to a multiple of 8, int32 8*sum, float scale. */
+void tllm_quantize_x16(const float *x, int32_t n, int32_t group, uint8_t *stream);
+
+/* out[r] = sum_g ((float)dot_g * w_scale[r][g]) * x_scale[g]  (+ bias[r]).
+ * out must have room for rows rounded up to a multiple of 4. */
+void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out);
+
+/* Embedding row lookup from the q4x4 layout. */
+void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out);
+
+/* The portable twin, callable on any target (tests compare it with the asm). */
+void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out);
+
+#endif

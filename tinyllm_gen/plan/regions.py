@@ -1,0 +1,103 @@
+"""Board memories as data: boards/<name>/board.json "memory_regions".
+
+Each region states what the planner needs to decide placement without
+knowing the chip: address, size, speed class (tcm/sram/flash/qspi/sdram),
+whether general DMA reaches it, whether the D-cache covers it, kind
+(ram/flash) and use (arena | code | weights | none).  Only "arena" regions
+receive run-time buffers.  "placement" lists, per placement class, the arena
+regions to try in order; the planner falls back along that list when the
+preferred region is full.
+
+A board without regions (the host) gets one unbounded "ram" region: its
+memory is whatever the OS gives it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+
+SPEEDS = ("tcm", "sram", "flash", "qspi", "sdram")
+KINDS = ("ram", "flash")
+USES = ("arena", "code", "weights", "none")
+# Placement classes a BufferRequest may ask for (see lifetimes.placement_of).
+PLACEMENTS = ("hot", "bulk", "dma")
+HOST_RAM_BYTES = 1 << 40  # "unbounded": the budget is what limits the host
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    address: int
+    size: int
+    speed: str
+    kind: str
+    dma_reachable: bool
+    cacheable: bool
+    use: str
+    note: str = ""
+
+    @property
+    def section(self) -> str:
+        """The output section holding this region's arena (linker + C attribute)."""
+        return f".tllm_arena.{self.name}"
+
+
+@dataclass(frozen=True)
+class BoardMemory:
+    board: str
+    regions: tuple[Region, ...]  # every region, board.json order
+    placement: dict  # class -> tuple of arena region names, in preference order
+    stack_region: str  # where stack and runtime statics live
+
+    @property
+    def arena_regions(self) -> tuple[Region, ...]:
+        return tuple(r for r in self.regions if r.use == "arena")
+
+    @property
+    def sram_bytes(self) -> int:
+        """All RAM the planner may use: the ceiling for --ram-budget."""
+        return sum(r.size for r in self.arena_regions)
+
+    def region(self, name: str) -> Region:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def weights_region(self) -> Region | None:
+        return next((r for r in self.regions if r.use == "weights"), None)
+
+
+def _int(v) -> int:
+    return int(v, 0) if isinstance(v, str) else int(v)
+
+
+def board_memory(board: dict) -> BoardMemory:
+    """Parse and check a board's memory map; a bad board.json is a bug in
+    tinyllm-gen's data, so it raises AssertionError, not UserError."""
+    raw = board.get("memory_regions")
+    if not raw:
+        ram = Region("ram", 0, HOST_RAM_BYTES, "sram", "ram", True, False, "arena", "host memory")
+        return BoardMemory(board["name"], (ram,), {p: ("ram",) for p in PLACEMENTS}, "ram")
+    regions = tuple(Region(r["name"], _int(r["address"]), _int(r["size"]), r["speed"], r["kind"],
+                           bool(r["dma_reachable"]), bool(r["cacheable"]), r["use"], r.get("note", ""))
+                    for r in raw)
+    names = [r.name for r in regions]
+    assert len(set(names)) == len(names), f"{board['name']}: duplicate region names"
+    for r in regions:
+        assert r.speed in SPEEDS and r.kind in KINDS and r.use in USES, f"{board['name']}: bad region {r}"
+    arena = {r.name: r for r in regions if r.use == "arena"}
+    placement = {p: tuple(board["placement"][p]) for p in PLACEMENTS}
+    for p, order in placement.items():
+        assert order and all(n in arena for n in order), f"{board['name']}: placement {p} names a non-arena region"
+    assert all(arena[n].dma_reachable for n in placement["dma"]), f"{board['name']}: dma placement is not DMA-reachable"
+    stack = board.get("stack_region", placement["hot"][0])
+    assert stack in arena, f"{board['name']}: stack_region {stack} is not an arena region"
+    return BoardMemory(board["name"], regions, placement, stack)
+
+
+def check_budget(mem: BoardMemory, budget: int) -> None:
+    if budget > mem.sram_bytes:
+        raise UserError(f"--ram-budget {budget:,} B exceeds board {mem.board}'s {mem.sram_bytes:,} B of SRAM "
+                        f"({', '.join(f'{r.name} {r.size // 1024} KiB' for r in mem.arena_regions)}): "
+                        f"use at most {mem.sram_bytes // 1024}K")

@@ -1,0 +1,69 @@
+"""The plan stage on its own: model + board + options -> MemoryPlan, with
+no tokenizer and no weight quantization, so `tinyllm-gen plan` answers
+"does it fit?" in a fraction of a second even for a 15M-parameter model.
+
+compile.py calls `plan_for` too, so `plan` and `compile` cannot disagree."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .errors import UserError
+from .ir import Graph
+from .plan.flash import weights_blob_bytes
+from .plan.memory import DEFAULT_STACK_BYTES, GraphShape, MemoryPlan, auto_max_seq, largest_fitting_seq, plan_memory
+from .plan.regions import board_memory, check_budget
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plan: MemoryPlan
+    weights_bytes: int
+    weights_capacity: int | None  # bytes the board holds for weights (None: no limit)
+    trade_off: str  # what --max-seq auto chose and what the other KV precision would give ("" otherwise)
+    group_size: int = 32
+
+
+def _context(graph: Graph, requested: int | None) -> int:
+    ctx = graph.config.max_seq
+    if requested is None:
+        return ctx
+    if requested > ctx:
+        raise UserError(f"--max-seq {requested} exceeds the model's context of {ctx} tokens "
+                        f"(max_position_embeddings): use at most {ctx}")
+    return requested
+
+
+def trade_off(shape: GraphShape, chosen: int, budget: int, board: dict) -> str:
+    other = 4 if shape.kv_bits == 8 else 8
+    alt = largest_fitting_seq(replace(shape, kv_bits=other), budget, DEFAULT_STACK_BYTES,
+                              shape.config.max_seq, board_memory(board))
+    alt_text = f"{alt} tokens" if alt else "nothing"
+    return (f"--max-seq auto: {chosen} tokens with int{shape.kv_bits} KV in {budget:,} B "
+            f"(int{other} KV would fit {alt_text}; the model's context is {shape.config.max_seq})")
+
+
+def resolve_seq(shape: GraphShape, requested: int | str | None, budget: int, board: dict) -> tuple[int, str]:
+    if requested == AUTO:
+        seq = auto_max_seq(shape, shape.config.max_seq, budget, board=board)
+        return seq, trade_off(shape, seq, budget, board)
+    return _context(shape.graph, requested), ""
+
+
+def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, board: dict) -> PlanResult:
+    """Check the budget against the board, pick the context, plan, and check
+    the weights fit the board's weights storage."""
+    check_budget(board_memory(board), budget)
+    seq, note = resolve_seq(shape, requested_seq, budget, board)
+    plan = plan_memory(shape, seq, budget, board=board)
+    wbytes = weights_blob_bytes(shape.graph, shape.group_size, seq)
+    return PlanResult(plan, wbytes, board.get("weights", {}).get("max_bytes"), note, shape.group_size)
+
+
+def check_weights(result: PlanResult, board_name: str) -> None:
+    limit = result.weights_capacity
+    if limit is not None and result.weights_bytes > limit:
+        hint = " or --group-size 128 (fewer scales)" if result.group_size < 128 else ""
+        raise UserError(f"weights are {result.weights_bytes:,} B but board {board_name} holds {limit:,} B of "
+                        f"weights (over by {result.weights_bytes - limit:,} B): use a smaller model{hint}")

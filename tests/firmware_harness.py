@@ -44,12 +44,13 @@ class Built:
     kv_bits: int = 8
 
 
-def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8) -> Built:
+def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8, kernels: str = "auto") -> Built:
     model_dir = root / f"model-{shape}"
     if not model_dir.exists():
         make_hf_model(model_dir, eos=None, **SHAPES[shape])
-    out = root / f"out-{shape}-g{group}-{board}-kv{kv_bits}"
-    compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits))
+    out = root / f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}"
+    compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits,
+                                                      kernels=kernels))
     write_tree(compiled.tree, out)
     build(out)
     return Built(model_dir, out, kv_bits)

@@ -1,0 +1,45 @@
+"""Emulator tier: the benchmark runs, its counts are exact and repeatable, and
+the Cortex-M7 assembly matvec is bit-identical to its C twin in QEMU.
+Speed is reported by `tinyllm-gen bench`, never asserted here."""
+import shutil
+
+import pytest
+
+from tinyllm_gen.bench.bench import bench_decode, bench_kernels
+from tinyllm_gen.build import build
+from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
+
+from tinymodels import make_hf_model
+
+pytestmark = pytest.mark.emu
+
+
+@pytest.fixture(autouse=True)
+def tools():
+    for t in ("arm-none-eabi-gcc", "qemu-system-arm", "gcc"):
+        if shutil.which(t) is None:
+            pytest.skip(f"{t} is not installed")
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_m7_assembly_is_bit_exact_and_counted(group):
+    # bench/micro.c exits non-zero if the assembly and the C twin disagree
+    figures = bench_kernels([(8, 40), (12, 172), (64, 64)], group)
+    by = {(f.shape, f.kernel): f for f in figures}
+    assert set(k for _, k in by) >= {"matvec_q4x4_m7", "matvec_q4x4_c", "matvec_q4_portable", "matvec_f32"}
+    assert all(f.instructions > 0 for f in figures)
+    again = bench_kernels([(8, 40), (12, 172), (64, 64)], group)
+    assert [f.instructions for f in figures] == [f.instructions for f in again]
+
+
+def test_decode_counts_are_exact_and_add_up(tmp_path):
+    model = make_hf_model(tmp_path / "m", context=64, seed=9)
+    out = tmp_path / "out"
+    write_tree(compile_path(model, CompileOptions(board="qemu-mps2-an500")).tree, out)
+    build(out)
+    a, snaps_a = bench_decode(out, position=5)
+    b, snaps_b = bench_decode(out, position=5)
+    assert snaps_a.marks == snaps_b.marks  # exact and repeatable
+    assert a.decode_instructions_per_token == a.decode_step_instructions + a.sampling_instructions
+    assert sum(a.breakdown.values()) == a.decode_instructions_per_token
+    assert a.breakdown["matvec"] > a.breakdown.get("norm", 0) > 0

@@ -89,7 +89,9 @@ def run_counted(elf: Path, board: dict, weights: Path | None, request: Path | No
     with tempfile.TemporaryDirectory(prefix="tllm-bench-") as tmp:
         t = Path(tmp)
         (t / "ranges.txt").write_text("".join(f"{a:x} {b:x}\n" for a, b, _ in ranges))
-        cmd = qemu_command(elf, board, weights, request, t / "uart.txt", count=False)
+        # -icount as well: the firmware prints timer-based counts, and a guest
+        # clock tied to instructions makes the whole run, printing included, repeat exactly
+        cmd = qemu_command(elf, board, weights, request, t / "uart.txt", count=True)
         kernel_at = cmd.index("-kernel")
         cmd[kernel_at:kernel_at] = ["-plugin", f"{plugin},ranges={t / 'ranges.txt'},marker={marker[0]:x},"
                                                f"out={t / 'counts.txt'}"]

@@ -119,7 +119,7 @@ int tllm_main(void) {
                                 b_dims = {1, 1, 1, (int32_t)rows}, o_dims = {1, 1, 1, (int32_t)rows};
             for (uint32_t i = 0; i < cols; i++) x_s8[i] = (int8_t)next();
             for (uint32_t i = 0; i < rows * cols; i++) w_s8[i] = (int8_t)next();
-            arm_fully_connected_s4(&ctx, &fc, &pq, &in_dims, x_s8, &f_dims, q4_packed, &b_dims, bias_s32, &o_dims, out_s8);
+            arm_fully_connected_s4(&ctx, &fc, &pq, &in_dims, x_s8, &f_dims, (const int8_t *)q4_packed, &b_dims, bias_s32, &o_dims, out_s8);
             tllm_mark();
             arm_fully_connected_s8(&ctx, &fc, &pq, &in_dims, x_s8, &f_dims, w_s8, &b_dims, bias_s32, &o_dims, out_s8);
             tllm_mark();

@@ -109,7 +109,8 @@ def qemu_command(
     one ns per instruction, so one 25 MHz timer tick per 40 instructions)."""
     emu = board.get("emulator")
     if not emu:
-        raise UserError(f"board '{board.get('name')}' does not run under an emulator")
+        why = board.get("run", {}).get("reason", "")
+        raise UserError(f"board '{board.get('name')}' does not run under an emulator" + (f": {why}" if why else ""))
     cmd = [emu["program"], *emu["args"]]
     cmd += ["-semihosting-config", "enable=on,target=native"]
     if count:

@@ -1,0 +1,77 @@
+"""`tinyllm-gen plan`: no tokenizer, no quantization; exit 0 with the plan,
+or 2 with one line naming what does not fit, by how much, and what would.
+The two target shapes are llama2.c checkpoints of random weights."""
+import json
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def write_llama2c_v0(path, dim, hidden, layers, heads, kv_heads, vocab, seq):
+    """A tied v0 checkpoint with random float32 weights of the right count."""
+    hd = dim // heads
+    n = (vocab * dim + layers * (2 * dim + dim * dim * 2 + 2 * dim * kv_heads * hd + 3 * dim * hidden)
+         + dim + seq * hd)
+    rng = np.random.default_rng(0)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab, seq))
+        f.write((rng.standard_normal(n, dtype=np.float32) * 0.02).tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    return {"260k": write_llama2c_v0(d / "s260k.bin", 64, 172, 5, 8, 4, 512, 512),
+            "15m": write_llama2c_v0(d / "s15m.bin", 288, 768, 6, 6, 6, 32000, 256)}
+
+
+def one_line_error(proc):
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_stories260k_plan_json_fits_in_256k(ckpts):
+    proc = cli("plan", ckpts["260k"], "--board", "stm32h750b-dk", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] and doc["max_seq"] == 512 and doc["total_sram_bytes"] <= 256 * 1024
+    assert set(doc["regions"]) == {"dtcm", "axi"} and doc["kv_cache_bytes"] > 0
+    assert doc["lower_bound_bytes"] == doc["arena_bytes"]
+    text = cli("plan", ckpts["260k"], "--board", "stm32h750b-dk")
+    assert text.returncode == 0 and "dtcm: time x offset chart" in text.stdout
+
+
+def test_stories15m_does_not_fit_512k_and_says_what_would(ckpts):
+    line = one_line_error(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-bits", "4"))
+    assert "over by" in line and "KV cache int4 at 256 tokens" in line
+    assert "fits with --ram-budget" in line and "--max-seq" in line
+    int8 = one_line_error(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk"))
+    assert "--kv-bits 4" in int8
+
+
+def test_stories15m_auto_context_and_trade_off(ckpts):
+    proc = cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-bits", "4", "--max-seq", "auto", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] and 8 <= doc["max_seq"] < 256 and doc["total_sram_bytes"] <= 512 * 1024
+    assert "int8 KV would fit" in doc["trade_off"]
+
+
+def test_weights_too_big_for_weact_qspi(ckpts):
+    line = one_line_error(cli("plan", ckpts["15m"], "--board", "weact-h750", "--kv-bits", "4", "--max-seq", "64"))
+    assert "weights are" in line and "weact-h750 holds" in line and "over by" in line
+
+
+def test_budget_beyond_board_sram(ckpts):
+    line = one_line_error(cli("plan", ckpts["260k"], "--board", "weact-h750", "--ram-budget", "2M"))
+    assert "exceeds board weact-h750" in line

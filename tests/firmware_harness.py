@@ -42,24 +42,26 @@ class Built:
     model_dir: Path
     out: Path
     kv_bits: int = 8
+    quant: str = "group"
 
 
-def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8, kernels: str = "auto") -> Built:
+def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8, kernels: str = "auto",
+               quant: str = "group", cmsis_nn: Path | None = None) -> Built:
     model_dir = root / f"model-{shape}"
     if not model_dir.exists():
         make_hf_model(model_dir, eos=None, **SHAPES[shape])
-    out = root / f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}"
+    out = root / f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}-{quant}-{'cmsis' if cmsis_nn else 'own'}"
     compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits,
-                                                      kernels=kernels))
+                                                      kernels=kernels, quant=quant))
     write_tree(compiled.tree, out)
-    build(out)
-    return Built(model_dir, out, kv_bits)
+    build(out, cmsis_nn)
+    return Built(model_dir, out, kv_bits, quant)
 
 
 def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], sampling: SamplingOptions,
-                     max_seq: int, kv_bits: int = 8) -> list[int]:
+                     max_seq: int, kv_bits: int = 8, quant: str = "group") -> list[int]:
     m = load_model(model_dir)
-    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits))
+    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits, quant=quant))
     ex = Executor(m.graph, QuantKernels(qg, max_seq))
     return generate(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling).generated_ids
 
@@ -71,7 +73,7 @@ def prompt_for(model_dir: Path) -> list[int]:
 def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> list[int]:
     ids = prompt_for(built.model_dir)
     fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=300)
-    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits)
+    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits, built.quant)
     assert len(ref) == N_NEW, "reference stopped early: the test would cover fewer than 40 tokens"
     assert fw.output.generated_ids == ref
     assert fw.output.canary_ok is True

@@ -72,11 +72,15 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray) -
 
     for name in sorted(qg.q4):
         t = qg.q4[name]
-        if qg.kernels == "cortex-m7":
+        if qg.kernels == "cortex-m7" and qg.method != "per-channel":
             put(name, "q4x4", pack_q4x4(t))
         else:
             put(name, "q4.packed", t.packed())
             put(name, "q4.scales", np.ascontiguousarray(t.scales, "<f4").tobytes())
+    for name in sorted(qg.static):  # per-channel scheme: int32 bias, multipliers, shifts per linear
+        st = qg.static[name]
+        for kind, arr in (("s4pc.bias", st.bias), ("s4pc.multipliers", st.multipliers), ("s4pc.shifts", st.shifts)):
+            put(name, kind, np.ascontiguousarray(arr, "<i4").tobytes())
     for name in sorted(qg.vectors):
         put(name, "f32", np.ascontiguousarray(qg.vectors[name], "<f4").tobytes())
     put("rope.cos", "f32", np.ascontiguousarray(rope_cos, "<f4").tobytes())

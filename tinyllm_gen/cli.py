@@ -59,6 +59,14 @@ def _quant_options(f):
     return f
 
 
+def _scheme_options(f):
+    f = click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+                     help="Text for --quant per-channel static scales (default: a built-in sample).")(f)
+    f = click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,
+                     help="group: INT4 group-wise W4A8; per-channel: CMSIS-NN arithmetic (static int8 activations).")(f)
+    return f
+
+
 def _compile_options(board, group_size, kv_bits, max_seq, ram_budget):
     from .compile import CompileOptions, parse_size
 
@@ -93,13 +101,15 @@ def inspect(model, tokenizer, as_json):
 @click.option("--kernels", type=click.Choice(["auto", "portable", "cortex-m7"]), default="auto", show_default=True,
               help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
 @_quant_options
-def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget):
+@_scheme_options
+def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import compile_path, write_tree
 
-    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels)
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
+                   calibration=calibration)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -110,7 +120,9 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
 
 @cli.command()
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--cmsis-nn", type=click.Path(path_type=Path), default=None, help="CMSIS-NN checkout.")
+@click.option("--cmsis-nn", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              envvar="CMSIS_NN_ROOT", help="CMSIS-NN checkout: --quant per-channel layers then call it "
+              "(default: $CMSIS_NN_ROOT).")
 def build(out, cmsis_nn):
     """Build OUT with CMake (arm-none-eabi-gcc, or host gcc for --board host)."""
     from .build import build as do_build
@@ -155,9 +167,10 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout)
 @click.argument("model", type=click.Path(path_type=Path))
 @_sampling_options
 @_quant_options
+@_scheme_options
 @click.option("--fp32", is_flag=True, help="Run the float model instead of the quantized one.")
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, fp32):
+              kv_bits, max_seq, ram_budget, quant, calibration, fp32):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
     from .frontends import load_model
@@ -166,7 +179,8 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 
     m = load_model(model, tokenizer)
     tok = require_tokenizer(m)
-    opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq)
+    opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq, quant=quant,
+                          calibration=calibration)
     if max_seq == "auto":  # the context compile would pick for the default board
         from .compile import parse_size
         from .plan.memory import GraphShape

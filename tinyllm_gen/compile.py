@@ -21,6 +21,7 @@ from .plan import MemoryPlan, plan_memory
 from .plan.memory import shape_of
 from .planning import plan_for
 from .quant.formats import KERNEL_SETS, QuantizedGraph
+from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .run import load_board
 from .verify import verify_graph
@@ -36,6 +37,8 @@ class CompileOptions:
     max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits (planning.py)
     ram_budget: int = DEFAULT_RAM_BUDGET
     kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
+    quant: str = "group"  # "group": W4A8 group-wise; "per-channel": CMSIS-NN arithmetic (quant/per_channel.py)
+    calibration: Path | None = None  # text for per-channel static scales (None: the built-in sample)
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,13 @@ def resolve_kernels(opts: CompileOptions, board: dict | None = None) -> str:
 
 
 def quantize(model: ImportedModel, opts: CompileOptions, board: dict | None = None) -> QuantizedGraph:
-    return quantize_graph(verify_graph(model.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
+    graph = verify_graph(model.graph)
+    if opts.quant == "per-channel":
+        tokens = calibration_tokens(require_tokenizer(model), graph.config.max_seq, opts.calibration)
+        return quantize_per_channel(graph, tokens, opts.kv_bits)
+    if opts.quant != "group":
+        raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
+    return quantize_graph(graph, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:

@@ -243,3 +243,42 @@ def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarr
     for t in range(T):
         out = out + w[:, t] * vf[:, t]
     return out.reshape(-1)
+
+
+# --- CMSIS-NN integer pipeline (quant/per_channel.py) -----------------------
+def cmsis_requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """arm_nn_requantize, default (double rounding) variant:
+    divide_by_power_of_two(doubling_high_mult_no_sat(acc << max(shift, 0), m), max(-shift, 0))."""
+    acc = np.asarray(acc, np.int64)
+    m = np.asarray(multiplier, np.int64)
+    sh = np.asarray(shift, np.int64)
+    left, right = np.maximum(sh, 0), np.maximum(-sh, 0)
+    v = acc << left  # the compiler proves this fits int32 (per_channel._check_no_overflow)
+    high = (v * m + (1 << 30)) >> 31  # round-half-up high word of 2*v*m
+    mask = (np.int64(1) << right) - 1
+    rem = high & mask
+    res = high >> right
+    threshold = (mask >> 1) + (res < 0)
+    return res + (rem > threshold)
+
+
+def inverse_scale(scale: np.float32) -> np.float32:
+    """1/s in float32, computed once on the host and emitted as a constant."""
+    return F32(1.0) / F32(scale)
+
+
+def quantize_static_s8(x: np.ndarray, inv_scale: np.float32) -> np.ndarray:
+    """q = clamp(round(x * (1/s)), -127, 127), the multiply in float32."""
+    return np.clip(round_half_away(np.asarray(x, F32) * F32(inv_scale)), -127, 127).astype(np.int8)
+
+
+def cmsis_fc_s4(x_q: np.ndarray, w_q: np.ndarray, bias: np.ndarray, multipliers: np.ndarray,
+                shifts: np.ndarray) -> np.ndarray:
+    """int8 input x int4 weights (per row) -> int32 (+bias) -> requantized int8
+    (output offset 0, activation range [-128, 127]), as arm_convolve_1x1_s4."""
+    acc = w_q.astype(np.int64) @ x_q.astype(np.int64) + bias.astype(np.int64)
+    return np.clip(cmsis_requantize(acc, multipliers, shifts), -128, 127).astype(np.int8)
+
+
+def dequantize_s8(q: np.ndarray, scale: np.float32) -> np.ndarray:
+    return q.astype(F32) * F32(scale)

@@ -106,6 +106,36 @@ class MatvecQ4x4:
 
 
 @dataclass(frozen=True)
+class QuantizeStaticS8:
+    """Per-channel scheme: int8 with a calibrated static scale."""
+
+    x: BufferRef
+    n: int
+    inv_scale: np.float32
+    q: BufferRef
+
+
+@dataclass(frozen=True)
+class FcS4PcRef:
+    """One per-channel int4 layer's constants in the weights blob."""
+
+    name: str  # the linear's output value
+    weight: Q4Ref
+    bias_offset: int
+    multipliers_offset: int
+    shifts_offset: int
+    out_scale: np.float32
+
+
+@dataclass(frozen=True)
+class FcS4PerChannel:
+    layer: FcS4PcRef
+    xq: BufferRef
+    q_out: BufferRef
+    out: BufferRef
+
+
+@dataclass(frozen=True)
 class Rope:
     x: BufferRef
     n_heads: int
@@ -159,7 +189,8 @@ class SiluMul:
     n: int
 
 
-KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, QuantizeX16, MatvecQ4, MatvecQ4x4, Rope, AttentionI8, AttentionKV4, Add, SiluMul]
+KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
+                   FcS4PerChannel, Rope, AttentionI8, AttentionKV4, Add, SiluMul]
 
 
 @dataclass(frozen=True)
@@ -205,7 +236,7 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
 
     def q4(name: str) -> Q4Ref:
         t = qg.q4[name]
-        if qg.kernels == "cortex-m7":
+        if qg.kernels == "cortex-m7" and qg.method != "per-channel":
             return Q4Ref(name, t.rows, t.cols, t.group_size, blob.entry(name, "q4x4").offset, 0, "q4x4")
         return Q4Ref(name, t.rows, t.cols, t.group_size,
                      blob.entry(name, "q4.packed").offset, blob.entry(name, "q4.scales").offset)
@@ -226,6 +257,16 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
             emit(EmbedQ4(q4(ins[1]), val(node.output)), node)
         elif node.op == "rmsnorm":
             emit(RmsNorm(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), val(node.output)), node)
+        elif node.op == "linear" and qg.method == "per-channel":
+            src, st = ins[0], qg.static[node.output]
+            if src not in quantized:
+                quantized.add(src)
+                emit(QuantizeStaticS8(val(src), qg.graph.values[src][0], exact.inverse_scale(st.in_scale),
+                                      buf(src + ".s8")), node, label=f"quantize {src}")
+            fc = FcS4PcRef(node.output, q4(ins[1]), blob.entry(node.output, "s4pc.bias").offset,
+                           blob.entry(node.output, "s4pc.multipliers").offset,
+                           blob.entry(node.output, "s4pc.shifts").offset, st.out_scale)
+            emit(FcS4PerChannel(fc, buf(src + ".s8"), buf(node.output + ".s8out"), val(node.output)), node)
         elif node.op == "linear":
             src = ins[0]
             n, m7 = qg.graph.values[src][0], qg.kernels == "cortex-m7"

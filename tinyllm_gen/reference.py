@@ -218,6 +218,11 @@ class QuantKernels:
 
     def linear(self, node, x):
         t = self.qg.q4[node.inputs[1]]
+        if self.qg.method == "per-channel":  # CMSIS-NN arithmetic: static int8 in, int8 out
+            st = self.qg.static[node.output]
+            q_out = exact.cmsis_fc_s4(exact.quantize_static_s8(x, exact.inverse_scale(st.in_scale)), t.q, st.bias,
+                                      st.multipliers, st.shifts)
+            return exact.dequantize_s8(q_out, st.out_scale)
         xq, xs = exact.quantize_groups_i8(x, t.group_size)
         bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
         return exact.matvec_q4(t.q, t.scales, t.group_size, xq, xs, bias)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from ..exact import c_float_literal
 from ..lower import (Add, AttentionI8, AttentionKV4, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4, QuantizeI8,
-                     Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul)
-from .names import buffer_macro, matrix_name, vector_macro
+                     Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
+                     QuantizeStaticS8)
+from .names import buffer_macro, ident, matrix_name, vector_macro
 
 
 def _b(ref: BufferRef) -> str:
@@ -19,6 +20,10 @@ def c_statement(call: KernelCall) -> str:
     if isinstance(a, EmbedQ4):
         fn = "tllm_embed_q4x4" if a.table.layout == "q4x4" else "tllm_embed_q4"
         return f"{fn}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
+    if isinstance(a, QuantizeStaticS8):
+        return f"tllm_quantize_static_s8({_b(a.x)}, {a.n}, {c_float_literal(a.inv_scale)}, {_b(a.q)});"
+    if isinstance(a, FcS4PerChannel):
+        return f"tllm_fc_s4pc(&{fc_name(a.layer.name)}, {_b(a.xq)}, {_b(a.q_out)}, {_b(a.out)});"
     if isinstance(a, QuantizeX16):
         return f"tllm_quantize_x16({_b(a.x)}, {a.n}, {a.group}, {_b(a.stream)});"
     if isinstance(a, MatvecQ4x4):
@@ -51,7 +56,10 @@ def c_comment(call: KernelCall) -> str:
     """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
     a = call.args
     where = f"layer {call.layer} " if call.layer is not None else ""
-    if isinstance(a, (MatvecQ4, MatvecQ4x4)):
+    if isinstance(a, FcS4PerChannel):
+        w = a.layer.weight
+        what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
+    elif isinstance(a, (MatvecQ4, MatvecQ4x4)):
         layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
         what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"
         out = a.out
@@ -61,6 +69,8 @@ def c_comment(call: KernelCall) -> str:
         what, out = f"rmsnorm {a.n}", a.out
     elif isinstance(a, QuantizeI8):
         what, out = f"int8 x{a.n} g{a.group}", a.q
+    elif isinstance(a, QuantizeStaticS8):
+        what, out = f"int8 static x{a.n}", a.q
     elif isinstance(a, QuantizeX16):
         what, out = f"int8 (as int16 stream) x{a.n} g{a.group}", a.stream
     elif isinstance(a, Rope):
@@ -75,7 +85,7 @@ def c_comment(call: KernelCall) -> str:
         what, out = f"silu(gate)*up {a.n} in place", a.gate
     else:
         raise AssertionError(type(a).__name__)
-    label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16)) else ""
+    label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16, QuantizeStaticS8)) else ""
     text = " ".join(p for p in (where + label, what) if p.strip())
     return f"/* {text} -> {out.name} @{out.region}+0x{out.offset:x} */"
 
@@ -87,6 +97,18 @@ def c_matrix(m: Q4Ref) -> str:
         return f"static const tllm_q4x4_matrix {name} = {{TLLM_W({c_hex(m.packed_offset)}), {m.rows}, {m.cols}, {m.group}}};"
     return (f"static const tllm_q4_matrix {name} = {{TLLM_W({c_hex(m.packed_offset)}), "
             f"(const float *)TLLM_W({c_hex(m.scales_offset)}), {m.rows}, {m.cols}, {m.group}}};")
+
+
+def fc_name(value: str) -> str:
+    return "FC_" + ident(value)
+
+
+def c_fc(fc: FcS4PcRef) -> str:
+    """The const descriptor of one per-channel int4 layer (tllm_cmsis.h)."""
+    w = fc.weight
+    return (f"static const tllm_fc_s4pc_layer {fc_name(fc.name)} = {{TLLM_W({c_hex(w.packed_offset)}), "
+            f"(const int32_t *)TLLM_W({c_hex(fc.bias_offset)}), (const int32_t *)TLLM_W({c_hex(fc.multipliers_offset)}), "
+            f"(const int32_t *)TLLM_W({c_hex(fc.shifts_offset)}), {w.rows}, {w.cols}, {c_float_literal(fc.out_scale)}}};")
 
 
 def c_hex(n: int) -> str:
@@ -113,6 +135,7 @@ FILTERS = {
     "c_comment": c_comment,
     "c_hex": c_hex,
     "c_matrix": c_matrix,
+    "c_fc": c_fc,
     "c_float": c_float_literal,
     "c_bytes": c_bytes,
     "buffer_macro": buffer_macro,

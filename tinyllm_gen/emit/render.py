@@ -15,7 +15,7 @@ import jinja2
 
 from .. import __version__
 from ..frontends.tokenizer import Tokenizer
-from ..lower import Program, Q4Ref
+from ..lower import FcS4PerChannel, Program, Q4Ref
 from ..plan.lifetimes import GEN_STATE_BYTES
 from ..plan.memory import CANARY_BYTES
 from ..plan.human import report_files
@@ -30,8 +30,8 @@ TEMPLATES = PACKAGE / "templates"
 FIRMWARE = PACKAGE / "firmware"
 BOARDS = PACKAGE / "boards"
 ABI_VERSION = 1
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
-RUNTIME_HEADERS = ("tllm_board.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
+RUNTIME_HEADERS = ("tllm_board.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
 
 
@@ -55,6 +55,17 @@ def _env() -> jinja2.Environment:
     env.filters.update(arena_symbol=arena_symbol, arena_macro=arena_macro, canary_macro=canary_macro,
                        region_macro=region_macro)
     return env
+
+
+def _matrices_of(args) -> list[Q4Ref]:
+    """Q4 matrices a call reads through a tllm_q4(x4)_matrix descriptor
+    (per-channel layers carry their own descriptor, see c_fc)."""
+    if isinstance(args, FcS4PerChannel):
+        return []
+    for attr in ("matrix", "table"):
+        if hasattr(args, attr):
+            return [getattr(args, attr)]
+    return []
 
 
 def _calls_with_layer_marks(program: Program) -> list[dict]:
@@ -82,9 +93,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     env = _env()
     buffers = program.buffers()
     check_unique([b.name for b in buffers], "buffer")
-    matrices = sorted({call.args.matrix if hasattr(call.args, "matrix") else call.args.table
-                       for call in program.calls if hasattr(call.args, "matrix") or hasattr(call.args, "table")},
-                      key=lambda m: m.name)
+    matrices = sorted({m for call in program.calls for m in _matrices_of(call.args)}, key=lambda m: m.name)
+    fc_layers = sorted({call.args.layer for call in program.calls if isinstance(call.args, FcS4PerChannel)},
+                       key=lambda f: f.name)
     assert all(isinstance(m, Q4Ref) for m in matrices)
     check_unique([m.name for m in matrices], "matrix")
     vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
@@ -102,7 +113,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
         "weights_external": external, "weights_address": board["weights"].get("address", ""),
-        "matrices": matrices, "vectors": vector_refs,
+        "matrices": matrices, "vectors": vector_refs, "fc_layers": fc_layers,
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
@@ -144,7 +155,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", board=board, sources=sorted(k for k in files if k.endswith((".c", ".S"))),
-        has_linker_script="board/linker.ld" in files, is_arm=board["toolchain"] == "arm-none-eabi")
+        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board["toolchain"] == "arm-none-eabi")
     kind, _, tok_path = tokenizer.source.partition(":")
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]
     files[tok_name] = Path(tok_path).read_bytes()

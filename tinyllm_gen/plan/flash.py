@@ -25,7 +25,7 @@ def weights_blob_bytes(graph: Graph, group_size: int, max_seq: int) -> int:
         if len(shape) == 2:
             rows, cols = shape
             total = _up(total) + rows * q4_row_bytes(cols)
-            total = _up(total) + rows * n_groups(cols, group_size) * 4
+            total = _up(total) + rows * n_groups(cols, group_size or cols) * 4  # 0: per-channel, one scale per row
         else:
             total = _up(total) + 4 * shape[0]
     for _ in ("rope.cos", "rope.sin"):

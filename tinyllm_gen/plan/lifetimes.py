@@ -109,17 +109,23 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
                 live(value_buffer[v], i)
         if node.op == "linear":
             src = node.inputs[0]
-            suffixes = activation_scratch(getattr(qg, "kernels", "portable"))
+            per_channel = getattr(qg, "method", "rtn") == "per-channel"
+            suffixes = (".s8",) if per_channel else activation_scratch(getattr(qg, "kernels", "portable"))
             if src not in quantized_inputs:
                 quantized_inputs[src] = src
                 n = g.values[src][0]
-                if suffixes == (".x16",):  # one interleaved int16 stream (quant/formats.py "q4x4")
+                if per_channel:  # static-scale int8 copy (quant/per_channel.py)
+                    counts[src + ".s8"] = ("int8_t", n, "scratch")
+                elif suffixes == (".x16",):  # one interleaved int16 stream (quant/formats.py "q4x4")
                     counts[src + ".x16"] = ("uint8_t", x16_stream_bytes(n, qg.group_size), "scratch")
                 else:
                     counts[src + ".q8"] = ("int8_t", n, "scratch")
                     counts[src + ".qs"] = ("float", n_groups(n, qg.group_size), "scratch")
             for suffix in suffixes:
                 live(src + suffix, i)
+            if per_channel:  # the requantized int8 result, dequantized right away
+                counts[node.output + ".s8out"] = ("int8_t", g.values[node.output][0], "scratch")
+                live(node.output + ".s8out", i)
         if node.op == "attention":
             lay = f"l{node.attrs['layer']}"
             counts[lay + ".att.q8"] = ("int8_t", c.head_dim, "scratch")

@@ -33,6 +33,7 @@ class GraphShape:
     group_size: int
     kv_bits: int
     kernels: str = "portable"  # decides the activation scratch (lifetimes.activation_scratch)
+    method: str = "rtn"  # "per-channel" adds static int8 scratch instead
 
     @property
     def config(self):
@@ -40,7 +41,8 @@ class GraphShape:
 
 
 def shape_of(qg) -> GraphShape:
-    return GraphShape(qg.graph, qg.group_size, qg.kv_bits, getattr(qg, "kernels", "portable"))
+    return GraphShape(qg.graph, qg.group_size, qg.kv_bits, getattr(qg, "kernels", "portable"),
+                      getattr(qg, "method", "rtn"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ scales, low nibble first) is stated in quant/kv.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -92,6 +92,9 @@ class QuantizedGraph:
     # Kernel set the firmware uses ("portable" | "cortex-m7"); it decides
     # the weight layout in the blob (q4 / q4x4) and the activation scratch.
     kernels: str = "portable"
+    # method "per-channel": value name of each linear's output -> its static
+    # int8 parameters (quant/per_channel.StaticLinear)
+    static: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def config(self):

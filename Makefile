@@ -8,7 +8,7 @@ APT_PACKAGES := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm cmake 
 DEMO_OUT ?= out/demo
 DEMO_MODEL ?= models/story-260k
 DEMO_PROMPT ?= Once upon a time
-DEMO_ARGS ?= --max-new-tokens 160 --temperature 0.8 --top-p 0.9 --seed 42
+DEMO_ARGS ?= --max-new-tokens 400 --temperature 0.8 --top-p 0.9 --seed 42
 
 .PHONY: demo test toolchain install install-test bench clean
 
@@ -35,6 +35,11 @@ demo: install
 
 test: install-test
 	$(PYTHON) -m pytest -q
+
+# Exact instruction counts (QEMU + the project's TCG plugin) on a random-weight
+# stories260K-shape model; CMSIS_NN_ROOT=<checkout> adds CMSIS-NN's kernels.
+bench: install
+	tinyllm-gen bench --shape stories260k --group-size 32 --position 10
 
 clean:
 	rm -rf out build .pytest_cache

@@ -16,6 +16,18 @@
  * -fno-math-errno), glibc/newlib lroundf elsewhere. */
 static inline int32_t round_half_away(float v) { return (int32_t)lroundf(v); }
 
+/* acc + a * b with two roundings. On the M7 that is one VMLA.F32 (ARMv7-M's
+ * chained, not fused, multiply-accumulate); -ffp-contract=off keeps gcc from
+ * emitting it on its own, so it is spelled out here. */
+static inline float mla(float acc, float a, float b) {
+#if defined(__ARM_FP) && defined(__thumb2__)
+    __asm__("vmla.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
+    return acc;
+#else
+    return acc + a * b;
+#endif
+}
+
 /* Always inlined into its callers (softmax, SiLU) so that instruction
  * counts per function attribute exp to the op that needed it. */
 static inline __attribute__((always_inline)) float exp_poly(float x) {
@@ -54,7 +66,7 @@ void tllm_embed_q4(const tllm_q4_matrix *m, int32_t token, float *out) {
 
 void tllm_rmsnorm(const float *x, const float *w, int32_t n, float eps, float *out) {
     float ss = 0.0f;
-    for (int32_t i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int32_t i = 0; i < n; i++) ss = mla(ss, x[i], x[i]);
     ss = ss / (float)n;
     ss = ss + eps;
     const float r = 1.0f / sqrtf(ss);
@@ -133,10 +145,38 @@ static inline __attribute__((always_inline)) void softmax_inline(float *x, int32
 
 void tllm_softmax(float *x, int32_t n) { softmax_inline(x, n); }
 
+/* q . k over one head: an exact int32 dot product, so any order gives the
+ * same result; on DSP targets four int8 MACs cost one load, two SXTB16 and
+ * two SMLAD (q is pre-widened to int16 pairs once per head). */
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+#endif
+
+static inline int32_t dot_i8(const int8_t *q8, const uint32_t *q_pairs, const int8_t *k, int32_t hd) {
+#if defined(__ARM_FEATURE_DSP)
+    if ((hd & 3) == 0) {
+        int32_t acc = 0;
+        for (int32_t j = 0; j < hd / 4; j++) {
+            uint32_t kw;
+            memcpy(&kw, k + 4 * j, 4);
+            acc = __smlad(q_pairs[2 * j], __sxtb16(kw), acc);
+            acc = __smlad(q_pairs[2 * j + 1], __sxtb16((kw >> 8) | (kw << 24)), acc);
+        }
+        return acc;
+    }
+#else
+    (void)q_pairs;
+#endif
+    int32_t acc = 0;
+    for (int32_t i = 0; i < hd; i++) acc += (int32_t)q8[i] * (int32_t)k[i];
+    return acc;
+}
+
 void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                        const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
     const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads;
     const int32_t kv_dim = n_kv * hd, group = shape->n_heads / n_kv;
+    uint32_t q_pairs[TLLM_MAX_HEAD_DIM / 2];
     /* This position's K and V, one int8 row and scale per kv head. */
     for (int32_t kh = 0; kh < n_kv; kh++) {
         tllm_quantize_i8(k + kh * hd, hd, hd, kv->k + pos * kv_dim + kh * hd, kv->k_scale + pos * n_kv + kh);
@@ -146,19 +186,57 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
         const int32_t kh = h / group;
         float qs;
         tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
-        for (int32_t t = 0; t <= pos; t++) {
-            const int8_t *kr = kv->k + t * kv_dim + kh * hd;
-            int32_t dot = 0;
-            for (int32_t i = 0; i < hd; i++) dot += (int32_t)q8[i] * (int32_t)kr[i];
-            scores[t] = (((float)dot * qs) * kv->k_scale[t * n_kv + kh]) * shape->scale;
+#if defined(__ARM_FEATURE_DSP)
+        for (int32_t j = 0; j < hd / 4; j++) { /* lanes (q0,q2) and (q1,q3), as SXTB16 splits k */
+            uint32_t qw;
+            memcpy(&qw, q8 + 4 * j, 4);
+            q_pairs[2 * j] = __sxtb16(qw);
+            q_pairs[2 * j + 1] = __sxtb16((qw >> 8) | (qw << 24));
         }
-        softmax_inline(scores, pos + 1);
-        float *o = out + h * hd;
-        for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
+#endif
+        const int8_t *kcol = kv->k + kh * hd;
+        const float *ks = kv->k_scale + kh;
+        float m = -3.4028235e38f; /* softmax max, tracked while scoring: comparisons are exact */
         for (int32_t t = 0; t <= pos; t++) {
-            const float w = scores[t] * kv->v_scale[t * n_kv + kh];
-            const int8_t *vr = kv->v + t * kv_dim + kh * hd;
-            for (int32_t i = 0; i < hd; i++) o[i] = o[i] + w * (float)vr[i];
+            const int32_t dot = dot_i8(q8, q_pairs, kcol + t * kv_dim, hd);
+            const float sc = (((float)dot * qs) * ks[t * n_kv]) * shape->scale;
+            scores[t] = sc;
+            if (sc > m) m = sc;
+        }
+        /* softmax (as softmax_inline), fused with the value scales: the
+         * weights are round(round(e / total) * v_scale), as the reference */
+        float total = 0.0f;
+        for (int32_t t = 0; t <= pos; t++) {
+            scores[t] = exp_poly(scores[t] - m);
+            total += scores[t];
+        }
+        const float *vs = kv->v_scale + kh;
+        for (int32_t t = 0; t <= pos; t++) scores[t] = (scores[t] / total) * vs[t * n_kv];
+        /* each output element sums its column over t in ascending order (the
+         * reference's order); four columns at a time share each weight load */
+        const int8_t *vcol = kv->v + kh * hd;
+        float *o = out + h * hd;
+        int32_t i = 0;
+        for (; i + 4 <= hd; i += 4) {
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            const int8_t *vi = vcol + i;
+            for (int32_t t = 0; t <= pos; t++, vi += kv_dim) {
+                const float w = scores[t];
+                a0 = mla(a0, w, (float)vi[0]);
+                a1 = mla(a1, w, (float)vi[1]);
+                a2 = mla(a2, w, (float)vi[2]);
+                a3 = mla(a3, w, (float)vi[3]);
+            }
+            o[i] = a0;
+            o[i + 1] = a1;
+            o[i + 2] = a2;
+            o[i + 3] = a3;
+        }
+        for (; i < hd; i++) {
+            float acc = 0.0f;
+            const int8_t *vi = vcol + i;
+            for (int32_t t = 0; t <= pos; t++) acc = mla(acc, scores[t], (float)vi[t * kv_dim]);
+            o[i] = acc;
         }
     }
 }

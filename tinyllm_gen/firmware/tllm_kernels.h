@@ -30,6 +30,9 @@ typedef struct {
     float *v_scale;
 } tllm_kv_layer;
 
+/* Largest head_dim the attention kernels take (stack scratch per head). */
+#define TLLM_MAX_HEAD_DIM 256
+
 typedef struct {
     uint16_t n_heads;
     uint16_t n_kv_heads;

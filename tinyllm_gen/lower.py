@@ -143,23 +143,9 @@ class Rope:
 
 
 @dataclass(frozen=True)
-class AttentionI8:
-    layer: int
-    q: BufferRef
-    k: BufferRef
-    v: BufferRef
-    k_cache: BufferRef
-    v_cache: BufferRef
-    k_scale: BufferRef
-    v_scale: BufferRef
-    q8: BufferRef
-    scores: BufferRef
-    out: BufferRef
-
-
-@dataclass(frozen=True)
-class AttentionKV4:
-    """Attention over the int4 KV cache (quant/kv.py); same scratch as AttentionI8."""
+class Attention:
+    """Attention over the KV cache: int8 (tllm_attention_i8) or group-wise
+    int4 (tllm_attention_kv4, quant/kv.py); the scratch is the same."""
 
     layer: int
     q: BufferRef
@@ -172,7 +158,8 @@ class AttentionKV4:
     q8: BufferRef
     scores: BufferRef
     out: BufferRef
-    group: int  # int4 elements per scale along head_dim
+    kv_bits: int = 8
+    group: int = 0  # int4 elements per scale along head_dim (kv_bits 4)
 
 
 @dataclass(frozen=True)
@@ -190,7 +177,7 @@ class SiluMul:
 
 
 KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
-                   FcS4PerChannel, Rope, AttentionI8, AttentionKV4, Add, SiluMul]
+                   FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
 @dataclass(frozen=True)
@@ -287,10 +274,8 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
             refs = (int(node.attrs["layer"]), val(ins[0]), val(ins[1]), val(ins[2]),
                     buf(lay + ".k_cache"), buf(lay + ".v_cache"), buf(lay + ".k_scale"), buf(lay + ".v_scale"),
                     buf(lay + ".att.q8"), buf(lay + ".att.scores"), val(node.output))
-            if qg.kv_bits == 4:
-                emit(AttentionKV4(*refs, group=kv_layout(c, 4).group), node)
-            else:
-                emit(AttentionI8(*refs), node)
+            group = kv_layout(c, 4).group if qg.kv_bits == 4 else 0
+            emit(Attention(*refs, kv_bits=qg.kv_bits, group=group), node)
         elif node.op == "add":
             _require_inplace(plan, node)
             emit(Add(val(ins[0]), val(ins[1]), qg.graph.values[node.output][0]), node)

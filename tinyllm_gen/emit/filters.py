@@ -5,7 +5,7 @@ tested in tests/unit/test_emit_filters.py."""
 from __future__ import annotations
 
 from ..exact import c_float_literal
-from ..lower import (Add, AttentionI8, AttentionKV4, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4, QuantizeI8,
+from ..lower import (Add, Attention, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4, QuantizeI8,
                      Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
                      QuantizeStaticS8)
 from .names import buffer_macro, ident, matrix_name, vector_macro
@@ -39,11 +39,9 @@ def c_statement(call: KernelCall) -> str:
         return f"tllm_matvec_q4(&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)});"
     if isinstance(a, Rope):
         return f"tllm_rope({_b(a.x)}, {a.n_heads}, {a.head_dim}, rope_cos, rope_sin);"
-    if isinstance(a, AttentionI8):
-        return (f"tllm_attention_i8(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &KV[{a.layer}], pos, "
-                f"{_b(a.q8)}, {_b(a.scores)}, {_b(a.out)});")
-    if isinstance(a, AttentionKV4):
-        return (f"tllm_attention_kv4(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &KV4[{a.layer}], pos, "
+    if isinstance(a, Attention):
+        fn, table = ("tllm_attention_kv4", "KV4") if a.kv_bits == 4 else ("tllm_attention_i8", "KV")
+        return (f"{fn}(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &{table}[{a.layer}], pos, "
                 f"{_b(a.q8)}, {_b(a.scores)}, {_b(a.out)});")
     if isinstance(a, Add):
         return f"tllm_add({_b(a.a)}, {_b(a.b)}, {a.n});"
@@ -75,10 +73,9 @@ def c_comment(call: KernelCall) -> str:
         what, out = f"int8 (as int16 stream) x{a.n} g{a.group}", a.stream
     elif isinstance(a, Rope):
         what, out = f"rope {a.n_heads}x{a.head_dim} in place", a.x
-    elif isinstance(a, AttentionI8):
-        what, out = "attention over int8 KV (stores k,v at pos)", a.out
-    elif isinstance(a, AttentionKV4):
-        what, out = f"attention over int4 KV g{a.group} (stores k,v at pos)", a.out
+    elif isinstance(a, Attention):
+        kv = f"int4 KV g{a.group}" if a.kv_bits == 4 else "int8 KV"
+        what, out = f"attention over {kv} (stores k,v at pos)", a.out
     elif isinstance(a, Add):
         what, out = f"add {a.n} in place", a.a
     elif isinstance(a, SiluMul):

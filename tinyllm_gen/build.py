@@ -16,8 +16,8 @@ from typing import Sequence
 
 from .errors import UserError
 from .frontends.tokenizer import Tokenizer
-from .protocol import EXIT_CODES, FirmwareOutput, pack_request, parse_output
-from .run import RunResult, load_board, run_host, run_qemu
+from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
+from .run import RunResult, load_board, run_host, run_qemu, run_qemu_serial, run_serial
 from .sampler import SamplingOptions
 
 APT_HINT = "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
@@ -119,7 +119,11 @@ class FirmwareRun:
 
 
 def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
-                 timeout_s: float = 600) -> FirmwareRun:
+                 timeout_s: float = 600, transport: str = "memory", serial_url: str | None = None) -> FirmwareRun:
+    """transport "memory": the request is placed in the board's request block
+    (QEMU -device loader, or argv on the host); "uart": it is sent over the
+    console UART as to a real board (QEMU via a loopback socket, the host via
+    stdin); serial_url: a real, already flashed board."""
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
@@ -130,9 +134,15 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
         raise UserError(f"the prompt is {len(prompt_ids)} tokens but the firmware's context is "
                         f"{manifest['max_seq']}: shorten the prompt or compile with a larger --max-seq")
     request = out / "build" / "request.bin"
-    request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling))
-    if board["toolchain"] == "host":
-        result = run_host(image, request, timeout_s=timeout_s)
+    uart = transport == "uart" or serial_url is not None
+    request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
+    if serial_url is not None:
+        result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s)
+    elif board["toolchain"] == "host":
+        result = run_host(image, None if uart else request, timeout_s=timeout_s,
+                          stdin_bytes=request.read_bytes() if uart else None)
+    elif uart:
+        result = run_qemu_serial(image, board, out / "weights.bin", request.read_bytes(), timeout_s=timeout_s)
     else:
         result = run_qemu(image, board, out / "weights.bin", request, timeout_s=timeout_s)
     parsed = parse_output(result.output)

@@ -139,14 +139,20 @@ def build(out, cmsis_nn):
 @click.argument("out", type=click.Path(path_type=Path))
 @_sampling_options
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds before the run is stopped.")
-def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout):
+@click.option("--transport", type=click.Choice(["memory", "uart"]), default="memory", show_default=True,
+              help="How the request reaches the firmware: placed in memory, or sent over the console UART "
+              "(as to a real board).")
+@click.option("--serial", "serial_url", default=None,
+              help="A flashed board's serial port (/dev/ttyACM0, or a pyserial URL such as socket://host:port).")
+def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url):
     """Run the built firmware (QEMU or host) on a prompt."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
     from .sampler import SamplingOptions
 
     tok = load_out_tokenizer(out, read_manifest(out))
     ids = tok.encode(prompt)
-    fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout)
+    fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout,
+                      transport=transport, serial_url=serial_url)
     o = fw.output
     if as_json:
         click.echo(json.dumps({

@@ -19,12 +19,16 @@ EXIT_CODES = {0: "ok", 3: "bad request", 4: "weights blob mismatch", 5: "arena o
               252: "BusFault", 253: "UsageFault", 254: "NMI"}
 
 
-def pack_request(prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions) -> bytes:
+REQUEST_EXIT_AFTER = 0x1  # flags bit 0: the firmware exits after this generation (UART requests)
+
+
+def pack_request(prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
+                 flags: int = 0) -> bytes:
     ids = struct.pack(f"<{len(prompt_ids)}H", *prompt_ids)
     total = REQUEST_HEADER.size + len(ids)
     total += (-total) % 4
     head = REQUEST_HEADER.pack(REQUEST_MAGIC, total, REQUEST_VERSION, len(prompt_ids), max_new_tokens,
-                               sampling.temperature, sampling.top_p, sampling.seed, 0)
+                               sampling.temperature, sampling.top_p, sampling.seed, flags)
     return (head + ids).ljust(total, b"\0")
 
 

@@ -175,15 +175,18 @@ def run_qemu(
 # ---------------------------------------------------------------- host
 
 
-def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60) -> RunResult:
-    """Run a host-board executable, passing the request file as argv[1]."""
+def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60,
+             stdin_bytes: bytes | None = None) -> RunResult:
+    """Run a host-board executable, passing the request file as argv[1], or
+    (stdin_bytes) the request on standard input, the host's console UART."""
     cmd = [str(Path(exe).absolute())]
     if request_bin is not None:
         cmd.append(str(Path(request_bin).absolute()))
     try:
         proc = subprocess.run(
             cmd,
-            stdin=subprocess.DEVNULL,
+            input=stdin_bytes,
+            stdin=None if stdin_bytes is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             timeout=timeout_s,
@@ -192,3 +195,97 @@ def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60) -> RunR
     except subprocess.TimeoutExpired as e:
         return RunResult(TIMEOUT_EXIT_CODE, _decode(e.stdout), True, cmd, _decode(e.stderr))
     return RunResult(proc.returncode, _decode(proc.stdout), False, cmd, _decode(proc.stderr))
+
+
+# ---------------------------------------------------------------- serial
+
+READY_PREFIX = b"@TLLM ready"
+DONE_PREFIX = b"@TLLM done status="
+
+
+def talk_serial(port, request_bin: bytes, timeout_s: float) -> tuple[int | None, str]:
+    """The UART request protocol (firmware/tllm_main.c) over an open pyserial
+    port: wait for "@TLLM ready", send the request, read until
+    "@TLLM done status=N". Returns (N or None on timeout, console text)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    text = bytearray()
+    sent = False
+    while time.monotonic() < deadline:
+        line = port.readline()
+        if not line:
+            continue
+        text += line
+        if not sent and line.startswith(READY_PREFIX):
+            port.write(request_bin)
+            port.flush()
+            sent = True
+        elif line.startswith(DONE_PREFIX):
+            return int(line[len(DONE_PREFIX):].strip() or b"0"), text.decode("utf-8", errors="replace")
+        elif line.startswith(b"@TLLM error") and not sent:
+            break
+    return None, text.decode("utf-8", errors="replace")
+
+
+def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: int = 115200) -> RunResult:
+    """Run one request on a board that is already flashed and waiting
+    (a /dev/tty* device, or any pyserial URL such as socket://host:port)."""
+    import serial
+
+    try:
+        port = serial.serial_for_url(url, baudrate=baudrate, timeout=0.5)
+    except (serial.SerialException, ValueError) as e:
+        raise UserError(f"cannot open serial port {url}: {e}; check the port name and that the board is connected") \
+            from None
+    with port:
+        status, text = talk_serial(port, request_bin, timeout_s)
+    return RunResult(status if status is not None else TIMEOUT_EXIT_CODE, text, status is None, [url])
+
+
+def _free_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bin: bytes,
+                    timeout_s: float = 600) -> RunResult:
+    """Boot under QEMU with UART0 on a loopback TCP socket and send the
+    request the way a host talks to a real board (pyserial, socket://)."""
+    import serial
+
+    program = board.get("emulator", {}).get("program", "qemu-system-arm")
+    if shutil.which(program) is None:
+        raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
+    port_no = _free_tcp_port()
+    with tempfile.TemporaryDirectory(prefix="tllm-qemu-") as tmp:
+        cmd = qemu_command(Path(elf), board, weights_bin, None, Path(tmp) / "unused.txt", count=True)
+        at = cmd.index("-serial")
+        cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            port = None
+            for _ in range(100):  # QEMU listens once it has started
+                try:
+                    port = serial.serial_for_url(f"socket://127.0.0.1:{port_no}", timeout=0.5)
+                    break
+                except serial.SerialException:
+                    if proc.poll() is not None:
+                        break
+                    import time
+                    time.sleep(0.05)
+            if port is None:
+                out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
+                raise UserError(f"QEMU did not open its serial socket: {_decode(out).strip()[-200:]}")
+            with port:
+                status, text = talk_serial(port, request_bin, timeout_s)
+            code = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        diag = _decode(proc.stdout.read() if proc.stdout else b"")
+    return RunResult(code if status is not None else TIMEOUT_EXIT_CODE, text, status is None, cmd, diag)

@@ -114,6 +114,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
         "weights_external": external, "weights_address": board["weights"].get("address", ""),
         "matrices": matrices, "vectors": vector_refs, "fc_layers": fc_layers,
+        "request_capacity": plan.buffer("request").request.count,
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}

@@ -37,6 +37,11 @@ const uint8_t *tllm_board_request(size_t *len);
  * generation: the stack-limit canary. */
 size_t tllm_board_stack_peak(void);
 
+/* Blocking read of exactly n bytes from the console (UART on targets, stdin
+ * on the host): 0 on success, -1 when the board has no console input or it
+ * ended. Used for requests sent over the UART. */
+int tllm_board_read(uint8_t *buf, size_t n);
+
 /* Stop with an exit status the host can read (semihosting on QEMU). */
 void tllm_board_exit(int code) __attribute__((noreturn));
 

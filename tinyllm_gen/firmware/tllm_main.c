@@ -12,6 +12,9 @@
  *     (arena: every region's guard words; stack: the deepest stack use left
  *      the 16 guard bytes at the stack limit painted)
  *   @TLLM text-begin / raw story text / @TLLM text-end
+ * Requests come from memory (the board's request block, one generation) or,
+ * when there is none, over the UART: "@TLLM ready max_request=<n>", the
+ * request bytes, and after each generation "@TLLM done status=<n>".
  * Exit status: 0 ok, 3 bad request, 4 weights blob mismatch, 5 canary broken. */
 #include <stddef.h>
 #include <stdint.h>
@@ -64,6 +67,7 @@ int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const 
     memcpy(&out->temperature, &w[5], 4);
     memcpy(&out->top_p, &w[6], 4);
     out->seed = (uint64_t)w[7] | ((uint64_t)w[8] << 32);
+    out->flags = w[9];
     out->ids = buf + TLLM_REQUEST_HEADER_BYTES;
     return 0;
 }
@@ -122,25 +126,16 @@ static int report_canaries(void) {
     return arena && stack;
 }
 
-int tllm_main(void) {
-    const char *why = 0;
-    tllm_model_canary_arm();
-    if (tllm_weights_check(&why) != 0) {
-        puts_("@TLLM error weights: ");
-        puts_(why);
-        puts_("\n");
-        return EXIT_BAD_WEIGHTS;
-    }
-    size_t rq_len = 0;
-    const uint8_t *rq_buf = tllm_board_request(&rq_len);
-    tllm_request rq;
-    if (tllm_request_parse(rq_buf, rq_len, &rq, &why) != 0 || check_request(&rq, &why) != 0) {
-        puts_("@TLLM error request: ");
-        puts_(why);
-        puts_("\n");
-        return EXIT_BAD_REQUEST;
-    }
+static int bad_request(const char *why) {
+    puts_("@TLLM error request: ");
+    puts_(why);
+    puts_("\n");
+    return EXIT_BAD_REQUEST;
+}
 
+/* Runs one generation; returns the exit status it earned. */
+static int generate(const tllm_request *req) {
+    const tllm_request rq = *req;
     tllm_gen_state *st = tllm_model_state();
     uint16_t *tokens = tllm_model_tokens();
     memset(st, 0, sizeof *st);
@@ -226,4 +221,56 @@ int tllm_main(void) {
     print_text(tokens, 0, st->n_prompt + st->n_generated);
     puts_("\n@TLLM text-end\n");
     return report_canaries() ? EXIT_OK : EXIT_CANARY;
+}
+
+/* A request over the console UART (tinyllm_gen/run.py run_serial): announce
+ * readiness, read the 8-byte head ('TLRQ', total length), then the rest into
+ * the planned request buffer. */
+static int read_uart_request(tllm_request *rq, int *exit_after) {
+    uint8_t *buf = tllm_model_request_buffer();
+    const uint32_t cap = tllm_model_request_capacity();
+    const char *why = 0;
+    uint32_t total;
+    puts_("@TLLM ready max_request=");
+    put_u64(cap);
+    puts_("\n");
+    if (tllm_board_read(buf, 8) != 0) return -2; /* the board has no console input */
+    memcpy(&total, buf + 4, 4);
+    if (memcmp(buf, "TLRQ", 4) != 0 || total < TLLM_REQUEST_HEADER_BYTES || total > cap)
+        return bad_request("bad request head (magic or length)");
+    if (tllm_board_read(buf + 8, total - 8u) != 0) return bad_request("request cut short");
+    if (tllm_request_parse(buf, total, rq, &why) != 0 || check_request(rq, &why) != 0) return bad_request(why);
+    *exit_after = (rq->flags & TLLM_REQUEST_EXIT_AFTER) != 0;
+    return 0;
+}
+
+int tllm_main(void) {
+    const char *why = 0;
+    tllm_model_canary_arm();
+    if (tllm_weights_check(&why) != 0) {
+        puts_("@TLLM error weights: ");
+        puts_(why);
+        puts_("\n");
+        return EXIT_BAD_WEIGHTS;
+    }
+    size_t rq_len = 0;
+    const uint8_t *rq_buf = tllm_board_request(&rq_len);
+    tllm_request rq;
+    if (rq_buf) { /* placed in memory by the host: one generation, then exit */
+        if (tllm_request_parse(rq_buf, rq_len, &rq, &why) != 0 || check_request(&rq, &why) != 0)
+            return bad_request(why);
+        return generate(&rq);
+    }
+    /* Otherwise serve requests over the UART until one asks to exit. */
+    for (;;) {
+        int exit_after = 0;
+        const int got = read_uart_request(&rq, &exit_after);
+        if (got == -2) return bad_request("no request in memory and no console input");
+        const int status = got != 0 ? got : generate(&rq);
+        puts_("@TLLM done status=");
+        put_u64((uint64_t)status);
+        puts_("\n");
+        if (exit_after || status == EXIT_CANARY) return status;
+        tllm_model_canary_arm();
+    }
 }

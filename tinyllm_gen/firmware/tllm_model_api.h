@@ -44,6 +44,8 @@ float *tllm_model_step(int32_t token, int32_t pos);
 tllm_gen_state *tllm_model_state(void);
 uint16_t *tllm_model_tokens(void);      /* [max_seq] */
 uint16_t *tllm_model_sample_idx(void);  /* [vocab] sampler scratch */
+uint8_t *tllm_model_request_buffer(void); /* a UART request lands here */
+uint32_t tllm_model_request_capacity(void);
 
 /* Arena guard words written at start and checked after generation. */
 void tllm_model_canary_arm(void);

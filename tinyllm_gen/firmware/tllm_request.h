@@ -10,7 +10,7 @@
  *    20     4  temperature (float32; 0 = greedy)
  *    24     4  top_p (float32, in (0, 1])
  *    28     8  seed (uint64)
- *    36     4  flags (reserved, 0)
+ *    36     4  flags: bit 0 = exit after this generation (UART requests)
  *    40  2*n   prompt ids (uint16)
  */
 #ifndef TLLM_REQUEST_H
@@ -22,6 +22,7 @@
 #define TLLM_REQUEST_MAGIC 0x51524C54u /* "TLRQ" read little-endian */
 #define TLLM_REQUEST_VERSION 1u
 #define TLLM_REQUEST_HEADER_BYTES 40u
+#define TLLM_REQUEST_EXIT_AFTER 0x1u
 
 typedef struct {
     uint32_t n_prompt;
@@ -29,6 +30,7 @@ typedef struct {
     float temperature;
     float top_p;
     uint64_t seed;
+    uint32_t flags;
     const uint8_t *ids; /* n_prompt little-endian uint16 */
 } tllm_request;
 

@@ -11,7 +11,8 @@ and lower.py follows the same names:
 * `rope`, `add` and `silu_mul` work in place on their first input when that
   input is not read afterwards: the output value shares its buffer;
 * `attention` needs scratch "<layer>.att.q8" and "<layer>.att.scores";
-* the sampler reads "logits" and needs "sample_idx" [vocab] uint16.
+* the sampler reads "logits" and needs "sample_idx" [vocab] uint16;
+* a request arriving over the UART lands in "request" before the first step.
 """
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def activation_scratch(kernels: str) -> tuple[str, ...]:
     """Buffers a linear's input is quantized into, by kernel set: int8
     values + float scales (portable), or one int16 stream (cortex-m7)."""
     return (".x16",) if kernels == "cortex-m7" else (".q8", ".qs")
+
+
+def request_bytes(max_seq: int) -> int:
+    """firmware/tllm_request.h: a 40-byte head and up to max_seq uint16 ids."""
+    return 40 + 2 * max_seq
 
 
 def align_up(n: int, a: int = ALIGN) -> int:
@@ -154,6 +160,9 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
     requests.append(BufferRequest("tokens", "uint16_t", max_seq, 0, end, "tokens"))
     requests.append(BufferRequest("gen_state", "uint8_t", GEN_STATE_BYTES, 0, end, "state"))
     requests.append(BufferRequest("sample_idx", "uint16_t", c.vocab_size, end, end, "sampler"))
+    # A request received over the UART is parsed (prompt ids copied into
+    # "tokens") before the first step writes anything: live at time 0 only.
+    requests.append(BufferRequest("request", "uint8_t", request_bytes(max_seq), 0, 0, "request"))
     for v in STEP_INPUTS:
         value_buffer.pop(v, None)
     return Lifetimes(buffers=tuple(requests), value_buffer=value_buffer, n_steps=end)

@@ -61,6 +61,13 @@ void tllm_board_write(const char *buf, size_t n)
     }
 }
 
+/* Console input is stdin: a request piped in when no request file is given. */
+int tllm_board_read(uint8_t *buf, size_t n)
+{
+    fflush(stdout);
+    return fread(buf, 1, n, stdin) == n ? 0 : -1;
+}
+
 int tllm_board_can_count(void)
 {
     return 0;

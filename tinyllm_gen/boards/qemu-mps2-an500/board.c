@@ -17,6 +17,7 @@
 #define UART_CTRL (*(volatile uint32_t *)(UART0_BASE + 0x08u))
 #define UART_BAUDDIV (*(volatile uint32_t *)(UART0_BASE + 0x10u))
 #define UART_STATE_TXFULL 0x1u
+#define UART_STATE_RXFULL 0x2u
 #define UART_CTRL_TXEN 0x1u
 #define UART_CTRL_RXEN 0x2u
 
@@ -103,6 +104,20 @@ uint64_t tllm_board_instret(void)
     timer_ticks += (uint32_t)(timer_last - now); /* down counter, mod 2^32 */
     timer_last = now;
     return timer_ticks * INSTR_PER_TICK;
+}
+
+/* Polled UART receive (a request sent by the host over the serial link). */
+int tllm_board_read(uint8_t *buf, size_t n)
+{
+    if (!uart_ready) {
+        uart_init();
+    }
+    for (size_t i = 0; i < n; ++i) {
+        while (!(UART_STATE & UART_STATE_RXFULL)) {
+        }
+        buf[i] = (uint8_t)UART_DATA;
+    }
+    return 0;
 }
 
 const uint8_t *tllm_board_request(size_t *len)

@@ -18,6 +18,12 @@
 #define USART_BRR REG(TLLM_UART_BASE + 0x0Cu)
 #define USART_ISR REG(TLLM_UART_BASE + 0x1Cu)
 #define USART_TDR REG(TLLM_UART_BASE + 0x28u)
+#define USART_RDR REG(TLLM_UART_BASE + 0x24u)
+#define USART_CR1_RE 0x4u
+#define USART_ISR_RXNE 0x20u
+#define USART_ISR_ORE 0x8u
+#define USART_ICR REG(TLLM_UART_BASE + 0x20u)
+#define USART_ICR_ORECF 0x8u
 #define USART_CR1_UE 0x1u
 #define USART_CR1_TE 0x8u
 #define USART_ISR_TXE 0x80u
@@ -51,7 +57,7 @@ static void uart_init(void)
     pin_af(TLLM_UART_RX_PIN);
     USART_CR1 = 0u;
     USART_BRR = (TLLM_UART_KERNEL_HZ + TLLM_UART_BAUD / 2u) / TLLM_UART_BAUD;
-    USART_CR1 = USART_CR1_UE | USART_CR1_TE;
+    USART_CR1 = USART_CR1_UE | USART_CR1_TE | USART_CR1_RE;
     uart_ready = 1;
 }
 
@@ -76,6 +82,21 @@ void tllm_board_write(const char *buf, size_t n)
         }
         USART_TDR = (uint32_t)(unsigned char)buf[i];
     }
+}
+
+/* Polled receive of a request sent over the console USART (pyserial). */
+int tllm_board_read(uint8_t *buf, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        while (!(USART_ISR & USART_ISR_RXNE)) {
+            if (USART_ISR & USART_ISR_ORE) { /* a byte was lost: the request is unusable */
+                USART_ICR = USART_ICR_ORECF;
+                return -1;
+            }
+        }
+        buf[i] = (uint8_t)USART_RDR;
+    }
+    return 0;
 }
 
 int tllm_board_can_count(void)

@@ -19,7 +19,7 @@ from .frontends import ImportedModel, Tokenizer, load_model
 from .lower import Program, lower
 from .plan import MemoryPlan, plan_memory
 from .plan.memory import shape_of
-from .planning import plan_for
+from .planning import model_context, plan_for
 from .quant.formats import KERNEL_SETS, QuantizedGraph
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
@@ -48,6 +48,7 @@ class Compiled:
     plan: MemoryPlan
     program: Program
     tree: EmittedTree
+    trade_off: str = ""  # what --max-seq auto chose, and the other KV precision's figure
 
 
 def parse_size(text: str) -> int:
@@ -65,13 +66,7 @@ def parse_size(text: str) -> int:
 
 
 def resolve_max_seq(model: ImportedModel, requested: int | None) -> int:
-    ctx = model.graph.config.max_seq
-    if requested is None:
-        return ctx
-    if requested > ctx:
-        raise UserError(f"--max-seq {requested} exceeds the model's context of {ctx} tokens "
-                        f"(max_position_embeddings): use at most {ctx}")
-    return requested
+    return model_context(model.graph, requested)
 
 
 def require_tokenizer(model: ImportedModel) -> Tokenizer:
@@ -107,7 +102,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     board = load_board(opts.board)
     tokenizer = require_tokenizer(model)
     qg = quantize(model, opts, board)
-    plan = plan_for(shape_of(qg), opts.max_seq, opts.ram_budget, board).plan  # planning.py: shared with `plan`
+    planned = plan_for(shape_of(qg), opts.max_seq, opts.ram_budget, board)  # planning.py: shared with `plan`
+    plan = planned.plan
     program = lower(qg, plan)
     limit = board["weights"].get("max_bytes")
     if limit is not None and len(program.blob.data) > limit:
@@ -117,7 +113,7 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
                "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
                "kernels": qg.kernels}
     tree = emit_tree(program, tokenizer, board, options)
-    return Compiled(model, qg, plan, program, tree)
+    return Compiled(model, qg, plan, program, tree, planned.trade_off)
 
 
 def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:

@@ -25,13 +25,14 @@ class PlanResult:
     group_size: int = 32
 
 
-def _context(graph: Graph, requested: int | None) -> int:
+def model_context(graph: Graph, requested: int | None) -> int:
+    """The context to compile for: the model's own (max_position_embeddings,
+    or a Phi-3 sliding window), or a smaller one the user asked for."""
     ctx = graph.config.max_seq
     if requested is None:
         return ctx
     if requested > ctx:
-        raise UserError(f"--max-seq {requested} exceeds the model's context of {ctx} tokens "
-                        f"(max_position_embeddings): use at most {ctx}")
+        raise UserError(f"--max-seq {requested} exceeds the model's context of {ctx} tokens: use at most {ctx}")
     return requested
 
 
@@ -48,7 +49,7 @@ def resolve_seq(shape: GraphShape, requested: int | str | None, budget: int, boa
     if requested == AUTO:
         seq = auto_max_seq(shape, shape.config.max_seq, budget, board=board)
         return seq, trade_off(shape, seq, budget, board)
-    return _context(shape.graph, requested), ""
+    return model_context(shape.graph, requested), ""
 
 
 def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, board: dict) -> PlanResult:

@@ -60,8 +60,11 @@ def _quant_options(f):
 
 
 def _scheme_options(f):
+    f = click.option("--weight-quant", type=click.Choice(["rtn", "clip", "awq"]), default="rtn", show_default=True,
+                     help="INT4 weights: round-to-nearest, or calibrated on --calibration text: error-minimising "
+                          "clipping (clip), activation-aware scales folded into the norms + clipping (awq).")(f)
     f = click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-                     help="Text for --quant per-channel static scales (default: a built-in sample).")(f)
+                     help="Calibration text for --quant per-channel and --weight-quant clip|awq (default: a built-in sample).")(f)
     f = click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,
                      help="group: INT4 group-wise W4A8; per-channel: CMSIS-NN arithmetic (static int8 activations).")(f)
     return f
@@ -102,14 +105,15 @@ def inspect(model, tokenizer, as_json):
               help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
 @_quant_options
 @_scheme_options
-def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration):
+def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
+                weight_quant):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import compile_path, write_tree
 
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
-                   calibration=calibration)
+                   calibration=calibration, weight_quant=weight_quant)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -178,7 +182,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
 @_scheme_options
 @click.option("--fp32", is_flag=True, help="Run the float model instead of the quantized one.")
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, quant, calibration, fp32):
+              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
     from .frontends import load_model
@@ -188,7 +192,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     m = load_model(model, tokenizer)
     tok = require_tokenizer(m)
     opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq, quant=quant,
-                          calibration=calibration)
+                          calibration=calibration, weight_quant=weight_quant)
     if max_seq == "auto":  # the context compile would pick for the default board
         from .compile import parse_size
         from .plan.memory import GraphShape
@@ -283,6 +287,41 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
 
     result = bench_all(out, shape, int(group_size), position, cmsis_nn)
     click.echo(result_json(result) if as_json else format_table(result))
+
+
+@cli.command("eval")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--data", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+              help="Held-out text; documents separated by blank lines, each scored from BOS.")
+@click.option("--max-tokens", type=click.IntRange(0), default=20000, show_default=True,
+              help="Score whole documents up to this many tokens (0: all of --data).")
+@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["rtn", "clip", "awq"]),
+              help="INT4 weight methods to compare (repeatable; default: rtn).")
+@click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(["32", "64", "128"]),
+              help="Group sizes (repeatable; default: 32, 64, 128).")
+@click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(["8", "4"]),
+              help="KV cache precisions (repeatable; default: 8, 4).")
+@click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Calibration text for clip/awq (default: a built-in sample); keep it apart from --data.")
+@click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
+              help="tokenizer.bin for llama2.c checkpoints.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calibration, tokenizer, as_json):
+    """Perplexity and top-1 agreement: float vs the quantized reference (the firmware's exact logits)."""
+    from .compress.eval import (QuantConfig, encode_documents, evaluate, format_table, make_quantizer,
+                                read_documents)
+    from .frontends import load_model
+    from .verify import verify_graph
+
+    m = load_model(model, tokenizer)
+    verify_graph(m.graph)
+    docs = encode_documents(m, read_documents(data), max_tokens or None)
+    configs = [QuantConfig(w, int(g), int(k)) for w in (weight_quants or ("rtn",))
+               for g in (group_sizes or ("32", "64", "128")) for k in (kv_bits or ("8", "4"))]
+    total = sum(len(d) - 1 for d in docs) * (1 + len(configs))
+    with click.progressbar(length=total, label="scoring", file=sys.stderr) as bar:
+        result = evaluate(m, docs, configs, make_quantizer(m, calibration), progress=bar.update)
+    click.echo(json.dumps(result, indent=2) if as_json else format_table(result))
 
 
 def main(argv=None) -> None:

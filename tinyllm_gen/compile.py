@@ -39,6 +39,7 @@ class CompileOptions:
     kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
     quant: str = "group"  # "group": W4A8 group-wise; "per-channel": CMSIS-NN arithmetic (quant/per_channel.py)
     calibration: Path | None = None  # text for per-channel static scales (None: the built-in sample)
+    weight_quant: str = "rtn"  # group scheme's INT4 weights: rtn | clip | awq (quant/calibrated.py, uses `calibration`)
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,19 @@ def resolve_kernels(opts: CompileOptions, board: dict | None = None) -> str:
 
 def quantize(model: ImportedModel, opts: CompileOptions, board: dict | None = None) -> QuantizedGraph:
     graph = verify_graph(model.graph)
+    if opts.quant == "per-channel" and opts.weight_quant != "rtn":
+        raise UserError(f"--weight-quant {opts.weight_quant} applies to --quant group only: drop one of them")
     if opts.quant == "per-channel":
         tokens = calibration_tokens(require_tokenizer(model), graph.config.max_seq, opts.calibration)
         return quantize_per_channel(graph, tokens, opts.kv_bits)
     if opts.quant != "group":
         raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
+    if opts.weight_quant != "rtn":
+        from .quant.calibrated import calibration_documents, quantize_calibrated
+
+        docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
+        return quantize_calibrated(graph, docs, opts.weight_quant, opts.group_size, opts.kv_bits,
+                                   resolve_kernels(opts, board))
     return quantize_graph(graph, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
 
 

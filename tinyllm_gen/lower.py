@@ -15,6 +15,7 @@ from . import exact
 from .blob import WeightsBlob, build_blob
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
+from .plan.lifetimes import fused_norm_outputs
 from .quant.formats import QuantizedGraph
 from .quant.kv import kv_layout
 from .reference import rope_tables
@@ -67,6 +68,19 @@ class RmsNorm:
     n: int
     eps: np.float32
     out: BufferRef
+
+
+@dataclass(frozen=True)
+class RmsNormX16:
+    """RMSNorm fused with the int8 quantization of its output into the
+    Cortex-M7 int16 stream (plan/lifetimes.fused_norm_outputs)."""
+
+    x: BufferRef
+    weight: VectorRef
+    n: int
+    eps: np.float32
+    group: int
+    stream: BufferRef
 
 
 @dataclass(frozen=True)
@@ -176,7 +190,7 @@ class SiluMul:
     n: int
 
 
-KernelArgs = Union[EmbedQ4, RmsNorm, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
+KernelArgs = Union[EmbedQ4, RmsNorm, RmsNormX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
                    FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
@@ -234,6 +248,7 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
 
     calls: list[KernelCall] = []
     quantized: set[str] = set()
+    fused = fused_norm_outputs(qg)
 
     def emit(args: KernelArgs, node: Node, label: str | None = None) -> None:
         calls.append(KernelCall(args, node.layer, label or node.label))
@@ -242,6 +257,10 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
         ins = node.inputs
         if node.op == "embedding":
             emit(EmbedQ4(q4(ins[1]), val(node.output)), node)
+        elif node.op == "rmsnorm" and node.output in fused:
+            quantized.add(node.output)
+            emit(RmsNormX16(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), qg.group_size,
+                            buf(node.output + ".x16")), node)
         elif node.op == "rmsnorm":
             emit(RmsNorm(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), val(node.output)), node)
         elif node.op == "linear" and qg.method == "per-channel":

@@ -31,7 +31,7 @@ FIRMWARE = PACKAGE / "firmware"
 BOARDS = PACKAGE / "boards"
 ABI_VERSION = 1
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
-RUNTIME_HEADERS = ("tllm_board.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
 
 

@@ -1,5 +1,6 @@
 /* Portable C kernels: see tllm_kernels.h. Twins in tinyllm_gen/exact.py. */
 #include "tllm_kernels.h"
+#include "tllm_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -11,22 +12,6 @@
 #define EXP_LN2_LO 0x1.7f7d1cp-20f
 #define EXP_MIN (-86.0f)
 #define EXP_MAX 88.0f
-
-/* Nearest, ties away from zero, exact: one VCVTA on the M7 (with
- * -fno-math-errno), glibc/newlib lroundf elsewhere. */
-static inline int32_t round_half_away(float v) { return (int32_t)lroundf(v); }
-
-/* acc + a * b with two roundings. On the M7 that is one VMLA.F32 (ARMv7-M's
- * chained, not fused, multiply-accumulate); -ffp-contract=off keeps gcc from
- * emitting it on its own, so it is spelled out here. */
-static inline float mla(float acc, float a, float b) {
-#if defined(__ARM_FP) && defined(__thumb2__)
-    __asm__("vmla.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
-    return acc;
-#else
-    return acc + a * b;
-#endif
-}
 
 /* Always inlined into its callers (softmax, SiLU) so that instruction
  * counts per function attribute exp to the op that needed it. */
@@ -65,11 +50,7 @@ void tllm_embed_q4(const tllm_q4_matrix *m, int32_t token, float *out) {
 }
 
 void tllm_rmsnorm(const float *x, const float *w, int32_t n, float eps, float *out) {
-    float ss = 0.0f;
-    for (int32_t i = 0; i < n; i++) ss = mla(ss, x[i], x[i]);
-    ss = ss / (float)n;
-    ss = ss + eps;
-    const float r = 1.0f / sqrtf(ss);
+    const float r = rms_inverse(x, n, eps);
     for (int32_t i = 0; i < n; i++) out[i] = (x[i] * r) * w[i];
 }
 

@@ -10,47 +10,59 @@
  * part in the reference's order; VMLA.F32 is the ARMv7-M chained (not
  * fused) multiply-accumulate, i.e. exactly round(acc + round(a*b)). */
 #include "tllm_kernels_m7.h"
+#include "tllm_math.h"
 
 #include <math.h>
 #include <string.h>
 
 #define TILE 4
+#define TLLM_MAX_GROUP 128
 #define BLOCK 8
 
-/* Nearest, ties away from zero, exact: one VCVTA on the M7 (with
- * -fno-math-errno), glibc/newlib lroundf elsewhere. */
-static inline int32_t round_half_away(float v) { return (int32_t)lroundf(v); }
+
 
 static inline int32_t n_blocks(int32_t len) { return (len + BLOCK - 1) / BLOCK; }
 
+/* One group of the x16 stream: int16 values padded to a multiple of 8, then
+ * int32 8*sum and the float scale. Returns the position after it. */
+static uint8_t *quantize_group_x16(const float *xg, int32_t len, uint8_t *stream) {
+    const int32_t padded = n_blocks(len) * BLOCK;
+    int16_t *q = (int16_t *)stream;
+    float amax = 0.0f;
+    for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i])); /* VMAXNM on the M7 */
+    int32_t sum = 0;
+    float scale = 0.0f;
+    if (amax > 0.0f) {
+        scale = amax / 127.0f;
+        const float inv = 127.0f / amax;
+        /* |x * inv| <= 127 * (1 + 2^-23)^2 < 127.5: the rounding never leaves [-127, 127] */
+        for (int32_t i = 0; i < len; i++) {
+            const int32_t v = round_half_away(xg[i] * inv);
+            q[i] = (int16_t)v;
+            sum += v;
+        }
+    } else {
+        for (int32_t i = 0; i < len; i++) q[i] = 0;
+    }
+    for (int32_t i = len; i < padded; i++) q[i] = 0;
+    stream += 2 * padded;
+    const int32_t sum8 = 8 * sum;
+    memcpy(stream, &sum8, 4);
+    memcpy(stream + 4, &scale, 4);
+    return stream + 8;
+}
+
 void tllm_quantize_x16(const float *x, int32_t n, int32_t group, uint8_t *stream) {
+    for (int32_t g0 = 0; g0 < n; g0 += group) stream = quantize_group_x16(x + g0, g0 + group < n ? group : n - g0, stream);
+}
+
+void tllm_rmsnorm_x16(const float *x, const float *w, int32_t n, float eps, int32_t group, uint8_t *stream) {
+    float y[TLLM_MAX_GROUP]; /* one group of the normalized vector at a time */
+    const float r = rms_inverse(x, n, eps);
     for (int32_t g0 = 0; g0 < n; g0 += group) {
         const int32_t len = g0 + group < n ? group : n - g0;
-        const int32_t padded = n_blocks(len) * BLOCK;
-        const float *xg = x + g0;
-        int16_t *q = (int16_t *)stream;
-        float amax = 0.0f;
-        for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i])); /* VMAXNM on the M7 */
-        int32_t sum = 0;
-        float scale = 0.0f;
-        if (amax > 0.0f) {
-            scale = amax / 127.0f;
-            const float inv = 127.0f / amax;
-            /* |x * inv| <= 127 * (1 + 2^-23)^2 < 127.5: the rounding never leaves [-127, 127] */
-            for (int32_t i = 0; i < len; i++) {
-                const int32_t v = round_half_away(xg[i] * inv);
-                q[i] = (int16_t)v;
-                sum += v;
-            }
-        } else {
-            for (int32_t i = 0; i < len; i++) q[i] = 0;
-        }
-        for (int32_t i = len; i < padded; i++) q[i] = 0;
-        stream += 2 * padded;
-        const int32_t sum8 = 8 * sum;
-        memcpy(stream, &sum8, 4);
-        memcpy(stream + 4, &scale, 4);
-        stream += 8;
+        for (int32_t i = 0; i < len; i++) y[i] = (x[g0 + i] * r) * w[g0 + i];
+        stream = quantize_group_x16(y, len, stream);
     }
 }
 

@@ -19,6 +19,10 @@ typedef struct {
  * group the int16 values padded to a multiple of 8, int32 8*sum, float scale. */
 void tllm_quantize_x16(const float *x, int32_t n, int32_t group, uint8_t *stream);
 
+/* RMSNorm (as tllm_rmsnorm) fused with tllm_quantize_x16 of its output: the
+ * normalized vector is never stored as floats. group <= 128. */
+void tllm_rmsnorm_x16(const float *x, const float *w, int32_t n, float eps, int32_t group, uint8_t *stream);
+
 /* out[r] = sum_g ((float)dot_g * w_scale[r][g]) * x_scale[g]  (+ bias[r]).
  * out must have room for rows rounded up to a multiple of 4. */
 void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out);

@@ -7,7 +7,9 @@ and lower.py follows the same names:
 
 * `linear` reads its input as int8 groups: buffer "<value>.q8" (+ ".qs"
   scales), made once before the first linear that reads <value> and shared
-  by all of them (q/k/v share one, gate/up share one);
+  by all of them (q/k/v share one, gate/up share one); with the Cortex-M7
+  kernels one "<value>.x16" stream instead, written by the RMSNorm itself
+  when only linears read its output (fused_norm_outputs);
 * `rope`, `add` and `silu_mul` work in place on their first input when that
   input is not read afterwards: the output value shares its buffer;
 * `attention` needs scratch "<layer>.att.q8" and "<layer>.att.scores";
@@ -33,6 +35,20 @@ def activation_scratch(kernels: str) -> tuple[str, ...]:
     """Buffers a linear's input is quantized into, by kernel set: int8
     values + float scales (portable), or one int16 stream (cortex-m7)."""
     return (".x16",) if kernels == "cortex-m7" else (".q8", ".qs")
+
+
+def fused_norm_outputs(qg) -> set[str]:
+    """With the Cortex-M7 kernels an RMSNorm whose output only linears read is
+    fused with their int8 quantization (tllm_rmsnorm_x16): that output never
+    exists as floats, only as the int16 stream the matvecs read."""
+    if getattr(qg, "kernels", "portable") != "cortex-m7" or getattr(qg, "method", "rtn") == "per-channel":
+        return set()
+    readers: dict[str, list] = {}
+    for node in qg.graph.nodes:
+        for v in node.inputs:
+            readers.setdefault(v, []).append(node)
+    return {n.output for n in qg.graph.nodes if n.op == "rmsnorm" and readers.get(n.output)
+            and all(r.op == "linear" and r.inputs[0] == n.output for r in readers[n.output])}
 
 
 def request_bytes(max_seq: int) -> int:
@@ -109,10 +125,17 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
         span[0], span[1] = min(span[0], t), max(span[1], t)
 
     quantized_inputs: dict[str, str] = {}
+    fused = fused_norm_outputs(qg)
     for i, node in enumerate(nodes):
         for v in node.inputs:
             if v in value_buffer:
                 live(value_buffer[v], i)
+        if node.output in fused:  # RMSNorm writing the int16 stream directly
+            counts[node.output + ".x16"] = ("uint8_t", x16_stream_bytes(g.values[node.output][0], qg.group_size),
+                                            "scratch")
+            quantized_inputs[node.output] = node.output
+            live(node.output + ".x16", i)
+            continue
         if node.op == "linear":
             src = node.inputs[0]
             per_channel = getattr(qg, "method", "rtn") == "per-channel"

@@ -1,0 +1,224 @@
+"""Whole-sequence twins of the reference kernels, for evaluation and calibration.
+
+`Executor.step` runs one token at a time: the firmware's order, and the
+oracle.  Scoring held-out text needs the logits of every position, and tens
+of thousands of tokens through per-op Python dispatch take hours.  Here one
+call runs a whole sequence as [T, n] arrays.
+
+Why `SeqQuantKernels` is bit-identical to `QuantKernels` (tests/unit/
+test_reference_seq.py checks it on every op, both KV precisions, biases):
+* every op except attention is per position: the same float32 element
+  operations on row t as the step kernel performs on its vector;
+* int4 x int8 group dot products are integers below 2^24 (7*127*128), so a
+  float32 BLAS matmul computes them exactly whatever its summation order;
+* attention's only reductions across positions (softmax sum, value
+  accumulation) run over key positions in ascending order, from 0.0f; a
+  future key contributes an exact +0 (e = 0, p = 0, 0 * v = +-0), and
+  x + (+-0) == x for every float32 x reached from a +0 start, so summing
+  over all T keys gives the same bits as summing over the first t+1.
+`SeqFloatKernels` mirrors FloatKernels to float rounding (not bit for bit:
+BLAS picks its own order; tolerance 1e-5 in the test).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from . import exact
+from .exact import F32
+from .ir import Graph
+from .quant.kv import kv_layout
+from .reference import rope_tables
+
+
+def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:
+    return np.arange(n_heads) // (n_heads // n_kv)
+
+
+class SeqQuantKernels:
+    """QuantKernels over a whole sequence (group-wise W4A8 only)."""
+
+    def __init__(self, qgraph, max_seq: int):
+        if qgraph.method == "per-channel":
+            raise ValueError("whole-sequence evaluation covers the group-wise scheme only")
+        self.qg = qgraph
+        c = qgraph.config
+        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        self.att_scale = exact.attention_scale(c.head_dim)
+        self._wf = {}  # int4 weights as float32, converted once (exact: small integers)
+
+    def embedding(self, node, tokens):
+        t = self.qg.q4[node.inputs[1]]
+        s = np.repeat(t.scales[tokens], t.group_size, axis=1)[:, : t.cols]
+        return t.q[tokens].astype(F32) * s
+
+    def rmsnorm(self, node, x):
+        ss = np.cumsum(x * x, axis=1, dtype=F32)[:, -1]
+        ss = ss / F32(x.shape[1])
+        ss = ss + F32(node.attrs["eps"])
+        r = F32(1.0) / np.sqrt(ss.astype(F32))
+        return (x * r[:, None]) * self.qg.vectors[node.inputs[1]].astype(F32)
+
+    def linear(self, node, x):
+        t = self.qg.q4[node.inputs[1]]
+        acc = np.zeros((x.shape[0], t.rows), F32)
+        wq = self._wf.get(t.name)
+        if wq is None:
+            wq = self._wf[t.name] = t.q.astype(F32)
+        for gi, (a, b) in enumerate(exact.group_bounds(t.cols, t.group_size)):
+            xq, xs = quantize_groups_i8_seq(x[:, a:b])
+            isum = xq.astype(F32) @ wq[:, a:b].T  # exact: integers below 2^24
+            acc = acc + (isum * t.scales[:, gi]) * xs[:, None]
+        if len(node.inputs) > 2:
+            acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
+        return acc
+
+    def rope(self, node, x):
+        nh, hd = node.attrs["n_heads"], node.attrs["head_dim"]
+        T = x.shape[0]
+        h = x.reshape(T, nh, hd)
+        a, b = h[:, :, : hd // 2], h[:, :, hd // 2:]
+        c, s = self.cos[:T, None, :], self.sin[:T, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=2).reshape(T, -1).astype(F32)
+
+    def attention(self, node, q, k, v):
+        at = node.attrs
+        hd, nh, nkv = at["head_dim"], at["n_heads"], at["n_kv_heads"]
+        T = q.shape[0]
+        kv_of = _kv_of(nh, nkv)
+        q8, qs = exact.quantize_rows_i8(q.reshape(T, nh, hd))  # [T, nh, hd], [T, nh]
+        future = np.triu(np.ones((T, T), bool), 1)[:, None, :]  # [Tq, 1, Tk]
+        if self.qg.kv_bits == 4:
+            g = kv_layout(self.qg.config, 4).group
+            k_q, k_s = exact.quantize_rows_i4(k.reshape(T, nkv, hd), g)  # [T, nkv, hd], [T, nkv, ng]
+            v_q, v_s = exact.quantize_rows_i4(v.reshape(T, nkv, hd), g)
+            ng = hd // g
+            qg8 = q8.astype(np.float64).reshape(T, nh, ng, g)
+            kg = k_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
+            dots = np.einsum("qhgd,khgd->qhkg", qg8, kg).astype(F32)  # exact integers
+            terms = dots * k_s[:, kv_of].transpose(1, 0, 2)[None]  # [Tq, nh, Tk, ng]
+            acc = np.zeros((T, nh, T), F32)
+            for gi in range(ng):
+                acc = acc + terms[..., gi]
+            p = _masked_softmax((acc * qs[:, :, None]) * self.att_scale, future)
+            vsc = v_s[:, kv_of].transpose(1, 0, 2)  # [nh, Tk, ng]
+            w = np.repeat(p[..., None] * vsc[None], g, axis=3)  # [Tq, nh, Tk, hd]
+            vf = v_q[:, kv_of].astype(F32)  # [Tk, nh, hd]
+            out = np.zeros((T, nh, hd), F32)
+            for t in range(T):  # keys ascending; queries before t add an exact 0, so skip them
+                out[t:] = out[t:] + w[t:, :, t] * vf[t]
+            return out.reshape(T, -1)
+        k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
+        v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
+        kf = k_q[:, kv_of].astype(np.float64).transpose(1, 2, 0)  # [nh, hd, Tk]
+        dots = np.matmul(q8.astype(np.float64).transpose(1, 0, 2), kf).transpose(1, 0, 2).astype(F32)  # [Tq, nh, Tk]
+        s = ((dots * qs[:, :, None]) * k_s[:, kv_of].T[None]) * self.att_scale
+        p = _masked_softmax(s, future)
+        w = p * v_s[:, kv_of].T[None]  # [Tq, nh, Tk]
+        vf = v_q[:, kv_of].astype(F32)  # [Tk, nh, hd]
+        out = np.zeros((T, nh, hd), F32)
+        for t in range(T):
+            out[t:] = out[t:] + w[t:, :, t, None] * vf[t]
+        return out.reshape(T, -1)
+
+    def add(self, node, a, b):
+        return (a + b).astype(F32)
+
+    def silu_mul(self, node, gate, up):
+        return exact.silu_mul(gate, up)
+
+
+def quantize_groups_i8_seq(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """exact.quantize_groups_i8 of ONE group, for every row of x [T, g]."""
+    amax = np.max(np.abs(x), axis=1).astype(F32)
+    pos = amax > 0
+    scale = np.where(pos, amax / F32(127.0), F32(0.0)).astype(F32)
+    inv = np.where(pos, F32(127.0) / np.where(pos, amax, F32(1.0)), F32(0.0)).astype(F32)
+    q = np.clip(exact.round_half_away(x * inv[:, None]), -127, 127).astype(np.int8)
+    return np.where(pos[:, None], q, 0).astype(np.int8), scale
+
+
+def _masked_softmax(s: np.ndarray, future: np.ndarray) -> np.ndarray:
+    """exact.softmax over the keys up to each query; future keys get p = 0."""
+    m = np.max(np.where(future, -np.inf, s), axis=-1, keepdims=True).astype(F32)
+    e = np.where(future, F32(0.0), exact.expf(np.where(future, F32(0.0), s - m)))
+    total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]  # + exact zeros after the last real key
+    return (e / total).astype(F32)
+
+
+class SeqFloatKernels:
+    """FloatKernels over a whole sequence (float64 inside, float32 between ops)."""
+
+    def __init__(self, graph: Graph, max_seq: int):
+        self.g = graph
+        c = graph.config
+        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+
+    def embedding(self, node, tokens):
+        return self.g.weights[node.inputs[1]][tokens].astype(F32)
+
+    def rmsnorm(self, node, x):
+        ms = np.mean(x.astype(np.float64) ** 2, axis=1, keepdims=True)
+        return (x / np.sqrt(ms + node.attrs["eps"]) * self.g.weights[node.inputs[1]]).astype(F32)
+
+    def linear(self, node, x):
+        y = x.astype(np.float64) @ self.g.weights[node.inputs[1]].astype(np.float64).T
+        if len(node.inputs) > 2:
+            y = y + self.g.weights[node.inputs[2]]
+        return y.astype(F32)
+
+    def rope(self, node, x):
+        nh, hd = node.attrs["n_heads"], node.attrs["head_dim"]
+        T = x.shape[0]
+        h = x.reshape(T, nh, hd)
+        a, b = h[:, :, : hd // 2], h[:, :, hd // 2:]
+        c, s = self.cos[:T, None, :], self.sin[:T, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=2).reshape(T, -1).astype(F32)
+
+    def attention(self, node, q, k, v):
+        at = node.attrs
+        hd, nh, nkv = at["head_dim"], at["n_heads"], at["n_kv_heads"]
+        T = q.shape[0]
+        kv_of = _kv_of(nh, nkv)
+        qh = q.reshape(T, nh, hd).astype(np.float64).transpose(1, 0, 2)  # [nh, Tq, hd]
+        kh = k.reshape(T, nkv, hd).astype(np.float64)[:, kv_of].transpose(1, 2, 0)  # [nh, hd, Tk]
+        vh = v.reshape(T, nkv, hd).astype(np.float64)[:, kv_of].transpose(1, 0, 2)  # [nh, Tk, hd]
+        s = np.matmul(qh, kh) / np.sqrt(hd)
+        s = np.where(np.triu(np.ones((T, T), bool), 1)[None], -np.inf, s)
+        e = np.exp(s - s.max(axis=2, keepdims=True))
+        p = e / e.sum(axis=2, keepdims=True)
+        return np.matmul(p, vh).transpose(1, 0, 2).reshape(T, -1).astype(F32)
+
+    def add(self, node, a, b):
+        return (a + b).astype(F32)
+
+    def silu_mul(self, node, gate, up):
+        g = gate.astype(np.float64)
+        return (g / (1.0 + np.exp(-g)) * up).astype(F32)
+
+
+def run_sequence(graph: Graph, kernels, tokens: Iterable[int], keep: Iterable[str] = ()) -> tuple[np.ndarray, dict]:
+    """Logits [T, vocab] of every position of `tokens` (position 0 first), and
+    the values named in `keep` ([T, n] each: calibration reads linear inputs)."""
+    toks = np.asarray(list(tokens), np.int64)
+    keep = set(keep)
+    env: dict[str, np.ndarray] = {}
+    kept: dict[str, np.ndarray] = {}
+    for node in graph.nodes:
+        a = [env.get(n) for n in node.inputs]
+        op = node.op
+        if op == "embedding":
+            out = kernels.embedding(node, toks)
+        elif op in ("rmsnorm", "linear", "rope"):
+            out = getattr(kernels, op)(node, a[0])
+        elif op == "attention":
+            out = kernels.attention(node, a[0], a[1], a[2])
+        elif op in ("add", "silu_mul"):
+            out = getattr(kernels, op)(node, a[0], a[1])
+        else:
+            raise AssertionError(op)
+        env[node.output] = out
+        if node.output in keep:
+            kept[node.output] = out
+    return env[graph.output], kept

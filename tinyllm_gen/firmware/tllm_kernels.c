@@ -5,35 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Constants with exactly the bits exact.py uses (hex floats avoid any
- * decimal-to-binary doubt). */
-#define EXP_LOG2E 0x1.715476p+0f
-#define EXP_LN2_HI 0x1.62e4p-1f
-#define EXP_LN2_LO 0x1.7f7d1cp-20f
-#define EXP_MIN (-86.0f)
-#define EXP_MAX 88.0f
-
-/* Always inlined into its callers (softmax, SiLU) so that instruction
- * counts per function attribute exp to the op that needed it. */
-static inline __attribute__((always_inline)) float exp_poly(float x) {
-    if (x > EXP_MAX) x = EXP_MAX;
-    if (x < EXP_MIN) return 0.0f;
-    int32_t n = round_half_away(x * EXP_LOG2E);
-    float nf = (float)n;
-    float r = x - nf * EXP_LN2_HI;
-    r = r - nf * EXP_LN2_LO;
-    float p = 0x1.6c16c2p-10f;            /* 1/720 */
-    p = p * r + 0x1.111112p-7f;           /* 1/120 */
-    p = p * r + 0x1.555556p-5f;           /* 1/24 */
-    p = p * r + 0x1.555556p-3f;           /* 1/6 */
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union { uint32_t u; float f; } scale;
-    scale.u = (uint32_t)(n + 127) << 23;
-    return p * scale.f;
-}
-
 float tllm_expf(float x) { return exp_poly(x); }
 
 void tllm_embed_q4(const tllm_q4_matrix *m, int32_t token, float *out) {
@@ -54,7 +25,8 @@ void tllm_rmsnorm(const float *x, const float *w, int32_t n, float eps, float *o
     for (int32_t i = 0; i < n; i++) out[i] = (x[i] * r) * w[i];
 }
 
-void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float *scales) {
+static inline void quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q,
+                                                              float *scales) {
     for (int32_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
         const int32_t g1 = g0 + group < n ? g0 + group : n;
         float amax = 0.0f;
@@ -74,6 +46,10 @@ void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float
             memset(q + g0, 0, (size_t)(g1 - g0));
         }
     }
+}
+
+void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float *scales) {
+    quantize_i8(x, n, group, q, scales);
 }
 
 void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
@@ -165,7 +141,7 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
     }
     for (int32_t h = 0; h < shape->n_heads; h++) {
         const int32_t kh = h / group;
-        float qs;
+        float qs = 0.0f;
         tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
 #if defined(__ARM_FEATURE_DSP)
         for (int32_t j = 0; j < hd / 4; j++) { /* lanes (q0,q2) and (q1,q3), as SXTB16 splits k */
@@ -273,7 +249,7 @@ void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const
     }
     for (int32_t h = 0; h < shape->n_heads; h++) {
         const int32_t kh = h / heads_per_kv;
-        float qs;
+        float qs = 0.0f;
         tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
         for (int32_t t = 0; t <= pos; t++) {
             const uint8_t *kr = kv->k + t * pos_bytes + kh * row_bytes;

@@ -25,7 +25,8 @@ static inline int32_t n_blocks(int32_t len) { return (len + BLOCK - 1) / BLOCK; 
 
 /* One group of the x16 stream: int16 values padded to a multiple of 8, then
  * int32 8*sum and the float scale. Returns the position after it. */
-static uint8_t *quantize_group_x16(const float *xg, int32_t len, uint8_t *stream) {
+static inline __attribute__((always_inline)) uint8_t *quantize_group_x16(const float *xg, int32_t len,
+                                                                          uint8_t *stream) {
     const int32_t padded = n_blocks(len) * BLOCK;
     int16_t *q = (int16_t *)stream;
     float amax = 0.0f;

@@ -22,6 +22,35 @@ static inline float mla(float acc, float a, float b) {
 #endif
 }
 
+/* Constants with exactly the bits exact.py uses (hex floats avoid any
+ * decimal-to-binary doubt). */
+#define EXP_LOG2E 0x1.715476p+0f
+#define EXP_LN2_HI 0x1.62e4p-1f
+#define EXP_LN2_LO 0x1.7f7d1cp-20f
+#define EXP_MIN (-86.0f)
+#define EXP_MAX 88.0f
+
+/* Always inlined into its callers (softmax, SiLU) so that instruction
+ * counts per function attribute exp to the op that needed it. */
+static inline __attribute__((always_inline)) float exp_poly(float x) {
+    if (x > EXP_MAX) x = EXP_MAX;
+    if (x < EXP_MIN) return 0.0f;
+    int32_t n = round_half_away(x * EXP_LOG2E);
+    float nf = (float)n;
+    float r = x - nf * EXP_LN2_HI;
+    r = r - nf * EXP_LN2_LO;
+    float p = 0x1.6c16c2p-10f;            /* 1/720 */
+    p = p * r + 0x1.111112p-7f;           /* 1/120 */
+    p = p * r + 0x1.555556p-5f;           /* 1/24 */
+    p = p * r + 0x1.555556p-3f;           /* 1/6 */
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } scale;
+    scale.u = (uint32_t)(n + 127) << 23;
+    return p * scale.f;
+}
+
 /* 1 / sqrt(mean(x^2) + eps), the sum of squares left to right (RMSNorm). */
 static inline float rms_inverse(const float *x, int32_t n, float eps) {
     float ss = 0.0f;

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .fusion import fused_gate_up, interleave_gate_up
 from .quant.formats import QuantizedGraph, pack_q4x4
 
 BLOB_MAGIC = b"TLLMWTS1"
@@ -70,9 +71,16 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray) -
         parts.append(data)
         offset += len(data)
 
+    pairs = {f.w_gate: f for f in fused_gate_up(qg).values()}
+    in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
     for name in sorted(qg.q4):
         t = qg.q4[name]
-        if qg.kernels == "cortex-m7" and qg.method != "per-channel":
+        if name in pairs:  # gate and up as one interleaved matrix (fusion.py)
+            f = pairs[name]
+            put(f.combined, "q4x4", pack_q4x4(interleave_gate_up(t, qg.q4[f.w_up], f.combined)))
+        elif name in in_pairs:
+            continue
+        elif qg.kernels == "cortex-m7" and qg.method != "per-channel":
             put(name, "q4x4", pack_q4x4(t))
         else:
             put(name, "q4.packed", t.packed())

@@ -15,7 +15,7 @@ from . import exact
 from .blob import WeightsBlob, build_blob
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
-from .plan.lifetimes import fused_norm_outputs
+from .fusion import fused_gate_up, fused_norm_outputs
 from .quant.formats import QuantizedGraph
 from .quant.kv import kv_layout
 from .reference import rope_tables
@@ -73,12 +73,23 @@ class RmsNorm:
 @dataclass(frozen=True)
 class RmsNormX16:
     """RMSNorm fused with the int8 quantization of its output into the
-    Cortex-M7 int16 stream (plan/lifetimes.fused_norm_outputs)."""
+    Cortex-M7 int16 stream (fusion.py)."""
 
     x: BufferRef
     weight: VectorRef
     n: int
     eps: np.float32
+    group: int
+    stream: BufferRef
+
+
+@dataclass(frozen=True)
+class SiluMulPairsX16:
+    """SiLU(gate) * up from a fused gate/up matvec's (g, g, u, u) tiles,
+    quantized straight into the next linear's int16 stream (fusion.py)."""
+
+    gu: BufferRef
+    n: int
     group: int
     stream: BufferRef
 
@@ -190,7 +201,7 @@ class SiluMul:
     n: int
 
 
-KernelArgs = Union[EmbedQ4, RmsNorm, RmsNormX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
+KernelArgs = Union[EmbedQ4, RmsNorm, RmsNormX16, SiluMulPairsX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
                    FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
@@ -249,6 +260,9 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
     calls: list[KernelCall] = []
     quantized: set[str] = set()
     fused = fused_norm_outputs(qg)
+    gate_up = fused_gate_up(qg)
+    fused_up = {f.up for f in gate_up.values()}
+    fused_act = {f.act: f for f in gate_up.values()}
 
     def emit(args: KernelArgs, node: Node, label: str | None = None) -> None:
         calls.append(KernelCall(args, node.layer, label or node.label))
@@ -263,6 +277,22 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
                             buf(node.output + ".x16")), node)
         elif node.op == "rmsnorm":
             emit(RmsNorm(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), val(node.output)), node)
+        elif node.op == "linear" and node.output in fused_up:
+            continue  # computed by the gate's combined matvec
+        elif node.op == "linear" and node.output in gate_up:
+            pair = gate_up[node.output]
+            if ins[0] not in quantized:
+                quantized.add(ins[0])
+                emit(QuantizeX16(val(ins[0]), qg.graph.values[ins[0]][0], qg.group_size, buf(ins[0] + ".x16")),
+                     node, label=f"quantize {ins[0]}")
+            t = qg.q4[pair.w_gate]
+            combined = Q4Ref(pair.combined, 2 * t.rows, t.cols, t.group_size, blob.entry(pair.combined, "q4x4").offset,
+                             0, "q4x4")
+            emit(MatvecQ4x4(combined, buf(ins[0] + ".x16"), None, val(node.output)), node, label="ffn.w_gate+w_up")
+        elif node.op == "silu_mul" and node.output in fused_act:
+            quantized.add(node.output)
+            emit(SiluMulPairsX16(val(ins[0]), qg.graph.values[node.output][0], qg.group_size,
+                                 buf(node.output + ".x16")), node)
         elif node.op == "linear" and qg.method == "per-channel":
             src, st = ins[0], qg.static[node.output]
             if src not in quantized:

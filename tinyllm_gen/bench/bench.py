@@ -35,7 +35,7 @@ OP_OF_FUNCTION = {
     "tllm_mv_q4x4_b4": "matvec", "tllm_mv_q4x4_b8": "matvec", "tllm_mv_q4x4_b16": "matvec",
     "tllm_quantize_i8": "quantize", "tllm_quantize_x16": "quantize",
     "tllm_attention_i8": "attention", "tllm_attention_kv4": "attention",
-    "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul",
+    "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul", "tllm_silu_mul_pairs_x16": "silu_mul+quantize",
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..exact import c_float_literal
 from ..lower import (Add, Attention, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4, QuantizeI8,
                      Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
-                     QuantizeStaticS8, RmsNormX16)
+                     QuantizeStaticS8, RmsNormX16, SiluMulPairsX16)
 from .names import buffer_macro, ident, matrix_name, vector_macro
 
 
@@ -32,6 +32,8 @@ def c_statement(call: KernelCall) -> str:
     if isinstance(a, RmsNorm):
         return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, "
                 f"{c_float_literal(a.eps)}, {_b(a.out)});")
+    if isinstance(a, SiluMulPairsX16):
+        return f"tllm_silu_mul_pairs_x16({_b(a.gu)}, {a.n}, {a.group}, {_b(a.stream)});"
     if isinstance(a, RmsNormX16):
         return (f"tllm_rmsnorm_x16({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, {c_float_literal(a.eps)}, "
                 f"{a.group}, {_b(a.stream)});")
@@ -68,6 +70,8 @@ def c_comment(call: KernelCall) -> str:
         what, out = f"embed_q4 {a.table.rows}x{a.table.cols}", a.out
     elif isinstance(a, RmsNorm):
         what, out = f"rmsnorm {a.n}", a.out
+    elif isinstance(a, SiluMulPairsX16):
+        what, out = f"silu(gate)*up {a.n} + int8 (as int16 stream) g{a.group}", a.stream
     elif isinstance(a, RmsNormX16):
         what, out = f"rmsnorm {a.n} + int8 (as int16 stream) g{a.group}", a.stream
     elif isinstance(a, QuantizeI8):

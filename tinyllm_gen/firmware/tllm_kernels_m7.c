@@ -67,6 +67,20 @@ void tllm_rmsnorm_x16(const float *x, const float *w, int32_t n, float eps, int3
     }
 }
 
+void tllm_silu_mul_pairs_x16(const float *gu, int32_t n, int32_t group, uint8_t *stream) {
+    float y[TLLM_MAX_GROUP];
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t len = g0 + group < n ? group : n - g0;
+        const float *tile = gu + 2 * g0; /* tiles: gate 2t, gate 2t+1, up 2t, up 2t+1 (g0 and len are even) */
+        for (int32_t i = 0; i < len; i += 2, tile += 4) {
+            const float ga = tile[0], gb = tile[1];
+            y[i] = (ga / (1.0f + exp_poly(-ga))) * tile[2]; /* as tllm_silu_mul */
+            y[i + 1] = (gb / (1.0f + exp_poly(-gb))) * tile[3];
+        }
+        stream = quantize_group_x16(y, len, stream);
+    }
+}
+
 /* --- portable twin ------------------------------------------------------ */
 static inline int32_t smlad_c(uint32_t a, uint32_t b, int32_t acc) {
     return acc + (int32_t)(int16_t)(a & 0xFFFF) * (int32_t)(int16_t)(b & 0xFFFF) +

@@ -23,6 +23,11 @@ void tllm_quantize_x16(const float *x, int32_t n, int32_t group, uint8_t *stream
  * normalized vector is never stored as floats. group <= 128. */
 void tllm_rmsnorm_x16(const float *x, const float *w, int32_t n, float eps, int32_t group, uint8_t *stream);
 
+/* SiLU(gate) * up (as tllm_silu_mul) from a fused gate/up matvec whose output
+ * holds (gate 2t, gate 2t+1, up 2t, up 2t+1) per tile, quantized into the
+ * x16 stream of the next linear. n = hidden size (even). */
+void tllm_silu_mul_pairs_x16(const float *gu, int32_t n, int32_t group, uint8_t *stream);
+
 /* out[r] = sum_g ((float)dot_g * w_scale[r][g]) * x_scale[g]  (+ bias[r]).
  * out must have room for rows rounded up to a multiple of 4. */
 void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out);

@@ -9,7 +9,8 @@ and lower.py follows the same names:
   scales), made once before the first linear that reads <value> and shared
   by all of them (q/k/v share one, gate/up share one); with the Cortex-M7
   kernels one "<value>.x16" stream instead, written by the RMSNorm itself
-  when only linears read its output (fused_norm_outputs);
+  when only linears read its output, and gate/up computed in one pass
+  into "<gate>.gu" with SiLU x up written as a stream (fusion.py);
 * `rope`, `add` and `silu_mul` work in place on their first input when that
   input is not read afterwards: the output value shares its buffer;
 * `attention` needs scratch "<layer>.att.q8" and "<layer>.att.scores";
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..ir import STEP_INPUTS
+from ..fusion import fused_gate_up, fused_norm_outputs
 from ..quant.formats import QuantizedGraph, n_groups, x16_stream_bytes
 from ..quant.kv import kv_layout
 
@@ -35,20 +37,6 @@ def activation_scratch(kernels: str) -> tuple[str, ...]:
     """Buffers a linear's input is quantized into, by kernel set: int8
     values + float scales (portable), or one int16 stream (cortex-m7)."""
     return (".x16",) if kernels == "cortex-m7" else (".q8", ".qs")
-
-
-def fused_norm_outputs(qg) -> set[str]:
-    """With the Cortex-M7 kernels an RMSNorm whose output only linears read is
-    fused with their int8 quantization (tllm_rmsnorm_x16): that output never
-    exists as floats, only as the int16 stream the matvecs read."""
-    if getattr(qg, "kernels", "portable") != "cortex-m7" or getattr(qg, "method", "rtn") == "per-channel":
-        return set()
-    readers: dict[str, list] = {}
-    for node in qg.graph.nodes:
-        for v in node.inputs:
-            readers.setdefault(v, []).append(node)
-    return {n.output for n in qg.graph.nodes if n.op == "rmsnorm" and readers.get(n.output)
-            and all(r.op == "linear" and r.inputs[0] == n.output for r in readers[n.output])}
 
 
 def request_bytes(max_seq: int) -> int:
@@ -126,15 +114,32 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
 
     quantized_inputs: dict[str, str] = {}
     fused = fused_norm_outputs(qg)
+    gate_up = fused_gate_up(qg)
+    fused_acts = {f.act for f in gate_up.values()}
+    up_of = {f.up: f for f in gate_up.values()}
+
+    def stream(value: str, t: int) -> None:  # a value that exists only as an int16 stream
+        counts[value + ".x16"] = ("uint8_t", x16_stream_bytes(g.values[value][0], qg.group_size), "scratch")
+        quantized_inputs[value] = value
+        live(value + ".x16", t)
+
     for i, node in enumerate(nodes):
         for v in node.inputs:
             if v in value_buffer:
                 live(value_buffer[v], i)
-        if node.output in fused:  # RMSNorm writing the int16 stream directly
-            counts[node.output + ".x16"] = ("uint8_t", x16_stream_bytes(g.values[node.output][0], qg.group_size),
-                                            "scratch")
-            quantized_inputs[node.output] = node.output
-            live(node.output + ".x16", i)
+        if node.output in fused or node.output in fused_acts:  # RMSNorm / SiLU x up writing the stream
+            stream(node.output, i)
+            continue
+        if node.output in gate_up or node.output in up_of:  # one matvec pass fills both halves
+            src = node.inputs[0]
+            if src not in quantized_inputs:
+                stream(src, i)
+            live(src + ".x16", i)
+            pair = gate_up.get(node.output) or up_of[node.output]
+            buf = pair.gate + ".gu"
+            counts[buf] = ("float", 2 * g.values[pair.gate][0], "activation")
+            value_buffer[node.output] = buf
+            live(buf, i)
             continue
         if node.op == "linear":
             src = node.inputs[0]

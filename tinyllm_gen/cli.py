@@ -236,8 +236,11 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
     b = load_board(opts.board)
     m = load_model(model, tokenizer)
-    res = plan_for(GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits), opts.max_seq,
-                   opts.ram_budget, b)
+    from .compile import resolve_kernels
+
+    # the same kernel set compile would pick: it decides the activation scratch
+    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, b))
+    res = plan_for(shape, opts.max_seq, opts.ram_budget, b)
     check_weights(res, opts.board)
     if as_json:
         doc = plan_json(res.plan)
@@ -322,6 +325,41 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
     with click.progressbar(length=total, label="scoring", file=sys.stderr) as bar:
         result = evaluate(m, docs, configs, make_quantizer(m, calibration), progress=bar.update)
     click.echo(json.dumps(result, indent=2) if as_json else format_table(result))
+
+
+@cli.command("compress")
+@click.argument("teacher", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True,
+              help="Output model directory (Hugging Face format; work files go to OUT.work/).")
+@click.option("--data", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+              help="Training text for calibration and distillation; documents separated by blank lines.")
+@click.option("--eval-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Held-out text for the table (default: the last 10% of --data, then not trained on).")
+@click.option("--prune-heads", type=float, default=0.5, show_default=True,
+              help="Fraction of KV head groups (with their query heads) removed per layer.")
+@click.option("--prune-ffn", type=float, default=0.5, show_default=True,
+              help="Fraction of FFN channels removed per layer.")
+@click.option("--distill-steps", type=click.IntRange(0), default=200, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--lr", type=click.FloatRange(0.0, min_open=True), default=2e-3, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0.0, min_open=True), default=2.0, show_default=True,
+              help="Softmax temperature of the KL term.")
+@click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="Weight of the KL (teacher) term; 1 - alpha weighs the data loss.")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--checkpoint-every", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, distill_steps, batch_size, lr, temperature,
+                 alpha, seed, checkpoint_every, as_json):
+    """Prune TEACHER, distill it on --data, report float and calibrated-INT4 perplexity (needs torch)."""
+    from .compress.distill import DistillOptions
+    from .compress.pipeline import CompressOptions, compress, format_report
+
+    opts = CompressOptions(prune_heads, prune_ffn, DistillOptions(
+        steps=distill_steps, batch_size=batch_size, lr=lr, temperature=temperature, alpha=alpha, seed=seed,
+        checkpoint_every=checkpoint_every))
+    result = compress(teacher, out, data, opts, eval_data, progress=not as_json)
+    click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 
 
 def main(argv=None) -> None:

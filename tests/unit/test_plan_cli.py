@@ -75,3 +75,20 @@ def test_weights_too_big_for_weact_qspi(ckpts):
 def test_budget_beyond_board_sram(ckpts):
     line = one_line_error(cli("plan", ckpts["260k"], "--board", "weact-h750", "--ram-budget", "2M"))
     assert "exceeds board weact-h750" in line
+
+
+def test_plan_and_compile_agree_for_the_m7_kernels(tmp_path):
+    """`plan` must pick the kernel set compile picks: it decides the scratch."""
+    import json as _json
+    import subprocess as _sp
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    model = _Path(__file__).resolve().parents[2] / "models" / "story-260k"
+    run = lambda *a: _sp.run([_sys.executable, "-m", "tinyllm_gen.cli", *map(str, a)], capture_output=True,  # noqa: E731
+                             text=True, check=True).stdout
+    planned = _json.loads(run("plan", model, "--board", "qemu-mps2-an500", "--json"))
+    run("compile", model, "-o", tmp_path / "out", "--board", "qemu-mps2-an500")
+    compiled = _json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert planned["total_sram_bytes"] == compiled["total_sram_bytes"]
+    assert planned["arena_bytes"] == compiled["arena_bytes"] == compiled["lower_bound_bytes"]

@@ -82,3 +82,19 @@ def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> lis
 
 
 SHAPES_CONTEXT = 96
+
+
+def build_c_harness(tmp: Path, source: str, kernel_file: str) -> Path:
+    """A small C test driver linked with one runtime kernel file, built with
+    the host gcc under the same float rules as the firmware."""
+    import subprocess
+
+    from tinyllm_gen.emit.render import FIRMWARE
+
+    need("gcc")
+    (tmp / "h.c").write_text(source)
+    exe = tmp / "h"
+    subprocess.run(["gcc", "-O2", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror",
+                    "-I", str(FIRMWARE), str(tmp / "h.c"), str(FIRMWARE / kernel_file), "-lm", "-o", str(exe)],
+                   check=True)
+    return exe

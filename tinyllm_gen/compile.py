@@ -17,7 +17,7 @@ from .emit import EmittedTree, emit_tree
 from .errors import UserError
 from .frontends import ImportedModel, Tokenizer, load_model
 from .lower import Program, lower
-from .plan import MemoryPlan, plan_memory
+from .plan import MemoryPlan
 from .plan.memory import shape_of
 from .planning import model_context, plan_for
 from .quant.formats import KERNEL_SETS, QuantizedGraph

@@ -1,16 +1,15 @@
 """Host tier: the C kernels against their numpy twins, bit for bit, over
 inputs much wider than a model run visits (edge cases of exp, short groups,
 zero groups)."""
-import shutil
 import struct
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from firmware_harness import build_c_harness
+
 from tinyllm_gen import exact
-from tinyllm_gen.emit.render import FIRMWARE
 
 pytestmark = pytest.mark.host
 
@@ -42,14 +41,7 @@ int main(int argc, char **argv) {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    d = tmp_path_factory.mktemp("kernels")
-    (d / "h.c").write_text(HARNESS)
-    exe = d / "h"
-    subprocess.run(["gcc", "-O2", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror",
-                    "-I", str(FIRMWARE), str(d / "h.c"), str(FIRMWARE / "tllm_kernels.c"), "-lm", "-o", str(exe)],
-                   check=True)
+    exe = build_c_harness(tmp_path_factory.mktemp("kernels"), HARNESS, "tllm_kernels.c")
 
     def call(op: str, x: np.ndarray, param: int = 0) -> bytes:
         data = struct.pack("<ii", len(x), param) + np.asarray(x, "<f4").tobytes()

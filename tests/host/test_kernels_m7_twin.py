@@ -1,15 +1,15 @@
 """Host tier: the q4x4 kernels' portable C twin (the code the M7 assembly is
 checked against in QEMU) against the numpy reference, bit for bit: short
 last groups, partial 4-row tiles, all group sizes, with and without bias."""
-import shutil
 import struct
 import subprocess
 
 import numpy as np
 import pytest
 
+from firmware_harness import build_c_harness
+
 from tinyllm_gen import exact
-from tinyllm_gen.emit.render import FIRMWARE
 from tinyllm_gen.quant.formats import pack_q4x4, x16_stream_bytes
 from tinyllm_gen.quant.rtn import quantize_q4_rtn
 
@@ -40,14 +40,8 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    d = tmp_path_factory.mktemp("m7twin")
-    (d / "h.c").write_text(HARNESS)
-    subprocess.run(["gcc", "-O2", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror",
-                    "-I", str(FIRMWARE), str(d / "h.c"), str(FIRMWARE / "tllm_kernels_m7.c"), "-lm", "-o",
-                    str(d / "h")], check=True)
-    return d / "h"
+    exe = build_c_harness(tmp_path_factory.mktemp("m7twin"), HARNESS, "tllm_kernels_m7.c")
+    return exe
 
 
 @pytest.mark.parametrize("rows,cols,group,bias", [

@@ -1,15 +1,13 @@
 """Host tier, int4 KV cache: the C kernels (tllm_quantize_i4, tllm_attention_kv4)
 against exact.py bit for bit, and generated firmware with --kv-bits 4 built
 with the host gcc against the quantized reference, token for token."""
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from firmware_harness import GREEDY, KV4_CASES, TOP_P, assert_identical, build_case, need
+from firmware_harness import build_c_harness, GREEDY, KV4_CASES, TOP_P, assert_identical, build_case, need
 from tinyllm_gen import exact
-from tinyllm_gen.emit.render import FIRMWARE
 
 pytestmark = pytest.mark.host
 
@@ -45,14 +43,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    d = tmp_path_factory.mktemp("kv4")
-    (d / "h.c").write_text(HARNESS)
-    exe = d / "h"
-    subprocess.run(["gcc", "-O2", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror",
-                    "-I", str(FIRMWARE), str(d / "h.c"), str(FIRMWARE / "tllm_kernels.c"), "-lm", "-o", str(exe)],
-                   check=True)
+    exe = build_c_harness(tmp_path_factory.mktemp("kv4"), HARNESS, "tllm_kernels.c")
     return exe
 
 

@@ -2,7 +2,6 @@
 no half-written output directory."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -62,7 +62,8 @@ def _quant_options(f):
 def _scheme_options(f):
     f = click.option("--weight-quant", type=click.Choice(["rtn", "clip", "awq"]), default="rtn", show_default=True,
                      help="INT4 weights: round-to-nearest, or calibrated on --calibration text: error-minimising "
-                          "clipping (clip), activation-aware scales folded into the norms + clipping (awq).")(f)
+                          "clipping (clip), activation-aware scales folded into the norms + clipping (awq); "
+                          "give --calibration a few thousand tokens of in-domain text.")(f)
     f = click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
                      help="Calibration text for --quant per-channel and --weight-quant clip|awq (default: a built-in sample).")(f)
     f = click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,

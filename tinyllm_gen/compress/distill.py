@@ -65,7 +65,7 @@ def distill_loss(student_logits, teacher_logits, labels, temperature: float, alp
     kl = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1), log_target=True,
                   reduction="batchmean") * temperature ** 2
     ce = F.cross_entropy(s, labels[mask])
-    return alpha * kl + (1 - alpha) * ce, float(kl), float(ce)
+    return alpha * kl + (1 - alpha) * ce, kl.item(), ce.item()
 
 
 def _optimizer(model, lr):

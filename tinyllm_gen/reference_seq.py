@@ -36,6 +36,16 @@ def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:
     return np.arange(n_heads) // (n_heads // n_kv)
 
 
+
+def rope_seq(x: np.ndarray, nh: int, hd: int, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """RoPE on a [T, nh*hd] block, positions 0..T-1 (rotate-half, float32 ops
+    as exact.rope, so the quantized path stays bit-identical)."""
+    T = x.shape[0]
+    h = x.reshape(T, nh, hd)
+    a, b = h[:, :, : hd // 2], h[:, :, hd // 2:]
+    c, s = cos[:T, None, :], sin[:T, None, :]
+    return np.concatenate([a * c - b * s, b * c + a * s], axis=2).reshape(T, -1).astype(F32)
+
 class SeqQuantKernels:
     """QuantKernels over a whole sequence (group-wise W4A8 only)."""
 
@@ -75,12 +85,7 @@ class SeqQuantKernels:
         return acc
 
     def rope(self, node, x):
-        nh, hd = node.attrs["n_heads"], node.attrs["head_dim"]
-        T = x.shape[0]
-        h = x.reshape(T, nh, hd)
-        a, b = h[:, :, : hd // 2], h[:, :, hd // 2:]
-        c, s = self.cos[:T, None, :], self.sin[:T, None, :]
-        return np.concatenate([a * c - b * s, b * c + a * s], axis=2).reshape(T, -1).astype(F32)
+        return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
     def attention(self, node, q, k, v):
         at = node.attrs
@@ -169,12 +174,7 @@ class SeqFloatKernels:
         return y.astype(F32)
 
     def rope(self, node, x):
-        nh, hd = node.attrs["n_heads"], node.attrs["head_dim"]
-        T = x.shape[0]
-        h = x.reshape(T, nh, hd)
-        a, b = h[:, :, : hd // 2], h[:, :, hd // 2:]
-        c, s = self.cos[:T, None, :], self.sin[:T, None, :]
-        return np.concatenate([a * c - b * s, b * c + a * s], axis=2).reshape(T, -1).astype(F32)
+        return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
     def attention(self, node, q, k, v):
         at = node.attrs

@@ -58,7 +58,7 @@ def c_statement(call: KernelCall) -> str:
 def c_comment(call: KernelCall) -> str:
     """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
     a = call.args
-    where = f"layer {call.layer} " if call.layer is not None else ""
+    where = f"layer {call.layer}" if call.layer is not None else ""
     if isinstance(a, FcS4PerChannel):
         w = a.layer.weight
         what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
@@ -92,7 +92,7 @@ def c_comment(call: KernelCall) -> str:
     else:
         raise AssertionError(type(a).__name__)
     label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16, QuantizeStaticS8)) else ""
-    text = " ".join(p for p in (where + label, what) if p.strip())
+    text = " ".join(p for p in (where, label, what) if p)
     return f"/* {text} -> {out.name} @{out.region}+0x{out.offset:x} */"
 
 

@@ -10,9 +10,12 @@ status through semihosting."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,8 +210,6 @@ def talk_serial(port, request_bin: bytes, timeout_s: float) -> tuple[int | None,
     """The UART request protocol (firmware/tllm_main.c) over an open pyserial
     port: wait for "@TLLM ready", send the request, read until
     "@TLLM done status=N". Returns (N or None on timeout, console text)."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     text = bytearray()
     sent = False
@@ -251,41 +252,46 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
-def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bin: bytes,
-                    timeout_s: float = 600) -> RunResult:
-    """Boot under QEMU with UART0 on a loopback TCP socket and send the
-    request the way a host talks to a real board (pyserial, socket://)."""
+@contextmanager
+def qemu_uart_session(elf: Path, board: dict, weights_bin: Path | None, count: bool = True):
+    """QEMU with UART0 on a loopback TCP socket (the CPU starts once we
+    connect); yields (pyserial port, QEMU process). A host talks to it
+    exactly as to a real board."""
     import serial
 
     program = board.get("emulator", {}).get("program", "qemu-system-arm")
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     port_no = _free_tcp_port()
-    with tempfile.TemporaryDirectory(prefix="tllm-qemu-") as tmp:
-        cmd = qemu_command(Path(elf), board, weights_bin, None, Path(tmp) / "unused.txt", count=True)
-        at = cmd.index("-serial")
-        cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            port = None
-            for _ in range(100):  # QEMU listens once it has started
-                try:
-                    port = serial.serial_for_url(f"socket://127.0.0.1:{port_no}", timeout=0.5)
+    cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
+    at = cmd.index("-serial")
+    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        port = None
+        for _ in range(200):  # QEMU listens once it has started
+            try:
+                port = serial.serial_for_url(f"socket://127.0.0.1:{port_no}", timeout=0.5)
+                break
+            except serial.SerialException:
+                if proc.poll() is not None:
                     break
-                except serial.SerialException:
-                    if proc.poll() is not None:
-                        break
-                    import time
-                    time.sleep(0.05)
-            if port is None:
-                out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
-                raise UserError(f"QEMU did not open its serial socket: {_decode(out).strip()[-200:]}")
-            with port:
-                status, text = talk_serial(port, request_bin, timeout_s)
-            code = proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        diag = _decode(proc.stdout.read() if proc.stdout else b"")
-    return RunResult(code if status is not None else TIMEOUT_EXIT_CODE, text, status is None, cmd, diag)
+                time.sleep(0.05)
+        if port is None:
+            out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
+            raise UserError(f"QEMU did not open its serial socket: {_decode(out).strip()[-200:]}")
+        with port:
+            yield port, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bin: bytes,
+                    timeout_s: float = 600) -> RunResult:
+    """One request over the UART, the way a host talks to a real board."""
+    with qemu_uart_session(elf, board, weights_bin) as (port, proc):
+        status, text = talk_serial(port, request_bin, timeout_s)
+        code = proc.wait(timeout=30) if status is not None else TIMEOUT_EXIT_CODE
+    return RunResult(code, text, status is None, list(proc.args))

@@ -2,16 +2,12 @@
 a loopback socket, pyserial on the other end. One request per run, and a
 session of two requests served back to back (the firmware loops until a
 request carries the exit flag); tokens == the reference every time."""
-import subprocess
-
-
 import pytest
-import serial
 
 from firmware_harness import GREEDY, TOP_P, build_case, need, prompt_for, reference_tokens, N_NEW, SHAPES_CONTEXT
 from tinyllm_gen.build import run_firmware
 from tinyllm_gen.protocol import REQUEST_EXIT_AFTER, pack_request, parse_output
-from tinyllm_gen.run import _free_tcp_port, load_board, qemu_command, talk_serial
+from tinyllm_gen.run import load_board, qemu_uart_session, talk_serial
 
 pytestmark = pytest.mark.emu
 
@@ -29,30 +25,14 @@ def test_one_request_over_uart(built):
     assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, TOP_P, SHAPES_CONTEXT)
 
 
-def test_session_serves_two_requests(built, tmp_path):
+def test_session_serves_two_requests(built):
     ids = prompt_for(built.model_dir)
     board = load_board("qemu-mps2-an500")
-    port_no = _free_tcp_port()
-    cmd = qemu_command(built.out / "build" / "firmware.elf", board, built.out / "weights.bin", None,
-                       tmp_path / "unused.txt", count=False)
-    at = cmd.index("-serial")
-    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]
-    qemu = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                port = serial.serial_for_url(f"socket://127.0.0.1:{port_no}", timeout=0.5)
-                break
-            except serial.SerialException:
-                import time
-                time.sleep(0.05)
-        with port:
-            first = talk_serial(port, pack_request(ids, 12, GREEDY), 120)
-            second = talk_serial(port, pack_request(ids[:3], 12, TOP_P, REQUEST_EXIT_AFTER), 120)
+    with qemu_uart_session(built.out / "build" / "firmware.elf", board, built.out / "weights.bin", count=False) \
+            as (port, qemu):
+        first = talk_serial(port, pack_request(ids, 12, GREEDY), 120)
+        second = talk_serial(port, pack_request(ids[:3], 12, TOP_P, REQUEST_EXIT_AFTER), 120)
         assert qemu.wait(timeout=30) == 0
-    finally:
-        if qemu.poll() is None:
-            qemu.kill()
     assert first[0] == 0 and second[0] == 0
     ref1 = reference_tokens(built.model_dir, 32, ids, GREEDY, SHAPES_CONTEXT)[:12]
     ref2 = reference_tokens(built.model_dir, 32, ids[:3], TOP_P, SHAPES_CONTEXT)[:12]

@@ -1,9 +1,10 @@
 """Offset assignment: a pure algorithm over (size, align, live range) items.
 
-Greedy by size, as TFLite Micro's GreedyMemoryPlanner: take buffers from
-largest to smallest (ties: earlier first use, then name, so the result is
+Greedy, as TFLite Micro's GreedyMemoryPlanner: take buffers from largest to
+smallest (ties: earlier first use, then name, so the result is
 deterministic) and put each at the lowest aligned offset where it overlaps
-no already-placed buffer that is live at the same time.  Big, long-lived
+no already-placed buffer that is live at the same time; two other orders
+are tried as well and the tightest placement kept (ORDERS).  Big, long-lived
 buffers (the KV cache) settle at the bottom and short-lived activations
 share the space above them.
 
@@ -18,20 +19,9 @@ from .lifetimes import BufferRequest, align_up
 
 
 def place(buffers: Sequence[BufferRequest]) -> dict[str, int]:
-    order = sorted(buffers, key=lambda b: (-b.size, b.first, b.name))
-    placed: list[tuple[int, BufferRequest]] = []
-    offsets: dict[str, int] = {}
-    for buf in order:
-        busy = sorted((off, off + other.size) for off, other in placed if other.overlaps_in_time(buf))
-        candidate = 0
-        for start, stop in busy:
-            if align_up(candidate, buf.align) + buf.size <= start:
-                break
-            candidate = max(candidate, stop)
-        offset = align_up(candidate, buf.align)
-        offsets[buf.name] = offset
-        placed.append((offset, buf))
-    return offsets
+    """One memory of unbounded size: buffer name -> offset."""
+    where = place_regions(buffers, {"ram": 1 << 62}, {b.place_class: ("ram",) for b in buffers})
+    return {name: off for name, (_, off) in where.items()}
 
 
 def arena_bytes(buffers: Sequence[BufferRequest], offsets: Mapping[str, int]) -> int:
@@ -78,13 +68,21 @@ def _greedy_offset(buf: BufferRequest, placed: Sequence[tuple[int, BufferRequest
     return align_up(candidate, buf.align)
 
 
-def place_regions(buffers: Sequence[BufferRequest], capacity: Mapping[str, int],
-                  order: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, int]]:
-    """buffer name -> (region, offset).  `capacity`: usable bytes per region;
-    `order`: placement class -> region names to try."""
+# Greedy by size is not optimal in general; a couple of other classic
+# orders (by size x lifetime, by first use) sometimes pack tighter. All are
+# tried and the tightest result kept (earlier order wins ties: deterministic).
+ORDERS = (
+    lambda b: (-b.size, b.first, b.name),
+    lambda b: (-b.size * (b.last - b.first + 1), -b.size, b.name),
+    lambda b: (b.first, -b.size, b.name),
+)
+
+
+def _place_in_order(ordered: Sequence[BufferRequest], capacity: Mapping[str, int],
+                    order: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, int]]:
     placed: dict[str, list[tuple[int, BufferRequest]]] = {r: [] for r in capacity}
     out: dict[str, tuple[str, int]] = {}
-    for buf in sorted(buffers, key=lambda b: (-b.size, b.first, b.name)):
+    for buf in ordered:
         choices = order[buf.place_class]
         pick = None
         for region in choices:
@@ -97,6 +95,30 @@ def place_regions(buffers: Sequence[BufferRequest], capacity: Mapping[str, int],
         placed[pick[0]].append((pick[1], buf))
         out[buf.name] = pick
     return out
+
+
+def _cost(buffers: Sequence[BufferRequest], where: Mapping[str, tuple[str, int]],
+          capacity: Mapping[str, int]) -> tuple[int, int]:
+    """(bytes past capacity, total arena bytes): smaller is better."""
+    ends: dict[str, int] = {}
+    for b in buffers:
+        region, off = where[b.name]
+        ends[region] = max(ends.get(region, 0), off + b.size)
+    over = sum(max(0, end - capacity[r]) for r, end in ends.items())
+    return over, sum(ends.values())
+
+
+def place_regions(buffers: Sequence[BufferRequest], capacity: Mapping[str, int],
+                  order: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, int]]:
+    """buffer name -> (region, offset).  `capacity`: usable bytes per region;
+    `order`: placement class -> region names to try."""
+    best, best_cost = None, None
+    for key in ORDERS:
+        where = _place_in_order(sorted(buffers, key=key), capacity, order)
+        cost = _cost(buffers, where, capacity)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = where, cost
+    return best
 
 
 def overlapping_pairs_regions(buffers: Sequence[BufferRequest],

@@ -276,7 +276,7 @@ def resolution(rng: random.Random, hero: Character, friend: Character | None, ob
             f"Then they went to {verb} the {obj} together.",
             f"{hero.name} and {friend.name} played until the sun went down.",
             f"From that day on, {hero.name} and {friend.name} were best friends.",
-            f"They laughed and played all day.",
+            "They laughed and played all day.",
         ]))
     else:
         out.append(rng.choice([

@@ -111,6 +111,15 @@ void tllm_softmax(float *x, int32_t n) { softmax_inline(x, n); }
 
 static inline int32_t dot_i8(const int8_t *q8, const uint32_t *q_pairs, const int8_t *k, int32_t hd) {
 #if defined(__ARM_FEATURE_DSP)
+    if (hd == 8) { /* the common small head, without a loop */
+        uint32_t k0, k1;
+        memcpy(&k0, k, 4);
+        memcpy(&k1, k + 4, 4);
+        int32_t acc = __smuad(q_pairs[0], __sxtb16(k0));
+        acc = __smlad(q_pairs[1], __sxtb16((k0 >> 8) | (k0 << 24)), acc);
+        acc = __smlad(q_pairs[2], __sxtb16(k1), acc);
+        return __smlad(q_pairs[3], __sxtb16((k1 >> 8) | (k1 << 24)), acc);
+    }
     if ((hd & 3) == 0) {
         int32_t acc = 0;
         for (int32_t j = 0; j < hd / 4; j++) {
@@ -164,7 +173,7 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
          * weights are round(round(e / total) * v_scale), as the reference */
         float total = 0.0f;
         for (int32_t t = 0; t <= pos; t++) {
-            scores[t] = exp_poly(scores[t] - m);
+            scores[t] = exp_poly_nonpos(scores[t] - m);
             total += scores[t];
         }
         const float *vs = kv->v_scale + kh;

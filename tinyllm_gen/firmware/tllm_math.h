@@ -51,6 +51,26 @@ static inline __attribute__((always_inline)) float exp_poly(float x) {
     return p * scale.f;
 }
 
+/* exp_poly for x <= 0 (softmax after subtracting the maximum): the upper
+ * clamp is a no-op there, so this is exp_poly bit for bit, minus a branch. */
+static inline __attribute__((always_inline)) float exp_poly_nonpos(float x) {
+    if (x < EXP_MIN) return 0.0f;
+    int32_t n = round_half_away(x * EXP_LOG2E);
+    float nf = (float)n;
+    float r = x - nf * EXP_LN2_HI;
+    r = r - nf * EXP_LN2_LO;
+    float p = 0x1.6c16c2p-10f;
+    p = p * r + 0x1.111112p-7f;
+    p = p * r + 0x1.555556p-5f;
+    p = p * r + 0x1.555556p-3f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } scale;
+    scale.u = (uint32_t)(n + 127) << 23;
+    return p * scale.f;
+}
+
 /* 1 / sqrt(mean(x^2) + eps), the sum of squares left to right (RMSNorm). */
 static inline float rms_inverse(const float *x, int32_t n, float eps) {
     float ss = 0.0f;

@@ -46,7 +46,18 @@ def rope_seq(x: np.ndarray, nh: int, hd: int, cos: np.ndarray, sin: np.ndarray) 
     c, s = cos[:T, None, :], sin[:T, None, :]
     return np.concatenate([a * c - b * s, b * c + a * s], axis=2).reshape(T, -1).astype(F32)
 
-class SeqQuantKernels:
+
+class _SeqRope:
+    """RoPE tables and the rope op, shared by both sequence kernel sets."""
+
+    def __init__(self, config, max_seq: int):
+        self.cos, self.sin = rope_tables(config.head_dim, config.rope_theta, max_seq)
+
+    def rope(self, node, x):
+        return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
+
+
+class SeqQuantKernels(_SeqRope):
     """QuantKernels over a whole sequence (group-wise W4A8 only)."""
 
     def __init__(self, qgraph, max_seq: int):
@@ -54,7 +65,7 @@ class SeqQuantKernels:
             raise ValueError("whole-sequence evaluation covers the group-wise scheme only")
         self.qg = qgraph
         c = qgraph.config
-        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        super().__init__(c, max_seq)
         self.att_scale = exact.attention_scale(c.head_dim)
         self._wf = {}  # int4 weights as float32, converted once (exact: small integers)
 
@@ -83,9 +94,6 @@ class SeqQuantKernels:
         if len(node.inputs) > 2:
             acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
         return acc
-
-    def rope(self, node, x):
-        return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
     def attention(self, node, q, k, v):
         at = node.attrs
@@ -152,13 +160,12 @@ def _masked_softmax(s: np.ndarray, future: np.ndarray) -> np.ndarray:
     return (e / total).astype(F32)
 
 
-class SeqFloatKernels:
+class SeqFloatKernels(_SeqRope):
     """FloatKernels over a whole sequence (float64 inside, float32 between ops)."""
 
     def __init__(self, graph: Graph, max_seq: int):
         self.g = graph
-        c = graph.config
-        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        super().__init__(graph.config, max_seq)
 
     def embedding(self, node, tokens):
         return self.g.weights[node.inputs[1]][tokens].astype(F32)
@@ -172,9 +179,6 @@ class SeqFloatKernels:
         if len(node.inputs) > 2:
             y = y + self.g.weights[node.inputs[2]]
         return y.astype(F32)
-
-    def rope(self, node, x):
-        return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
     def attention(self, node, q, k, v):
         at = node.attrs

@@ -340,6 +340,8 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
               help="Fraction of KV head groups (with their query heads) removed per layer.")
 @click.option("--prune-ffn", type=float, default=0.5, show_default=True,
               help="Fraction of FFN channels removed per layer.")
+@click.option("--prune-hidden", type=float, default=0.0, show_default=True,
+              help="Fraction of the residual width (hidden_size) removed, the same channels in every layer.")
 @click.option("--distill-steps", type=click.IntRange(0), default=200, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--lr", type=click.FloatRange(0.0, min_open=True), default=2e-3, show_default=True)
@@ -350,7 +352,7 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--checkpoint-every", type=click.IntRange(1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, distill_steps, batch_size, lr, temperature,
+def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hidden, distill_steps, batch_size, lr, temperature,
                  alpha, seed, checkpoint_every, as_json):
     """Prune TEACHER, distill it on --data, report float and calibrated-INT4 perplexity (needs torch)."""
     from .compress.distill import DistillOptions
@@ -358,7 +360,7 @@ def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, distill_
 
     opts = CompressOptions(prune_heads, prune_ffn, DistillOptions(
         steps=distill_steps, batch_size=batch_size, lr=lr, temperature=temperature, alpha=alpha, seed=seed,
-        checkpoint_every=checkpoint_every))
+        checkpoint_every=checkpoint_every), prune_hidden=prune_hidden)
     result = compress(teacher, out, data, opts, eval_data, progress=not as_json)
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 

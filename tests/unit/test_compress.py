@@ -10,6 +10,7 @@ from tinyllm_gen.cli import main  # noqa: E402
 from tinyllm_gen.compile import CompileOptions, compile_path  # noqa: E402
 from tinyllm_gen.compress.distill import DistillOptions, distill  # noqa: E402
 from tinyllm_gen.compress.prune import prune  # noqa: E402
+from tinyllm_gen.compress.prune_hidden import prune_hidden  # noqa: E402
 from tinyllm_gen.compress.torch_io import encode_docs, load_torch_model, make_batch, save_model_dir  # noqa: E402
 from tinyllm_gen.frontends import load_model  # noqa: E402
 
@@ -68,6 +69,35 @@ def test_pruned_model_equals_masked_teacher(teacher_dir, tmp_path):
     compile_path(tmp_path / "pruned", CompileOptions(board="host"))  # the pruned folder compiles
 
 
+def test_hidden_pruning_drops_dead_channels_exactly(teacher_dir, tmp_path):
+    """A teacher whose residual channels in `dead` carry nothing (embedding
+    columns, o_proj and down_proj rows zero) loses exactly those channels, and
+    the norm-gain correction sqrt(kept/all) keeps its logits unchanged."""
+    seqs = seqs_for(teacher_dir)
+    dead = [1, 4, 6, 11, 17, 22, 28, 31]
+    teacher = load_torch_model(teacher_dir)
+    with torch.no_grad():
+        teacher.model.embed_tokens.weight[:, dead] = 0
+        for layer in teacher.model.layers:
+            layer.self_attn.o_proj.weight[dead, :] = 0
+            layer.mlp.down_proj.weight[dead, :] = 0
+    student = load_torch_model(teacher_dir)
+    student.load_state_dict(teacher.state_dict())
+    rep = prune_hidden(student, seqs[:8], 1, 0.25)
+    assert rep.kept == [c for c in range(32) if c not in dead] and student.config.hidden_size == 24
+    pruned = load_torch_model(save_model_dir(student, teacher_dir / "tokenizer.json", tmp_path / "narrow"))
+    assert pruned.lm_head.weight.shape == (300, 24)
+    for m in (pruned, teacher):  # the norms' epsilon is the one thing the correction cannot carry over
+        for mod in m.modules():
+            if hasattr(mod, "variance_epsilon"):
+                mod.variance_epsilon = 0.0
+    ids, _ = make_batch(seqs[:4], 1)
+    with torch.no_grad():
+        np.testing.assert_allclose(pruned(input_ids=ids).logits.numpy(), teacher(input_ids=ids).logits.numpy(),
+                                   atol=2e-5)
+    compile_path(tmp_path / "narrow", CompileOptions(board="host"))
+
+
 def test_distill_resume_is_bit_identical(teacher_dir, tmp_path):
     seqs = seqs_for(teacher_dir)
     teacher = load_torch_model(teacher_dir)
@@ -94,10 +124,11 @@ def test_compress_command(teacher_dir, data_file, tmp_path, capsys):
     out = tmp_path / "student"
     with pytest.raises(SystemExit) as e:
         main(["compress", str(teacher_dir), "-o", str(out), "--data", str(data_file), "--distill-steps", "3",
-              "--batch-size", "4", "--json"])
+              "--batch-size", "4", "--prune-hidden", "0.25", "--json"])
     assert e.value.code == 0
     r = json.loads(capsys.readouterr().out)
     assert r["rows"]["teacher"]["params"] > r["rows"]["distilled"]["params"]
+    assert (r["rows"]["teacher"]["hidden"], r["rows"]["distilled"]["hidden"]) == (32, 24)
     assert r["distill"]["steps"] == 3
     assert {"rtn-g32-kv8", "awq-g32-kv8"} <= set(r["quantized"]["configs"])
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
@@ -105,7 +136,8 @@ def test_compress_command(teacher_dir, data_file, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,msg", [(["--prune-heads", "1.0"], "--prune-heads 1.0 must be in [0, 1)"),
-                                      (["--prune-ffn", "-0.1"], "--prune-ffn -0.1 must be in [0, 1)")])
+                                      (["--prune-ffn", "-0.1"], "--prune-ffn -0.1 must be in [0, 1)"),
+                                      (["--prune-hidden", "1"], "--prune-hidden 1.0 must be in [0, 1)")])
 def test_compress_user_errors(teacher_dir, data_file, tmp_path, capsys, args, msg):
     with pytest.raises(SystemExit) as e:
         main(["compress", str(teacher_dir), "-o", str(tmp_path / "o"), "--data", str(data_file),

@@ -17,6 +17,7 @@ from ..errors import UserError
 from .distill import DistillOptions, distill
 from .eval import QuantConfig, evaluate, read_documents
 from .prune import prune
+from .prune_hidden import prune_hidden
 from .torch_io import encode_docs, load_torch_model, n_params, perplexity, require_torch, save_model_dir
 
 CALIBRATION_DOCS = 32
@@ -28,6 +29,7 @@ class CompressOptions:
     prune_heads: float
     prune_ffn: float
     distill: DistillOptions
+    prune_hidden: float = 0.0  # fraction of the residual width removed (prune_hidden.py)
     quant_eval_tokens: int = 4000  # the numpy exact reference is the slow part of the report
 
 
@@ -42,7 +44,7 @@ def train_flops(teacher_params: int, student_params: int, tokens: int) -> float:
 
 def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, eval_data: Path | None = None,
              progress: bool = True) -> dict:
-    for what, f in (("heads", opts.prune_heads), ("ffn", opts.prune_ffn)):
+    for what, f in (("heads", opts.prune_heads), ("ffn", opts.prune_ffn), ("hidden", opts.prune_hidden)):
         if not 0.0 <= f < 1.0:  # before any loading: a typo should cost nothing
             raise UserError(f"--prune-{what} {f} must be in [0, 1): the fraction to remove")
     require_torch()
@@ -70,6 +72,7 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
     rows = {"teacher": _row(teacher, held, pad)}
     student = copy.deepcopy(teacher)
     report = prune(student, calib, pad, opts.prune_heads, opts.prune_ffn)
+    hidden = prune_hidden(student, calib, pad, opts.prune_hidden) if opts.prune_hidden > 0 else None
     work = work_dir_for(out)
     student = load_torch_model(save_model_dir(student, teacher_dir / "tokenizer.json", work / "pruned"))
     rows["pruned"] = _row(student, held, pad)
@@ -88,7 +91,9 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
     result = {
         "teacher": str(teacher_dir), "out": str(out), "options": asdict(opts), "rows": rows,
         "pruning": {"kept_kv_groups": report.kept_groups, "kv_group_loss_increase": report.group_importance,
-                    "heads": list(report.heads), "ffn": report.ffn},
+                    "heads": list(report.heads), "ffn": report.ffn,
+                    "hidden": hidden.hidden_after if hidden else rows["teacher"]["hidden"],
+                    "kept_hidden_channels": hidden.kept if hidden else None},
         "distill": {"steps": res.steps, "resumed_from": res.resumed_from, "tokens_this_run": res.tokens,
                     "seconds_this_run": res.seconds, "flops_this_run": flops},
         "quantized": q,
@@ -109,19 +114,19 @@ def _cap(seqs, max_tokens):
 
 def _row(model, held, pad) -> dict:
     c = model.config
-    return {"params": n_params(model), "heads": c.num_attention_heads, "kv_heads": c.num_key_value_heads,
+    return {"params": n_params(model), "hidden": c.hidden_size, "heads": c.num_attention_heads, "kv_heads": c.num_key_value_heads,
             "ffn": c.intermediate_size, "ppl": perplexity(model, held, pad)}
 
 
 def format_report(r: dict) -> str:
-    lines = [f"{'model':<26} {'params':>9} {'heads/kv':>9} {'ffn':>5} {'held-out ppl':>13}"]
+    lines = [f"{'model':<26} {'params':>9} {'hidden':>6} {'heads/kv':>9} {'ffn':>5} {'held-out ppl':>13}"]
     for name, row in r["rows"].items():
-        lines.append(f"{name + ' (fp32, torch)':<26} {row['params']:>9,} {row['heads']:>4}/{row['kv_heads']:<4} "
-                     f"{row['ffn']:>5} {row['ppl']:>13.4f}")
+        lines.append(f"{name + ' (fp32, torch)':<26} {row['params']:>9,} {row['hidden']:>6} "
+                     f"{row['heads']:>4}/{row['kv_heads']:<4} {row['ffn']:>5} {row['ppl']:>13.4f}")
     q = r["quantized"]
-    lines.append(f"{'distilled fp32 (numpy)':<26} {'':>9} {'':>9} {'':>5} {q['fp32']['ppl']:>13.4f}")
+    lines.append(f"{'distilled fp32 (numpy)':<26} {'':>9} {'':>6} {'':>9} {'':>5} {q['fp32']['ppl']:>13.4f}")
     for name, c in q["configs"].items():
-        lines.append(f"{'distilled ' + name:<26} {'':>9} {'':>9} {'':>5} {c['ppl']:>13.4f}  "
+        lines.append(f"{'distilled ' + name:<26} {'':>9} {'':>6} {'':>9} {'':>5} {c['ppl']:>13.4f}  "
                      f"({c['ppl_delta_pct']:+.2f}%, top-1 {100 * c['top1_agreement']:.1f}%)")
     d = r["distill"]
     lines.append(f"distillation: {d['steps']} steps ({d['resumed_from']} resumed), {d['tokens_this_run']:,} tokens "

@@ -5,23 +5,21 @@
 
 Same tokenizer (models/story-260k/tokenizer.json), batches, optimiser and
 schedule as scripts/train_default_model.py, on 12x more of the same generated
-corpus (build/corpus-large, 48 MB; made here if missing).  The teacher has
-twice the attention heads (16 heads / 8 KV heads, head_dim 8) and twice the
-FFN (344) of the bundled model, with the SAME hidden size (64) and depth (5).
-That is deliberate: structured pruning removes heads and FFN channels, not
-the residual width, so pruning half of each gives exactly the bundled shape
-(8 / 4 heads, FFN 172), ready for scripts/distill_default_model.py.
+corpus (build/corpus-large, 48 MB; made here if missing).  The teacher is
+twice as wide everywhere as the bundled model: hidden 128, 16 heads / 8 KV
+heads (head_dim 8), FFN 344, the same depth (5), 973K parameters.  Pruning
+half of the heads, the FFN and the residual width (`compress --prune-heads
+0.5 --prune-ffn 0.5 --prune-hidden 0.5`) gives exactly the bundled shape,
+ready for scripts/distill_default_model.py.
 
-Before training it writes build/teacher/train_plan.json with the compute the
-run will take (6 * params * tokens; the batch stream is deterministic, so the
-tokens are known in advance).  The equal-compute baseline reads it:
+DEFAULT_STEPS (2501) keeps the training compute (6 * params * tokens) just
+under that of the equal-compute baseline, the bundled shape trained from
+scratch for 9357 steps (scripts/distill_default_model.py BASELINE_STEPS).
+Before training, the script writes build/teacher/train_plan.json with the
+compute the run will take (the batch stream is deterministic, so the tokens
+are known in advance); `train_default_model.py --match-compute` reads it.
 
-    python scripts/train_default_model.py --corpus build/corpus-large \
-        --tokenizer models/story-260k/tokenizer.json --threads 1 \
-        --match-compute build/teacher/train_plan.json --out build/scratch-260k
-
-Both default to one thread so they can run side by side on a 2-core
-machine (about 70 minutes each).  Deterministic for a given --seed, --steps
+About 62 minutes on 2 threads.  Deterministic for a given --seed, --steps
 and --threads (the thread count changes float summation order).
 """
 from __future__ import annotations
@@ -41,10 +39,10 @@ import train_default_model as base  # noqa: E402  (sibling script)
 
 TEACHER_HIDDEN, TEACHER_HEADS, TEACHER_KV_HEADS, TEACHER_FFN = 128, 16, 8, 344
 DEFAULT_STEPS = 2501  # 6*params*tokens just under the baseline's 9357 steps at 260K: equal compute
-DEFAULT_THREADS = 2
+DEFAULT_THREADS = 2  # part of the recipe: the thread count changes float summation order
 # The same generator and seed as build/corpus, only more of it: the 4 MB
 # default train split is a prefix of this one and the held-out split is the
-# same file, so nothing is repeated within the teacher's 5000 steps.
+# same file, so nothing is repeated within the teacher's 2501 steps.
 LARGE_CORPUS = Path("build/corpus-large")
 LARGE_TRAIN_BYTES = 48_000_000
 

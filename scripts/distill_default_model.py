@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from tinyllm_gen.compress.distill import DistillOptions  # noqa: E402
 from tinyllm_gen.compress.eval import read_documents  # noqa: E402
 from tinyllm_gen.compress.pipeline import CompressOptions, compress, format_report  # noqa: E402
-from tinyllm_gen.compress.torch_io import encode_docs, load_torch_model, n_params, perplexity  # noqa: E402
+from tinyllm_gen.compress.torch_io import encode_docs, load_torch_model, perplexity  # noqa: E402
 from tinyllm_gen.frontends import load_model  # noqa: E402
 
 BUNDLED = ROOT / "models" / "story-260k"
@@ -111,7 +111,7 @@ def summarise(args, result: dict) -> dict:
         "baseline_from_scratch": {"ppl": ppl(args.baseline), "params": baseline["params"],
                                   "steps": baseline["steps"], "train_flops": baseline["flops"]},
         "pruned": {"ppl": result["rows"]["pruned"]["ppl"], "params": result["rows"]["pruned"]["params"]},
-        "distilled": {"ppl": ppl(args.out), "params": n_params(load_torch_model(args.out)),
+        "distilled": {"ppl": ppl(args.out), "params": result["rows"]["distilled"]["params"],
                       "distill_steps": d["steps"], "distill_flops": d["flops_this_run"],
                       "total_flops": teacher["flops"] + d["flops_this_run"]},
         "bundled_before": {"ppl": ppl(BUNDLED)},

@@ -306,14 +306,20 @@ def parse_args(argv):
     return ap.parse_args(argv)
 
 
+def tokens_per_step(seqs: list[torch.Tensor], batch_size: int, seed: int):
+    """The real (non-padding) tokens of each step of the deterministic batch
+    stream: training compute is known before training."""
+    for _ids, labels in batches(seqs, batch_size, seed):
+        yield int((labels != -100).sum())
+
+
 def steps_for_flops(seqs: list[torch.Tensor], batch_size: int, seed: int, n_params: int, flops: float) -> int:
-    """Replay the deterministic batch stream (token counts only) until the
-    training compute 6 * params * tokens reaches `flops`."""
-    stream, tokens, steps = batches(seqs, batch_size, seed), 0, 0
-    while 6.0 * n_params * tokens < flops:
-        tokens += int((next(stream)[1] != -100).sum())
-        steps += 1
-    return steps
+    """The first step count whose training compute 6 * params * tokens reaches `flops`."""
+    tokens = 0
+    for steps, n in enumerate(tokens_per_step(seqs, batch_size, seed)):
+        if 6.0 * n_params * tokens >= flops:
+            return steps
+        tokens += n
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,7 @@ and --threads (the thread count changes float summation order).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -68,8 +69,7 @@ def compute_flops(n_params: int, tokens: int) -> float:
 
 
 def planned_tokens(seqs, batch_size: int, seed: int, steps: int) -> int:
-    stream = base.batches(seqs, batch_size, seed)
-    return sum(int((next(stream)[1] != -100).sum()) for _ in range(steps))
+    return sum(itertools.islice(base.tokens_per_step(seqs, batch_size, seed), steps))
 
 
 def main(argv=None) -> None:

@@ -352,8 +352,8 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--checkpoint-every", type=click.IntRange(1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hidden, distill_steps, batch_size, lr, temperature,
-                 alpha, seed, checkpoint_every, as_json):
+def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hidden, distill_steps, batch_size, lr,
+                 temperature, alpha, seed, checkpoint_every, as_json):
     """Prune TEACHER, distill it on --data, report float and calibrated-INT4 perplexity (needs torch)."""
     from .compress.distill import DistillOptions
     from .compress.pipeline import CompressOptions, compress, format_report

@@ -114,8 +114,8 @@ def _cap(seqs, max_tokens):
 
 def _row(model, held, pad) -> dict:
     c = model.config
-    return {"params": n_params(model), "hidden": c.hidden_size, "heads": c.num_attention_heads, "kv_heads": c.num_key_value_heads,
-            "ffn": c.intermediate_size, "ppl": perplexity(model, held, pad)}
+    return {"params": n_params(model), "hidden": c.hidden_size, "heads": c.num_attention_heads,
+            "kv_heads": c.num_key_value_heads, "ffn": c.intermediate_size, "ppl": perplexity(model, held, pad)}
 
 
 def format_report(r: dict) -> str:

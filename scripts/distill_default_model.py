@@ -125,7 +125,7 @@ def summarise(args, result: dict) -> dict:
 
 
 def replace_bundled(args, s: dict) -> None:
-    student, base, before = s["distilled"]["ppl"], s["baseline_from_scratch"]["ppl"], s["bundled_before"]["ppl"]
+    student, before = s["distilled"]["ppl"], s["bundled_before"]["ppl"]
     if student > before:
         print(f"kept {BUNDLED}: the student ({student:.4f}) is worse than the current model ({before:.4f})")
         return

@@ -13,6 +13,17 @@ corpus that a ~260K-parameter model can actually learn (small vocabulary,
 regular structure) while still being varied enough that the model has to
 track *who* and *what* the story is about rather than memorising one text.
 
+The heroes live in one fixed *world* (``World``, drawn from the seed and shared
+by both splits): about 3,000 characters, each a name + kind + home, with
+facts that never change: a favourite thing, a best friend who helps them,
+a pastime and a mood word.  Characters are drawn with Zipf frequencies, like
+words in real text, so a few are met all the time and most rarely.  Template
+choices are noise that no model can predict; the facts are a long tail that a
+model learns with capacity and exposures.  It was added so that a larger
+teacher has more to learn than the bundled model (issue #5); at the recipe's
+budget the small model's extra exposures still win (README: "Pruning and
+distillation", scripts/loss_by_hero_rank.py).
+
 Output format: one story per block, stories separated by a blank line
 (``STORY_SEPARATOR``).  Each story is a single paragraph without newlines, so
 ``split_stories`` can recover the documents exactly.
@@ -116,17 +127,71 @@ class Character:
     his: str  # possessive
 
 
-def make_character(rng: random.Random, avoid: str = "") -> Character:
-    """Pick a name and kind; the gender of the name decides the pronouns."""
-    while True:
-        if rng.random() < 0.5:
-            name, pro = rng.choice(NAMES_GIRL), ("she", "her", "her")
-            kind = rng.choice([k for k in KINDS if k != "boy"])
-        else:
-            name, pro = rng.choice(NAMES_BOY), ("he", "him", "his")
-            kind = rng.choice([k for k in KINDS if k != "girl"])
-        if name != avoid:
-            return Character(name, kind, *pro)
+# Pastimes a character is known for: (verb phrase, gerund) pairs.
+PASTIMES = [("sing", "singing"), ("dance", "dancing"), ("draw", "drawing"), ("run", "running"),
+            ("jump", "jumping"), ("swim", "swimming"), ("read", "reading"), ("climb", "climbing")]
+ZIPF_EXPONENT = 1.0
+
+
+@dataclass
+class Resident:
+    """A character of the world and the facts the stories always keep about them."""
+    who: Character
+    home: tuple[str, str]          # (place, spot) from PLACES
+    thing: tuple[int, str]         # (index into OBJECTS, adjective)
+    friend: int                    # index of the best friend in World.residents
+    pastime: tuple[str, str]
+    mood: str                      # the good feeling word used for them
+
+
+class World:
+    """Every (name, kind, home) triple is one resident, with fixed facts.
+
+    Built from its own seed so the training and held-out splits share it:
+    held-out perplexity then measures how much of the world a model has learnt.
+    """
+
+    def __init__(self, seed: int):
+        rng = random.Random(f"world-{seed}")
+        self.residents: list[Resident] = []
+        for names, pro, banned in ((NAMES_GIRL, ("she", "her", "her"), "boy"),
+                                   (NAMES_BOY, ("he", "him", "his"), "girl")):
+            for name in names:
+                for kind in KINDS:
+                    if kind == banned:
+                        continue
+                    for home in PLACES:
+                        obj = rng.randrange(len(OBJECTS))
+                        self.residents.append(Resident(
+                            Character(name, kind, *pro), home, (obj, rng.choice(OBJECTS[obj][1])), -1,
+                            rng.choice(PASTIMES), rng.choice(FEELINGS_GOOD)))
+        for r in self.residents:  # a best friend with a different name
+            while True:
+                f = rng.randrange(len(self.residents))
+                if self.residents[f].who.name != r.who.name:
+                    r.friend = f
+                    break
+        # Zipf frequencies over a random order of the residents.
+        order = list(range(len(self.residents)))
+        rng.shuffle(order)
+        weights = [0.0] * len(order)
+        for rank, i in enumerate(order, start=1):
+            weights[i] = rank ** -ZIPF_EXPONENT
+        total, acc, self._cum = sum(weights), 0.0, []
+        for w in weights:
+            acc += w / total
+            self._cum.append(acc)
+        self._rank = {id(self.residents[i]): rank for rank, i in enumerate(order, start=1)}
+
+    def pick(self, rng: random.Random) -> Resident:
+        return rng.choices(self.residents, cum_weights=self._cum)[0]
+
+    def friend_of(self, r: Resident) -> Resident:
+        return self.residents[r.friend]
+
+    def rank(self, r: Resident) -> int:
+        """1 for the most frequent resident, len(residents) for the rarest."""
+        return self._rank[id(r)]
 
 
 def a_or_an(word: str) -> str:
@@ -142,26 +207,31 @@ def cap(s: str) -> str:
 # several templates so that the same event is told in different words.
 # --------------------------------------------------------------------------
 
-def opening(rng: random.Random, hero: Character, place: str) -> list[str]:
-    weather, time = rng.choice(WEATHER), rng.choice(TIMES)
+def opening(rng: random.Random, r: Resident, friend: Character) -> list[str]:
+    """Name the resident (kind, name and home: the key to their facts), then tell one or two facts."""
+    hero, (place, _) = r.who, r.home
     kind = a_or_an(hero.kind)
-    return [rng.choice([
-        f"Once upon a time, there was {kind} named {hero.name}.",
+    intro = rng.choice([
+        f"Once upon a time, there was {kind} named {hero.name} who lived near {place}.",
         f"Once upon a time, {kind} named {hero.name} lived near {place}.",
-        f"Once upon a time, in a little town, there lived {kind} called {hero.name}.",
-        f"One {weather} {time}, {kind} named {hero.name} went to {place}.",
-        f"Once upon a time, there was {kind}. {cap(hero.his)} name was {hero.name}.",
-    ]), rng.choice([
-        f"{hero.name} loved to play outside.",
-        f"{hero.name} was always curious.",
-        f"{cap(hero.he)} liked to sing and dance.",
-        f"It was a {weather} {time}.",
-        f"{hero.name} had many friends.",
-        f"Every day, {hero.he} went to {place} to play.",
-    ])]
+        f"Once upon a time, near {place}, there lived {kind} called {hero.name}.",
+        f"Once upon a time, there was {kind} from {place}. {cap(hero.his)} name was {hero.name}.",
+        f"One {rng.choice(WEATHER)} {rng.choice(TIMES)}, {kind} named {hero.name} played near {place}, "
+        f"where {hero.he} lived.",
+    ])
+    verb, gerund = r.pastime
+    facts = [
+        rng.choice([f"{hero.name} loved {gerund}.", f"{cap(hero.he)} liked to {verb} every day.",
+                    f"More than anything, {hero.name} liked {gerund}."]),
+        rng.choice([f"{hero.name} was always {r.mood}.",
+                    f"Everyone knew {hero.name} as {a_or_an(r.mood + ' ' + hero.kind)}."]),
+        rng.choice([f"{cap(hero.his)} best friend was {friend.name} the {friend.kind}.",
+                    f"{hero.name} and {friend.name} the {friend.kind} were best friends."]),
+    ]
+    return [intro] + rng.sample(facts, rng.choice([1, 2]))
 
 
-def want_object(rng: random.Random, hero: Character, obj: str, adj: str, verb: str) -> list[str]:
+def want_object(rng: random.Random, hero: Character, obj: str, adj: str, verb: str, mood: str) -> list[str]:
     thing = f"{adj} {obj}"
     return [rng.choice([
         f"{hero.name} had {a_or_an(thing)}.",
@@ -172,7 +242,7 @@ def want_object(rng: random.Random, hero: Character, obj: str, adj: str, verb: s
         f"{cap(hero.he)} loved to {verb} the {obj}.",
         f"{cap(hero.he)} wanted to {verb} it all day.",
         f"The {obj} was {hero.his} favorite thing.",
-        f"{hero.name} smiled. {cap(hero.he)} was very {rng.choice(FEELINGS_GOOD)}.",
+        f"{hero.name} smiled. {cap(hero.he)} was very {mood}.",
     ])]
 
 
@@ -258,8 +328,8 @@ def self_solves(rng: random.Random, hero: Character, obj: str, fix: str) -> list
     ]
 
 
-def resolution(rng: random.Random, hero: Character, friend: Character | None, obj: str, verb: str) -> list[str]:
-    good = rng.choice(FEELINGS_GOOD)
+def resolution(rng: random.Random, hero: Character, friend: Character | None, obj: str, verb: str,
+               good: str) -> list[str]:
     out = [rng.choice([
         f"{hero.name} was so {good}.",
         f"{hero.name} smiled a big smile.",
@@ -306,14 +376,12 @@ def ending(rng: random.Random, hero: Character, with_friend: bool) -> list[str]:
     return parts
 
 
-def sharing_story(rng: random.Random) -> list[str]:
+def sharing_story(rng: random.Random, r: Resident, buddy: Resident) -> list[str]:
     """A second plot shape so that not every story is 'lost object'."""
-    hero = make_character(rng)
-    friend = make_character(rng, avoid=hero.name)
-    place, spot = rng.choice(PLACES)
-    obj, adjs, verb = rng.choice(OBJECTS)
-    adj = rng.choice(adjs)
-    s = opening(rng, hero, place) + want_object(rng, hero, obj, adj, verb)
+    hero, friend = r.who, buddy.who
+    place, spot = r.home
+    obj, adjs, verb = OBJECTS[r.thing[0]]
+    s = opening(rng, r, friend) + want_object(rng, hero, obj, r.thing[1], verb, r.mood)
     s += [
         rng.choice([
             f"One day, {friend.name} the {friend.kind} saw the {obj}.",
@@ -341,40 +409,43 @@ def sharing_story(rng: random.Random) -> list[str]:
         ]),
         rng.choice([
             f"{friend.name} smiled. They took turns with the {obj}.",
-            f"{friend.name} was {rng.choice(FEELINGS_GOOD)}. They played together all day.",
+            f"{friend.name} was {buddy.mood}. They played together all day.",
         ]),
     ]
     return s + ending(rng, hero, with_friend=True)
 
 
-def lost_object_story(rng: random.Random) -> list[str]:
-    hero = make_character(rng)
-    place, spot = rng.choice(PLACES)
-    obj, adjs, verb = rng.choice(OBJECTS)
-    adj = rng.choice(adjs)
+def lost_object_story(rng: random.Random, r: Resident, buddy: Resident) -> list[str]:
+    hero = r.who
+    place, spot = r.home
+    obj, adjs, verb = OBJECTS[r.thing[0]]
     what, fix = rng.choice(PROBLEMS)
-    s = opening(rng, hero, place) + want_object(rng, hero, obj, adj, verb)
+    s = opening(rng, r, buddy.who) + want_object(rng, hero, obj, r.thing[1], verb, r.mood)
     s += go_to_place(rng, hero, place, spot, obj) + problem(rng, hero, obj, what)
-    if rng.random() < 0.7:
-        friend = make_character(rng, avoid=hero.name)
+    # The best friend is the one who comes to help: another fact of the world.
+    friend = buddy.who if rng.random() < 0.7 else None
+    if friend is not None:
         s += friend_helps(rng, hero, friend, obj, fix)
     else:
-        friend = None
         s += self_solves(rng, hero, obj, fix)
-    s += resolution(rng, hero, friend, obj, verb)
+    s += resolution(rng, hero, friend, obj, verb, r.mood)
     return s + ending(rng, hero, with_friend=friend is not None)
 
 
-def make_story(rng: random.Random) -> str:
+def make_story(rng: random.Random, world: World, heroes: list[Resident] | None = None) -> str:
     plot = lost_object_story if rng.random() < 0.7 else sharing_story
-    return " ".join(plot(rng))
+    r = world.pick(rng)
+    if heroes is not None:
+        heroes.append(r)
+    return " ".join(plot(rng, r, world.friend_of(r)))
 
 
-def generate(rng: random.Random, n_bytes: int) -> str:
-    """Concatenate stories until at least n_bytes of text have been produced."""
+def generate(rng: random.Random, world: World, n_bytes: int, heroes: list[Resident] | None = None) -> str:
+    """Concatenate stories until at least n_bytes of text have been produced
+    (appending each story's hero to `heroes` when given)."""
     stories, size = [], 0
     while size < n_bytes:
-        story = make_story(rng)
+        story = make_story(rng, world, heroes)
         stories.append(story)
         size += len(story) + len(STORY_SEPARATOR)
     return STORY_SEPARATOR.join(stories) + "\n"
@@ -385,14 +456,23 @@ def split_stories(text: str) -> list[str]:
     return [s.strip() for s in text.split(STORY_SEPARATOR) if s.strip()]
 
 
+def held_out_heroes(seed: int = DEFAULT_SEED, valid_bytes: int = DEFAULT_VALID_BYTES) -> tuple[World, list[Resident]]:
+    """The world and the hero of each held-out story, in order (replays write_corpus)."""
+    world, heroes = World(seed), []
+    generate(random.Random(f"valid-{seed}"), world, valid_bytes, heroes)
+    return world, heroes
+
+
 def write_corpus(out: Path, seed: int = DEFAULT_SEED, train_bytes: int = DEFAULT_TRAIN_BYTES,
                  valid_bytes: int = DEFAULT_VALID_BYTES) -> tuple[Path, Path]:
     # Separate generators for the two splits so the held-out set does not
     # depend on how much training text was requested.
+    # Both splits tell stories of the same world.
     out.mkdir(parents=True, exist_ok=True)
+    world = World(seed)
     train_path, valid_path = out / "train.txt", out / "valid.txt"
-    train_path.write_text(generate(random.Random(f"train-{seed}"), train_bytes), encoding="utf-8")
-    valid_path.write_text(generate(random.Random(f"valid-{seed}"), valid_bytes), encoding="utf-8")
+    train_path.write_text(generate(random.Random(f"train-{seed}"), world, train_bytes), encoding="utf-8")
+    valid_path.write_text(generate(random.Random(f"valid-{seed}"), world, valid_bytes), encoding="utf-8")
     return train_path, valid_path
 
 

@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
     defaults = parse_args([])
     if args.minutes is None and steps != defaults.steps:  # --match-compute is recorded as the steps it chose
         command += f" --steps {steps}"
-    for flag in ("seed", "batch_size", "lr", "warmup", "corpus_seed", "threads", "corpus", "tokenizer"):
+    for flag in ("seed", "batch_size", "lr", "warmup", "corpus_seed", "threads", "corpus", "tokenizer", "out"):
         if getattr(args, flag) != getattr(defaults, flag):
             command += f" --{flag.replace('_', '-')} {getattr(args, flag)}"
     if args.minutes is not None:

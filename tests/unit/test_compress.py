@@ -12,6 +12,7 @@ from tinyllm_gen.compress.distill import DistillOptions, distill  # noqa: E402
 from tinyllm_gen.compress.prune import prune  # noqa: E402
 from tinyllm_gen.compress.prune_hidden import prune_hidden  # noqa: E402
 from tinyllm_gen.compress.torch_io import encode_docs, load_torch_model, make_batch, save_model_dir  # noqa: E402
+from tinyllm_gen.errors import UserError  # noqa: E402
 from tinyllm_gen.frontends import load_model  # noqa: E402
 
 from tinymodels import make_hf_model  # noqa: E402
@@ -109,15 +110,27 @@ def test_distill_resume_is_bit_identical(teacher_dir, tmp_path):
         return s
 
     a = student()
-    distill(a, teacher, seqs, 1, opts, tmp_path / "a", progress=False)
+    ra = distill(a, teacher, seqs, 1, opts, tmp_path / "a", progress=False)
     b = student()
     r1 = distill(b, teacher, seqs, 1, opts, tmp_path / "b", progress=False, stop_after=3)  # "interrupted"
     b = student()
     r2 = distill(b, teacher, seqs, 1, opts, tmp_path / "b", progress=False)
     assert (r1.steps, r2.resumed_from, r2.steps) == (3, 2, 4)
+    # The compute of the result counts the resumed steps too, exactly once.
+    assert ra.total_tokens == ra.tokens == r2.total_tokens > r2.tokens > 0
     sa, sb = a.state_dict(), b.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert not torch.equal(sa["model.layers.0.mlp.up_proj.weight"], student().state_dict()["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_distill_refuses_a_checkpoint_of_another_run(teacher_dir, tmp_path):
+    # Same options, different data: resuming would silently mix two runs.
+    seqs = seqs_for(teacher_dir)
+    teacher = load_torch_model(teacher_dir)
+    opts = DistillOptions(steps=4, batch_size=4, checkpoint_every=2, seed=7, threads=1)
+    distill(load_torch_model(teacher_dir), teacher, seqs, 1, opts, tmp_path, progress=False, stop_after=2)
+    with pytest.raises(UserError, match="another teacher, pruning or data"):
+        distill(load_torch_model(teacher_dir), teacher, seqs[1:], 1, opts, tmp_path, progress=False)
 
 
 def test_compress_command(teacher_dir, data_file, tmp_path, capsys):

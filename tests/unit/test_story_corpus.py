@@ -42,3 +42,52 @@ def test_stories_are_whole_documents(tmp_path):
         assert "\n" not in story
     # Held-out split comes from its own stream, not a copy of the training text.
     assert valid.read_text(encoding="utf-8")[:500] != train.read_text(encoding="utf-8")[:500]
+
+
+def test_world_facts_are_fixed_and_told_in_every_story():
+    # The facts are what separates a larger model from a smaller one (issue #5):
+    # they must be the same in every story about a resident, in both splits.
+    import random
+
+    mc = load_make_corpus()
+    world, again = mc.World(7), mc.World(7)
+    assert world.residents == again.residents
+    assert len(world.residents) == 2 * 12 * 11 * 12  # names x allowed kinds x homes
+    assert all(world.friend_of(r).who.name != r.who.name for r in world.residents)
+    rng = random.Random(0)
+    for r in world.residents[::97]:
+        obj, adjs, _ = mc.OBJECTS[r.thing[0]]
+        for plot in (mc.lost_object_story, mc.sharing_story):
+            for _ in range(5):
+                story = " ".join(plot(rng, r, world.friend_of(r)))
+                assert f"{r.thing[1]} {obj}" in story and r.home[0] in story and r.who.name in story
+                assert f"{r.who.kind} named {r.who.name}" in story or f"{r.who.kind} called {r.who.name}" in story \
+                    or f"{r.who.kind} from {r.home[0]}. " in story
+
+
+def test_residents_are_met_with_zipf_frequencies():
+    import collections
+    import random
+
+    mc = load_make_corpus()
+    world, rng = mc.World(7), random.Random(1)
+    counts = collections.Counter(id(world.pick(rng)) for _ in range(20_000))
+    top = [c for _, c in counts.most_common()]
+    # Zipf with exponent 1 over 3168 residents: the most frequent one takes
+    # 1/H(3168) ~ 11.6% of stories, the 10th ~1.2%, and many are never drawn.
+    assert 0.09 < top[0] / 20_000 < 0.14
+    assert 0.007 < top[9] / 20_000 < 0.018
+    assert len(counts) < len(world.residents)
+
+
+def test_held_out_heroes_replays_the_held_out_split(tmp_path):
+    # scripts/loss_by_hero_rank.py groups held-out stories by their hero's
+    # frequency rank; the replay must line up with the written file story by story.
+    mc = load_make_corpus()
+    _, valid = mc.write_corpus(tmp_path, seed=7, train_bytes=2_000, valid_bytes=8_000)
+    world, heroes = mc.held_out_heroes(seed=7, valid_bytes=8_000)
+    stories = mc.split_stories(valid.read_text(encoding="utf-8"))
+    assert len(stories) == len(heroes) > 5
+    for story, hero in zip(stories, heroes):
+        assert hero.who.name in story.split(".")[0] + story.split(".")[1] and hero.home[0] in story
+    assert sorted(map(world.rank, world.residents)) == list(range(1, len(world.residents) + 1))

@@ -14,6 +14,7 @@ from it and ends with the same weights as an uninterrupted run.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sys
@@ -21,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from ..errors import UserError
 from .torch_io import batch_stream
@@ -47,6 +50,7 @@ class DistillResult:
     resumed_from: int
     tokens: int  # real tokens seen by the student during THIS run's steps
     seconds: float
+    total_tokens: int = 0  # ... and during all steps so far, resumed ones included: the compute of the result
 
 
 def lr_at(step: int, o: DistillOptions) -> float:
@@ -77,12 +81,28 @@ def _optimizer(model, lr):
                              lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def _save(path: Path, student, opt, step: int, o: DistillOptions) -> None:
+def run_fingerprint(student, teacher, seqs: Sequence[Sequence[int]]) -> str:
+    """What a checkpoint must match besides the options: the starting student,
+    the teacher and the data.  Without it a checkpoint left by another teacher
+    (same options) would be resumed silently."""
+    h = hashlib.sha256()
+    for model in (student, teacher):
+        for name, t in sorted(model.state_dict().items()):
+            h.update(name.encode())
+            h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    for s in seqs:
+        ids = np.asarray(s, dtype="<i4")
+        h.update(len(ids).to_bytes(4, "little"))
+        h.update(ids.tobytes())
+    return h.hexdigest()
+
+
+def _save(path: Path, student, opt, step: int, o: DistillOptions, fingerprint: str) -> None:
     import torch
 
     tmp = path.with_suffix(".tmp")
-    torch.save({"step": step, "options": asdict(o), "student": student.state_dict(), "optimizer": opt.state_dict()},
-               tmp)
+    torch.save({"step": step, "options": asdict(o), "fingerprint": fingerprint, "student": student.state_dict(),
+                "optimizer": opt.state_dict()}, tmp)
     os.replace(tmp, path)  # atomic: an interrupted save leaves the previous checkpoint
 
 
@@ -103,17 +123,22 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     work_dir.mkdir(parents=True, exist_ok=True)
     ckpt = work_dir / CHECKPOINT
     opt = _optimizer(student, o.lr)
+    fingerprint = run_fingerprint(student, teacher, seqs)
     start = 0
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
         if state["options"] != asdict(o):
             raise UserError(f"{ckpt} was written with other options; delete it or rerun with the same options")
+        if state.get("fingerprint") != fingerprint:
+            raise UserError(f"{ckpt} was written for another teacher, pruning or data; delete {work_dir} "
+                            f"to start over")
         student.load_state_dict(state["student"])
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
     stream = batch_stream(seqs, o.batch_size, o.seed, pad_id)
+    earlier = 0
     for _ in range(start):  # batch k is a pure function of (seed, k): skip what was done
-        next(stream)
+        earlier += int((next(stream)[1] != -100).sum())
     teacher.eval()
     student.train()
     bar = _progress(o.steps, start, progress)
@@ -137,10 +162,10 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
         bar.set_postfix_str(f"kl {kl:.4f} ce {ce:.4f}")
         done = step + 1
         if done % o.checkpoint_every == 0 or done == o.steps:
-            _save(ckpt, student, opt, done, o)
+            _save(ckpt, student, opt, done, o, fingerprint)
     bar.close()
     student.eval()
-    return DistillResult(done, start, tokens, time.perf_counter() - t0)
+    return DistillResult(done, start, tokens, time.perf_counter() - t0, earlier + tokens)
 
 
 def _progress(total: int, initial: int, enabled: bool):

@@ -80,6 +80,7 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
     rows["distilled"] = _row(student, held, pad)
     save_model_dir(student, teacher_dir / "tokenizer.json", out)
     flops = train_flops(rows["teacher"]["params"], rows["distilled"]["params"], res.tokens)
+    flops_total = train_flops(rows["teacher"]["params"], rows["distilled"]["params"], res.total_tokens)
 
     m = load_model(out)
     held_ids = [s for s in held]
@@ -95,7 +96,8 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
                     "hidden": hidden.hidden_after if hidden else rows["teacher"]["hidden"],
                     "kept_hidden_channels": hidden.kept if hidden else None},
         "distill": {"steps": res.steps, "resumed_from": res.resumed_from, "tokens_this_run": res.tokens,
-                    "seconds_this_run": res.seconds, "flops_this_run": flops},
+                    "seconds_this_run": res.seconds, "flops_this_run": flops,
+                    "tokens": res.total_tokens, "flops": flops_total},
         "quantized": q,
     }
     (out / "compress.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Held-out loss per story, grouped by how often its hero appears in the corpus.
+
+    python scripts/loss_by_hero_rank.py build/teacher build/scratch-260k build/distilled
+
+The corpus's heroes are residents of a fixed world met with Zipf frequencies
+(scripts/make_corpus.py).  Stories about the most frequent residents show what
+the templates alone cost (their facts are learnt by any model); the rarer
+ones add the facts a model has not learnt yet.  Comparing models bucket by
+bucket shows where a larger model, or more tokens, pays.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import make_corpus  # noqa: E402
+
+BUCKETS = ((1, 10), (11, 100), (101, 1000), (1001, 10**9))
+
+
+def story_losses(model_dir: Path, stories: list[str]) -> list[float]:
+    """Summed next-token NLL (nats) of BOS + story + EOS, one float per story."""
+    import torch
+
+    from tinyllm_gen.compress.torch_io import load_torch_model
+    from tinyllm_gen.frontends import load_model
+
+    tok = load_model(model_dir).tokenizer
+    model = load_torch_model(model_dir).eval()
+    out = []
+    with torch.no_grad():
+        for story in stories:
+            ids = torch.tensor([tok.encode(story) + [tok.eos_id]])  # encode() starts with BOS
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            out.append(-logp.gather(1, ids[0, 1:, None]).sum().item())
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", type=Path, nargs="+")
+    ap.add_argument("--corpus", type=Path, default=ROOT / "build" / "corpus")
+    ap.add_argument("--seed", type=int, default=make_corpus.DEFAULT_SEED)
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    stories = make_corpus.split_stories((args.corpus / "valid.txt").read_text(encoding="utf-8"))
+    world, heroes = make_corpus.held_out_heroes(args.seed)
+    if len(heroes) != len(stories):
+        sys.exit(f"{args.corpus / 'valid.txt'} was not made by this make_corpus.py with seed {args.seed}: "
+                 f"regenerate it with `python scripts/make_corpus.py --out {args.corpus}`")
+    ranks = [world.rank(h) for h in heroes]
+    counts = [sum(lo <= r <= hi for r in ranks) for lo, hi in BUCKETS]
+    print("nats per held-out story by the hero's frequency rank (stories in each bucket below)")
+    print(f"{'model':<28}" + "".join(f"{f'{lo}-{hi}' if hi < 10**9 else f'{lo}+':>12}" for lo, hi in BUCKETS))
+    print(f"{'(stories)':<28}" + "".join(f"{c:>12}" for c in counts))
+    for m in args.models:
+        loss = story_losses(m, stories)
+        means = [sum(x for x, r in zip(loss, ranks) if lo <= r <= hi) / max(1, c)
+                 for (lo, hi), c in zip(BUCKETS, counts)]
+        print(f"{str(m):<28}" + "".join(f"{v:>12.2f}" for v in means))
+
+
+if __name__ == "__main__":
+    main()

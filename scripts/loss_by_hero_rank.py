@@ -51,10 +51,13 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    stories = make_corpus.split_stories((args.corpus / "valid.txt").read_text(encoding="utf-8"))
-    world, heroes = make_corpus.held_out_heroes(args.seed)
-    if len(heroes) != len(stories):
-        sys.exit(f"{args.corpus / 'valid.txt'} was not made by this make_corpus.py with seed {args.seed}: "
+    valid = args.corpus / "valid.txt"
+    if not valid.is_file():
+        sys.exit(f"{valid} is missing: make it with `python scripts/make_corpus.py --out {args.corpus}`")
+    stories = make_corpus.split_stories(valid.read_text(encoding="utf-8"))
+    world, heroes = make_corpus.held_out_heroes(args.seed, len(stories))
+    if any(h.who.name not in story for h, story in zip(heroes, stories)):
+        sys.exit(f"{valid} was not made by this make_corpus.py with seed {args.seed}: "
                  f"regenerate it with `python scripts/make_corpus.py --out {args.corpus}`")
     ranks = [world.rank(h) for h in heroes]
     counts = [sum(lo <= r <= hi for r in ranks) for lo, hi in BUCKETS]

@@ -456,10 +456,12 @@ def split_stories(text: str) -> list[str]:
     return [s.strip() for s in text.split(STORY_SEPARATOR) if s.strip()]
 
 
-def held_out_heroes(seed: int = DEFAULT_SEED, valid_bytes: int = DEFAULT_VALID_BYTES) -> tuple[World, list[Resident]]:
-    """The world and the hero of each held-out story, in order (replays write_corpus)."""
-    world, heroes = World(seed), []
-    generate(random.Random(f"valid-{seed}"), world, valid_bytes, heroes)
+def held_out_heroes(seed: int, n_stories: int) -> tuple[World, list[Resident]]:
+    """The world and the heroes of the first n_stories held-out stories, in
+    order: a replay of write_corpus's held-out stream (whatever its size)."""
+    world, rng, heroes = World(seed), random.Random(f"valid-{seed}"), []
+    while len(heroes) < n_stories:
+        make_story(rng, world, heroes)
     return world, heroes
 
 

@@ -55,3 +55,23 @@ def test_match_compute_reaches_the_teacher_flops_and_no_more():
 
     assert flops(steps - 1) < target <= flops(steps)
     assert 1.5 * t_steps < steps < 2.5 * t_steps  # ~ the parameter ratio, 1.87
+
+
+def test_loss_by_hero_rank_reports_every_bucket(tmp_path, capsys):
+    # The diagnostic behind the README's "why the teacher does not win":
+    # one row per model, one mean per frequency bucket, on any held-out size.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tinymodels import make_hf_model
+
+    mc = load_script("make_corpus")
+    mc.write_corpus(tmp_path / "corpus", seed=7, train_bytes=1_000, valid_bytes=6_000)
+    model = make_hf_model(tmp_path / "model", vocab=300, context=512)
+    script = load_script("loss_by_hero_rank")
+    script.main([str(model), "--corpus", str(tmp_path / "corpus"), "--seed", "7"])
+    lines = capsys.readouterr().out.splitlines()
+    counts = [int(x) for x in lines[2].split()[1:]]
+    means = [float(x) for x in lines[3].split()[1:]]
+    assert sum(counts) == len(mc.split_stories((tmp_path / "corpus/valid.txt").read_text())) and len(means) == 4
+    assert all(m > 0 for m, c in zip(means, counts) if c)
+    with pytest.raises(SystemExit, match="was not made by this make_corpus.py with seed 8"):
+        script.main([str(model), "--corpus", str(tmp_path / "corpus"), "--seed", "8"])

@@ -351,16 +351,21 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
               help="Weight of the KL (teacher) term; 1 - alpha weighs the data loss.")
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--checkpoint-every", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=2, show_default=True,
+              help="torch threads for distillation (the count changes float summation order: keep it to reproduce).")
+@click.option("--quant-eval-tokens", type=click.IntRange(0), default=4000, show_default=True,
+              help="Held-out tokens scored by the quantized rows of the table (0 = all; the exact path is slow).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hidden, distill_steps, batch_size, lr,
-                 temperature, alpha, seed, checkpoint_every, as_json):
+                 temperature, alpha, seed, checkpoint_every, threads, quant_eval_tokens, as_json):
     """Prune TEACHER, distill it on --data, report float and calibrated-INT4 perplexity (needs torch)."""
     from .compress.distill import DistillOptions
     from .compress.pipeline import CompressOptions, compress, format_report
 
     opts = CompressOptions(prune_heads, prune_ffn, DistillOptions(
         steps=distill_steps, batch_size=batch_size, lr=lr, temperature=temperature, alpha=alpha, seed=seed,
-        checkpoint_every=checkpoint_every), prune_hidden=prune_hidden)
+        checkpoint_every=checkpoint_every, threads=threads), prune_hidden=prune_hidden,
+        quant_eval_tokens=quant_eval_tokens)
     result = compress(teacher, out, data, opts, eval_data, progress=not as_json)
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 

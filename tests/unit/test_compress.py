@@ -137,15 +137,24 @@ def test_compress_command(teacher_dir, data_file, tmp_path, capsys):
     out = tmp_path / "student"
     with pytest.raises(SystemExit) as e:
         main(["compress", str(teacher_dir), "-o", str(out), "--data", str(data_file), "--distill-steps", "3",
-              "--batch-size", "4", "--prune-hidden", "0.25", "--json"])
+              "--batch-size", "4", "--prune-hidden", "0.25", "--threads", "1", "--quant-eval-tokens", "0", "--json"])
     assert e.value.code == 0
     r = json.loads(capsys.readouterr().out)
+    assert r["options"]["quant_eval_tokens"] == 0 and r["options"]["distill"]["threads"] == 1
     assert r["rows"]["teacher"]["params"] > r["rows"]["distilled"]["params"]
     assert (r["rows"]["teacher"]["hidden"], r["rows"]["distilled"]["hidden"]) == (32, 24)
     assert r["distill"]["steps"] == 3
     assert {"rtn-g32-kv8", "awq-g32-kv8"} <= set(r["quantized"]["configs"])
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     compile_path(out, CompileOptions(board="host", weight_quant="awq"))
+
+
+def test_quantized_rows_token_cap():
+    from tinyllm_gen.compress.pipeline import _cap
+
+    seqs = [[0, 5, 6, 7], [0, 8, 9], [0, 4]]  # 3 + 2 + 1 scored tokens
+    assert _cap(seqs, 0) == seqs  # 0 = the whole held-out text
+    assert _cap(seqs, 5) == seqs[:2] and _cap(seqs, 1) == seqs[:1]
 
 
 @pytest.mark.parametrize("args,msg", [(["--prune-heads", "1.0"], "--prune-heads 1.0 must be in [0, 1)"),

@@ -26,20 +26,16 @@ BUCKETS = ((1, 10), (11, 100), (101, 1000), (1001, 10**9))
 
 def story_losses(model_dir: Path, stories: list[str]) -> list[float]:
     """Summed next-token NLL (nats) of BOS + story + EOS, one float per story."""
-    import torch
-
-    from tinyllm_gen.compress.torch_io import load_torch_model
+    from tinyllm_gen.compress.torch_io import encode_docs, load_torch_model, sequence_nll
     from tinyllm_gen.frontends import load_model
 
     tok = load_model(model_dir).tokenizer
-    model = load_torch_model(model_dir).eval()
-    out = []
-    with torch.no_grad():
-        for story in stories:
-            ids = torch.tensor([tok.encode(story) + [tok.eos_id]])  # encode() starts with BOS
-            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-            out.append(-logp.gather(1, ids[0, 1:, None]).sum().item())
-    return out
+    model = load_torch_model(model_dir)
+    ctx = model.config.max_position_embeddings
+    seqs = encode_docs(tok, stories, ctx)  # cut at the context: a story that fills it may have been cut
+    if len(seqs) != len(stories) or any(len(s) >= ctx for s in seqs):
+        sys.exit(f"{model_dir}: a held-out story is longer than the model's context; shorten the corpus stories")
+    return sequence_nll(model, seqs, tok.eos_id)
 
 
 def main(argv=None) -> None:

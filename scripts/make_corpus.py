@@ -380,7 +380,7 @@ def sharing_story(rng: random.Random, r: Resident, buddy: Resident) -> list[str]
     """A second plot shape so that not every story is 'lost object'."""
     hero, friend = r.who, buddy.who
     place, spot = r.home
-    obj, adjs, verb = OBJECTS[r.thing[0]]
+    obj, _, verb = OBJECTS[r.thing[0]]
     s = opening(rng, r, friend) + want_object(rng, hero, obj, r.thing[1], verb, r.mood)
     s += [
         rng.choice([
@@ -418,7 +418,7 @@ def sharing_story(rng: random.Random, r: Resident, buddy: Resident) -> list[str]
 def lost_object_story(rng: random.Random, r: Resident, buddy: Resident) -> list[str]:
     hero = r.who
     place, spot = r.home
-    obj, adjs, verb = OBJECTS[r.thing[0]]
+    obj, _, verb = OBJECTS[r.thing[0]]
     what, fix = rng.choice(PROBLEMS)
     s = opening(rng, r, buddy.who) + want_object(rng, hero, obj, r.thing[1], verb, r.mood)
     s += go_to_place(rng, hero, place, spot, obj) + problem(rng, hero, obj, what)
@@ -440,12 +440,11 @@ def make_story(rng: random.Random, world: World, heroes: list[Resident] | None =
     return " ".join(plot(rng, r, world.friend_of(r)))
 
 
-def generate(rng: random.Random, world: World, n_bytes: int, heroes: list[Resident] | None = None) -> str:
-    """Concatenate stories until at least n_bytes of text have been produced
-    (appending each story's hero to `heroes` when given)."""
+def generate(rng: random.Random, world: World, n_bytes: int) -> str:
+    """Concatenate stories until at least n_bytes of text have been produced."""
     stories, size = [], 0
     while size < n_bytes:
-        story = make_story(rng, world, heroes)
+        story = make_story(rng, world)
         stories.append(story)
         size += len(story) + len(STORY_SEPARATOR)
     return STORY_SEPARATOR.join(stories) + "\n"
@@ -468,8 +467,7 @@ def held_out_heroes(seed: int, n_stories: int) -> tuple[World, list[Resident]]:
 def write_corpus(out: Path, seed: int = DEFAULT_SEED, train_bytes: int = DEFAULT_TRAIN_BYTES,
                  valid_bytes: int = DEFAULT_VALID_BYTES) -> tuple[Path, Path]:
     # Separate generators for the two splits so the held-out set does not
-    # depend on how much training text was requested.
-    # Both splits tell stories of the same world.
+    # depend on how much training text was requested; one world for both.
     out.mkdir(parents=True, exist_ok=True)
     world = World(seed)
     train_path, valid_path = out / "train.txt", out / "valid.txt"

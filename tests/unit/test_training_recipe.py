@@ -65,7 +65,7 @@ def test_loss_by_hero_rank_reports_every_bucket(tmp_path, capsys):
 
     mc = load_script("make_corpus")
     mc.write_corpus(tmp_path / "corpus", seed=7, train_bytes=1_000, valid_bytes=6_000)
-    model = make_hf_model(tmp_path / "model", vocab=300, context=512)
+    model = make_hf_model(tmp_path / "model", vocab=300, context=1024)  # byte-level toy tokenizer: ~650 tokens a story
     script = load_script("loss_by_hero_rank")
     script.main([str(model), "--corpus", str(tmp_path / "corpus"), "--seed", "7"])
     lines = capsys.readouterr().out.splitlines()

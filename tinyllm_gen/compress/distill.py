@@ -50,7 +50,7 @@ class DistillResult:
     resumed_from: int
     tokens: int  # real tokens seen by the student during THIS run's steps
     seconds: float
-    total_tokens: int = 0  # ... and during all steps so far, resumed ones included: the compute of the result
+    total_tokens: int  # ... and during all steps so far, resumed ones included: the compute of the result
 
 
 def lr_at(step: int, o: DistillOptions) -> float:

@@ -123,23 +123,43 @@ def batch_stream(seqs: Sequence[Sequence[int]], batch_size: int, seed: int, pad_
         epoch += 1
 
 
-def perplexity(model, seqs: Sequence[Sequence[int]], pad_id: int, batch_size: int = 32) -> float:
-    """Per token after BOS (EOS included), like scripts/train_default_model.py."""
+def _scored_batches(model, seqs: Sequence[Sequence[int]], pad_id: int, batch_size: int):
+    """Per batch: next-token logits after each position and their targets
+    (-100 on padding), in eval mode without gradients."""
     import torch
 
     was_training = model.training
     model.eval()
+    try:
+        with torch.no_grad():
+            for i in range(0, len(seqs), batch_size):
+                ids, labels = make_batch(seqs[i:i + batch_size], pad_id)
+                yield model(input_ids=ids).logits[:, :-1], labels[:, 1:]
+    finally:
+        model.train(was_training)
+
+
+def perplexity(model, seqs: Sequence[Sequence[int]], pad_id: int, batch_size: int = 32) -> float:
+    """Per token after BOS (EOS included), like scripts/train_default_model.py."""
+    import torch
+
     nll, count = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(seqs), batch_size):
-            ids, labels = make_batch(seqs[i:i + batch_size], pad_id)
-            logits = model(input_ids=ids).logits[:, :-1]
-            tgt = labels[:, 1:]
-            nll += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1),
-                                                     ignore_index=-100, reduction="sum").item()
-            count += int((tgt != -100).sum())
-    model.train(was_training)
+    for logits, tgt in _scored_batches(model, seqs, pad_id, batch_size):
+        nll += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1),
+                                                 ignore_index=-100, reduction="sum").item()
+        count += int((tgt != -100).sum())
     return math.exp(nll / max(1, count))
+
+
+def sequence_nll(model, seqs: Sequence[Sequence[int]], pad_id: int, batch_size: int = 32) -> list[float]:
+    """Summed next-token NLL (nats) of each sequence, in order."""
+    import torch
+
+    out: list[float] = []
+    for logits, tgt in _scored_batches(model, seqs, pad_id, batch_size):
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=-100, reduction="none")
+        out += loss.sum(dim=1).tolist()
+    return out
 
 
 def n_params(model) -> int:

@@ -18,17 +18,21 @@ from tinymodels import make_hf_model
 GREEDY = SamplingOptions()
 TOP_P = SamplingOptions(temperature=0.9, top_p=0.85, seed=1234)
 
-# Two shapes: a tied Llama with GQA, and an untied Qwen2 with q/k/v biases
-# whose hidden size leaves a short last group at group sizes 64 and 128.
+# Three shapes: a tied Llama with GQA, an untied Qwen2 with q/k/v biases
+# whose hidden size leaves a short last group at group sizes 64 and 128, and
+# stories260K's head geometry (head_dim 8: the attention kernels' own path).
 SHAPES = {
     "llama-tied-gqa": dict(arch="llama", dim=64, hidden=96, layers=2, heads=4, kv_heads=2, vocab=300, context=96,
                            tied=True, seed=11),
     "qwen2-bias-untied": dict(arch="qwen2", dim=96, hidden=160, layers=3, heads=6, kv_heads=2, vocab=320,
                               context=96, tied=False, seed=12),
+    "llama-hd8": dict(arch="llama", dim=64, hidden=96, layers=2, heads=8, kv_heads=4, vocab=300, context=96,
+                      tied=True, seed=13),
 }
 # int4 KV cache (--kv-bits 4): one GQA shape and one with biases and 3 layers.
 KV4_CASES = [("llama-tied-gqa", 32), ("qwen2-bias-untied", 64)]
-CASES = [("llama-tied-gqa", 32), ("llama-tied-gqa", 64), ("qwen2-bias-untied", 64), ("qwen2-bias-untied", 128)]
+CASES = [("llama-tied-gqa", 32), ("llama-tied-gqa", 64), ("qwen2-bias-untied", 64), ("qwen2-bias-untied", 128),
+         ("llama-hd8", 32)]
 N_NEW = 40
 
 

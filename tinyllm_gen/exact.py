@@ -175,27 +175,87 @@ def attention_scale(head_dim: int) -> np.float32:
     return F32(1.0 / np.sqrt(head_dim))
 
 
+# --- exp2 for softmax weights ----------------------------------------------
+# 2^y for y <= 0, cheaper than expf: the attention weights it feeds are
+# rounded to 15-bit integers anyway (attention_i8), so a relative error of
+# 2.9e-6 is plenty.  y = n + r, n = round-to-nearest-even(y) by the 1.5*2^23
+# trick (t = y + MAGIC; its low mantissa bits are n), r in [-0.5, 0.5],
+# 2^r by a degree-4 polynomial with constant term exactly 1 (least-squares
+# fit for minimax relative error, then rounded to float32), 2^n by adding
+# n << 23 to the exponent field: bits(t) << 23 is exactly n << 23 (mod 2^32)
+# because bits(MAGIC) << 23 vanishes.  Below -64 the input is clamped: W *
+# 2^-64 rounds to 0 for any weight limit W.  exp2_nonpos(0) == 1 exactly and
+# exp2_nonpos(y) <= 1 for y <= 0 (tests/unit/test_exact.py).
+EXP2_MAGIC = f32(12582912.0)  # 1.5 * 2^23
+EXP2_FLOOR = f32(-64.0)
+EXP2_POLY = tuple(f32(float.fromhex(c)) for c in (
+    "0x1.3a0282p-7", "0x1.c9fc28p-5", "0x1.ec0378p-3", "0x1.62e12cp-1", "0x1p+0"))
+
+
+def exp2_nonpos(y: np.ndarray) -> np.ndarray:
+    """C twin: exp2_nonpos in firmware/tllm_math.h."""
+    y = np.maximum(np.asarray(y, dtype=F32), EXP2_FLOOR)
+    t = (y + EXP2_MAGIC).astype(F32)
+    r = (y - (t - EXP2_MAGIC)).astype(F32)
+    p = EXP2_POLY[0]
+    for c in EXP2_POLY[1:]:
+        p = p * r + c
+    p = np.asarray(p, dtype=F32)
+    bits = p.view(np.uint32) + (t.view(np.uint32) << np.uint32(23))
+    return bits.astype(np.uint32).view(F32)
+
+
+# --- attention over the int8 KV cache ----------------------------------------
+ATTENTION_LOG2E = EXP_LOG2E
+ATTENTION_VS_MIN = f32(2.0 ** -100)  # below: the heads' values are all ~0, output 0
+
+
+def attention_weight_limit(n_keys: int) -> int:
+    """Largest integer softmax weight: 32767 (15 bits), or less when n_keys *
+    W * 127 would overflow the int32 value sums (n_keys > 516)."""
+    return min(32767, (2 ** 31 - 1) // (127 * n_keys))
+
+
 def attention_i8(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray,
                  scale: np.float32) -> np.ndarray:
     """Attention of one query over an int8 KV cache (grouped-query aware).
 
     q [heads, hd] float32; k_q/v_q [T, kv_heads, hd] int8; k_s/v_s [T, kv_heads].
     C order per head h (kv head kh = h / (heads/kv_heads)):
-      q8, qs = quantize(q[h]);  s[t] = (((float)dot(q8, k8[t]) * qs) * ks[t]) * scale
-      p = softmax(s);           out[i] = sum_t (p[t] * vs[t]) * (float)v8[t][i]  (t ascending)"""
+      q8, qs = quantize(q[h]);  r[t] = (float)dot(q8, k8[t]) * ks[t];  m = max r
+      e[t] = exp2_nonpos((r[t] - m) * ((qs * scale) * log2(e)));  total = sum e (t ascending)
+      W = attention_weight_limit(T);  inv = W / max vs  (0 if max vs < 2^-100)
+      w[t] = round((e[t] * vs[t]) * inv)      integers in [0, W]
+      out[i] = (float)(sum_t w[t] * v8[t][i]) * (1 / (inv * total))   (exact int32 sum)
+    The softmax with the value scales folded in becomes integer weights, so
+    the value sum is exact integer arithmetic (SMLABB on the M7)."""
     nh, hd = q.shape
     T, nkv, _ = k_q.shape
     kv_of = np.arange(nh) // (nh // nkv)
     q8, qs = quantize_rows_i8(q)
-    dots = np.einsum("hd,thd->ht", q8.astype(np.int32), k_q[:, kv_of].astype(np.int32))
-    s = ((dots.astype(F32) * qs[:, None]) * k_s[:, kv_of].T) * scale
-    p = softmax(s)
-    w = p * v_s[:, kv_of].T  # [heads, T]
-    vf = v_q[:, kv_of].astype(F32)  # [T, heads, hd]
-    out = np.zeros((nh, hd), F32)
-    for t in range(T):
-        out = out + w[:, t:t + 1] * vf[t]
-    return out.reshape(-1)
+    dots = np.einsum("hd,thd->ht", q8.astype(np.int64), k_q[:, kv_of].astype(np.int64))
+    r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T  # [heads, T]
+    m = np.max(r, axis=1, keepdims=True)
+    cl = ((qs * scale) * ATTENTION_LOG2E).astype(F32)
+    e = exp2_nonpos((r - m) * cl[:, None])
+    total = seq_sum(e, axis=1)
+    vs = v_s[:, kv_of].T.astype(F32)  # [heads, T]
+    w, out_k = attention_weights(e, vs, np.max(vs, axis=1), total, T)
+    acc = np.einsum("ht,thd->hd", w, v_q[:, kv_of].astype(np.int64))
+    out = acc.astype(np.int32).astype(F32) * out_k[:, None]
+    return out.astype(F32).reshape(-1)
+
+
+def attention_weights(e: np.ndarray, vs: np.ndarray, vsmax: np.ndarray, total: np.ndarray,
+                      n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Integer weights w = round((e * vs) * inv) and the output factor
+    1 / (inv * total), inv = W / vsmax; e/vs [..., T], vsmax/total [...]."""
+    W = F32(attention_weight_limit(n_keys))
+    live = vsmax >= ATTENTION_VS_MIN
+    inv = np.where(live, W / np.where(live, vsmax, F32(1.0)), F32(0.0)).astype(F32)
+    w = round_half_away((e * vs) * inv[..., None])
+    out_k = np.where(live, F32(1.0) / np.where(live, inv * total, F32(1.0)), F32(0.0)).astype(F32)
+    return w, out_k
 
 
 # --- int4 KV cache (quant/kv.py states the layout) ---------------------------

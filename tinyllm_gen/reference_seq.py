@@ -11,11 +11,14 @@ test_reference_seq.py checks it on every op, both KV precisions, biases):
   operations on row t as the step kernel performs on its vector;
 * int4 x int8 group dot products are integers below 2^24 (7*127*128), so a
   float32 BLAS matmul computes them exactly whatever its summation order;
-* attention's only reductions across positions (softmax sum, value
-  accumulation) run over key positions in ascending order, from 0.0f; a
-  future key contributes an exact +0 (e = 0, p = 0, 0 * v = +-0), and
-  x + (+-0) == x for every float32 x reached from a +0 start, so summing
-  over all T keys gives the same bits as summing over the first t+1.
+* attention's float reductions across positions (the softmax sum; with
+  the int4 cache also the value accumulation) run over key positions in
+  ascending order, from 0.0f; a future key contributes an exact +0 (e = 0,
+  p = 0, 0 * v = +-0), and x + (+-0) == x for every float32 x reached from
+  a +0 start, so summing over all T keys gives the same bits as summing over
+  the first t+1.  The int8 cache's value sum is an integer (weight 0 for a
+  future key), exact in float64 in any order; its maxima run over the keys
+  up to each query.
 `SeqFloatKernels` mirrors FloatKernels to float rounding (not bit for bit:
 BLAS picks its own order; tolerance 1e-5 in the test).
 """
@@ -125,14 +128,22 @@ class SeqQuantKernels(_SeqRope):
         k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
         v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
         kf = k_q[:, kv_of].astype(np.float64).transpose(1, 2, 0)  # [nh, hd, Tk]
-        dots = np.matmul(q8.astype(np.float64).transpose(1, 0, 2), kf).transpose(1, 0, 2).astype(F32)  # [Tq, nh, Tk]
-        s = ((dots * qs[:, :, None]) * k_s[:, kv_of].T[None]) * self.att_scale
-        p = _masked_softmax(s, future)
-        w = p * v_s[:, kv_of].T[None]  # [Tq, nh, Tk]
-        vf = v_q[:, kv_of].astype(F32)  # [Tk, nh, hd]
+        dots = np.matmul(q8.astype(np.float64).transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
+        r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
+        m = np.max(np.where(future, -np.inf, r), axis=-1, keepdims=True).astype(F32)
+        cl = ((qs * self.att_scale) * exact.ATTENTION_LOG2E).astype(F32)  # [Tq, nh]
+        e = np.where(future, F32(0.0), exact.exp2_nonpos(np.where(future, F32(0.0), (r - m) * cl[:, :, None])))
+        total = np.cumsum(e, axis=-1, dtype=F32)[..., -1]  # + exact zeros after the last real key
+        vs = v_s[:, kv_of].T.astype(F32)  # [nh, Tk]
+        vsmax = np.maximum.accumulate(vs, axis=1).T  # [Tq, nh]: max over keys 0..t
         out = np.zeros((T, nh, hd), F32)
-        for t in range(T):
-            out[t:] = out[t:] + w[t:, :, t, None] * vf[t]
+        vq = v_q[:, kv_of].astype(np.float64).transpose(1, 0, 2)  # [nh, Tk, hd]
+        for limit in sorted(set(exact.attention_weight_limit(t + 1) for t in range(T))):
+            rows = np.array([t for t in range(T) if exact.attention_weight_limit(t + 1) == limit])
+            w, out_k = exact.attention_weights(e[rows], vs[None], vsmax[rows], total[rows], int(rows[0]) + 1)
+            w = np.where(future[rows], 0, w)
+            acc = np.matmul(w.astype(np.float64).transpose(1, 0, 2), vq).transpose(1, 0, 2)  # exact integers
+            out[rows] = acc.astype(np.int64).astype(np.int32).astype(F32) * out_k[:, :, None]
         return out.reshape(T, -1)
 
     def add(self, node, a, b):

@@ -35,6 +35,7 @@ OP_OF_FUNCTION = {
     "tllm_mv_q4x4_b4": "matvec", "tllm_mv_q4x4_b8": "matvec", "tllm_mv_q4x4_b16": "matvec",
     "tllm_quantize_i8": "quantize", "tllm_quantize_x16": "quantize",
     "tllm_attention_i8": "attention", "tllm_attention_kv4": "attention",
+    "tllm_attention_scores_i8": "attention", "tllm_attention_values_i8": "attention",
     "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul", "tllm_silu_mul_pairs_x16": "silu_mul+quantize",
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }
@@ -74,7 +75,7 @@ class BenchResult:
 def _op_breakdown(per_function: dict[str, int]) -> dict[str, int]:
     ops: dict[str, int] = {}
     for name, n in per_function.items():
-        op = OP_OF_FUNCTION.get(name, "other")
+        op = OP_OF_FUNCTION.get(name.split(".")[0], "other")  # gcc clones: name.constprop.0
         ops[op] = ops.get(op, 0) + n
     return dict(sorted(ops.items(), key=lambda kv: -kv[1]))
 

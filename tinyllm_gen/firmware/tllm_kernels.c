@@ -102,47 +102,169 @@ static inline __attribute__((always_inline)) void softmax_inline(float *x, int32
 
 void tllm_softmax(float *x, int32_t n) { softmax_inline(x, n); }
 
-/* q . k over one head: an exact int32 dot product, so any order gives the
- * same result; on DSP targets four int8 MACs cost one load, two SXTB16 and
- * two SMLAD (q is pre-widened to int16 pairs once per head). */
+/* ---- attention over the int8 KV cache (twin: exact.attention_i8) ----
+ * Three passes per head over positions 0..pos:
+ *   1. scores r[t] = (float)(q8 . k8[t]) * ks[t]: exact int32 dot products
+ *      (SMLAD on DSP targets), their maximum and the largest value scale;
+ *   2. softmax with the value scales folded in, as integer weights
+ *      w[t] = round((2^((r[t] - m) * cl) * vs[t]) * W / vs_max) in [0, W];
+ *   3. the value sum, exact int32 (SMLAxB on DSP targets), times one float
+ *      factor per head.  Only pass 2 is float work per position. */
 #if defined(__ARM_FEATURE_DSP)
 #include <arm_acle.h>
+
+/* SXTB16 of x rotated right by 8 (bytes 1 and 3 as int16 lanes) in one
+ * instruction; gcc 12 spends a separate ROR on the C spelling. */
+static inline uint32_t sxtb16_ror8(uint32_t x) {
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+    return r;
+}
+
+static inline uint32_t load_u32(const void *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
 #endif
 
-static inline int32_t dot_i8(const int8_t *q8, const uint32_t *q_pairs, const int8_t *k, int32_t hd) {
+/* Largest integer softmax weight: 15 bits, fewer past 516 keys so that
+ * n_keys * W * 127 fits the int32 value sums. Twin: exact.attention_weight_limit. */
+static inline int32_t attention_weight_limit(int32_t n_keys) {
+    const int32_t w = INT32_MAX / (127 * n_keys);
+    return w < 32767 ? w : 32767;
+}
+
+#define ATTENTION_VS_MIN 0x1p-100f /* below: every value of the head is ~0, output 0 */
+
+/* Pass 1.  k/ks/vs point at this kv head's first row/scale; rows are
+ * `stride` bytes apart, scales `n_kv` floats apart. Returns max r. */
+/* Not inlined (here and tllm_attention_values_i8): alone, each loop keeps
+ * its operands in registers; inlined into the caller they spill. */
+__attribute__((noinline)) static float tllm_attention_scores_i8(const int8_t *q8, int32_t hd, const int8_t *k, int32_t stride, const float *ks,
+                              const float *vs, int32_t n_kv, int32_t n, float *scores, float *vs_max_out) {
+    float m = -3.4028235e38f, vs_max = 0.0f;
 #if defined(__ARM_FEATURE_DSP)
-    if (hd == 8) { /* the common small head, without a loop */
-        uint32_t k0, k1;
-        memcpy(&k0, k, 4);
-        memcpy(&k1, k + 4, 4);
-        int32_t acc = __smuad(q_pairs[0], __sxtb16(k0));
-        acc = __smlad(q_pairs[1], __sxtb16((k0 >> 8) | (k0 << 24)), acc);
-        acc = __smlad(q_pairs[2], __sxtb16(k1), acc);
-        return __smlad(q_pairs[3], __sxtb16((k1 >> 8) | (k1 << 24)), acc);
+    if (hd == 8) { /* stories260K's head: q as four int16-pair registers, no inner loop */
+        const uint32_t qa = load_u32(q8), qb = load_u32(q8 + 4);
+        const uint32_t q0 = __sxtb16(qa), q1 = sxtb16_ror8(qa), q2 = __sxtb16(qb), q3 = sxtb16_ror8(qb);
+        for (float *end = scores + n; scores != end; k += stride, ks += n_kv, vs += n_kv) {
+            const uint32_t k0 = load_u32(k), k1 = load_u32(k + 4);
+            int32_t dot = __smuad(q0, __sxtb16(k0));
+            dot = __smlad(q1, sxtb16_ror8(k0), dot);
+            dot = __smlad(q2, __sxtb16(k1), dot);
+            dot = __smlad(q3, sxtb16_ror8(k1), dot);
+            const float r = (float)dot * *ks;
+            *scores++ = r;
+            m = fmaxf(m, r);
+            vs_max = fmaxf(vs_max, *vs);
+        }
+        *vs_max_out = vs_max;
+        return m;
     }
     if ((hd & 3) == 0) {
-        int32_t acc = 0;
+        uint32_t q_pairs[TLLM_MAX_HEAD_DIM / 2]; /* lanes (q0,q2) and (q1,q3), as SXTB16 splits k */
         for (int32_t j = 0; j < hd / 4; j++) {
-            uint32_t kw;
-            memcpy(&kw, k + 4 * j, 4);
-            acc = __smlad(q_pairs[2 * j], __sxtb16(kw), acc);
-            acc = __smlad(q_pairs[2 * j + 1], __sxtb16((kw >> 8) | (kw << 24)), acc);
+            const uint32_t qw = load_u32(q8 + 4 * j);
+            q_pairs[2 * j] = __sxtb16(qw);
+            q_pairs[2 * j + 1] = sxtb16_ror8(qw);
         }
-        return acc;
+        for (int32_t t = 0; t < n; t++, k += stride, ks += n_kv, vs += n_kv) {
+            int32_t dot = 0;
+            for (int32_t j = 0; j < hd / 4; j++) {
+                const uint32_t kw = load_u32(k + 4 * j);
+                dot = __smlad(q_pairs[2 * j], __sxtb16(kw), dot);
+                dot = __smlad(q_pairs[2 * j + 1], sxtb16_ror8(kw), dot);
+            }
+            const float r = (float)dot * *ks;
+            scores[t] = r;
+            m = fmaxf(m, r);
+            vs_max = fmaxf(vs_max, *vs);
+        }
+        *vs_max_out = vs_max;
+        return m;
     }
-#else
-    (void)q_pairs;
 #endif
-    int32_t acc = 0;
-    for (int32_t i = 0; i < hd; i++) acc += (int32_t)q8[i] * (int32_t)k[i];
-    return acc;
+    for (int32_t t = 0; t < n; t++, k += stride, ks += n_kv, vs += n_kv) {
+        int32_t dot = 0;
+        for (int32_t i = 0; i < hd; i++) dot += (int32_t)q8[i] * (int32_t)k[i];
+        const float r = (float)dot * *ks;
+        scores[t] = r;
+        m = fmaxf(m, r);
+        vs_max = fmaxf(vs_max, *vs);
+    }
+    *vs_max_out = vs_max;
+    return m;
+}
+
+/* Pass 3: acc[i] = sum_t w[t] * v[t*stride + i], exact int32 (w in [0, W]).
+ * w is read with memcpy: its storage is the float scores scratch. */
+__attribute__((noinline)) static void tllm_attention_values_i8(const void *w_bytes, const int8_t *v, int32_t stride, int32_t n, int32_t hd,
+                                int32_t *acc) {
+    const int32_t *w = (const int32_t *)w_bytes;
+    int32_t i = 0;
+#if defined(__ARM_FEATURE_DSP)
+    if (hd == 8) { /* all eight columns in one pass: each weight loaded once */
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+        const int8_t *vi = v;
+        for (const int32_t *wp = w, *end = w + n; wp != end; wp++, vi += stride) {
+            int32_t wt;
+            memcpy(&wt, wp, 4);
+            uint32_t vw = load_u32(vi), even = __sxtb16(vw), odd = sxtb16_ror8(vw);
+            a0 = __smlabb(wt, even, a0);
+            a2 = __smlabt(wt, even, a2);
+            a1 = __smlabb(wt, odd, a1);
+            a3 = __smlabt(wt, odd, a3);
+            vw = load_u32(vi + 4);
+            even = __sxtb16(vw);
+            odd = sxtb16_ror8(vw);
+            a4 = __smlabb(wt, even, a4);
+            a6 = __smlabt(wt, even, a6);
+            a5 = __smlabb(wt, odd, a5);
+            a7 = __smlabt(wt, odd, a7);
+        }
+        acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+        acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
+        return;
+    }
+    /* four columns per pass: one word of v, two SXTB16 (lanes (0,2) and
+     * (1,3)), four SMLAxB with the weight in the bottom halfword */
+    for (; i + 4 <= hd; i += 4) {
+        int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        const int8_t *vi = v + i;
+        for (const int32_t *wp = w, *end = w + n; wp != end; wp++, vi += stride) {
+            int32_t wt;
+            memcpy(&wt, wp, 4);
+            const uint32_t vw = load_u32(vi);
+            const uint32_t even = __sxtb16(vw), odd = sxtb16_ror8(vw);
+            a0 = __smlabb(wt, even, a0);
+            a2 = __smlabt(wt, even, a2);
+            a1 = __smlabb(wt, odd, a1);
+            a3 = __smlabt(wt, odd, a3);
+        }
+        acc[i] = a0;
+        acc[i + 1] = a1;
+        acc[i + 2] = a2;
+        acc[i + 3] = a3;
+    }
+#endif
+    for (; i < hd; i++) {
+        int32_t a = 0;
+        for (int32_t t = 0; t < n; t++) {
+            int32_t wt;
+            memcpy(&wt, w + t, 4);
+            a += wt * (int32_t)v[t * stride + i];
+        }
+        acc[i] = a;
+    }
 }
 
 void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                        const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
     const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads;
-    const int32_t kv_dim = n_kv * hd, group = shape->n_heads / n_kv;
-    uint32_t q_pairs[TLLM_MAX_HEAD_DIM / 2];
+    const int32_t kv_dim = n_kv * hd, group = shape->n_heads / n_kv, n = pos + 1;
+    const int32_t w_limit = attention_weight_limit(n);
+    int32_t acc[TLLM_MAX_HEAD_DIM];
     /* This position's K and V, one int8 row and scale per kv head. */
     for (int32_t kh = 0; kh < n_kv; kh++) {
         tllm_quantize_i8(k + kh * hd, hd, hd, kv->k + pos * kv_dim + kh * hd, kv->k_scale + pos * n_kv + kh);
@@ -150,60 +272,28 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
     }
     for (int32_t h = 0; h < shape->n_heads; h++) {
         const int32_t kh = h / group;
-        float qs = 0.0f;
-        tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
-#if defined(__ARM_FEATURE_DSP)
-        for (int32_t j = 0; j < hd / 4; j++) { /* lanes (q0,q2) and (q1,q3), as SXTB16 splits k */
-            uint32_t qw;
-            memcpy(&qw, q8 + 4 * j, 4);
-            q_pairs[2 * j] = __sxtb16(qw);
-            q_pairs[2 * j + 1] = __sxtb16((qw >> 8) | (qw << 24));
-        }
-#endif
-        const int8_t *kcol = kv->k + kh * hd;
-        const float *ks = kv->k_scale + kh;
-        float m = -3.4028235e38f; /* softmax max, tracked while scoring: comparisons are exact */
-        for (int32_t t = 0; t <= pos; t++) {
-            const int32_t dot = dot_i8(q8, q_pairs, kcol + t * kv_dim, hd);
-            const float sc = (((float)dot * qs) * ks[t * n_kv]) * shape->scale;
-            scores[t] = sc;
-            if (sc > m) m = sc;
-        }
-        /* softmax (as softmax_inline), fused with the value scales: the
-         * weights are round(round(e / total) * v_scale), as the reference */
-        float total = 0.0f;
-        for (int32_t t = 0; t <= pos; t++) {
-            scores[t] = exp_poly_nonpos(scores[t] - m);
-            total += scores[t];
-        }
         const float *vs = kv->v_scale + kh;
-        for (int32_t t = 0; t <= pos; t++) scores[t] = (scores[t] / total) * vs[t * n_kv];
-        /* each output element sums its column over t in ascending order (the
-         * reference's order); four columns at a time share each weight load */
-        const int8_t *vcol = kv->v + kh * hd;
+        float qs = 0.0f, vs_max = 0.0f;
+        tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
+        /* q's scale and 1/sqrt(hd) join log2(e) in one factor applied after
+         * the maximum (all are >= 0, so the maximum is the same) */
+        const float m = tllm_attention_scores_i8(q8, hd, kv->k + kh * hd, kv_dim, kv->k_scale + kh, vs, n_kv, n, scores,
+                                         &vs_max);
+        const float cl = (qs * shape->scale) * EXP_LOG2E;
+        const float inv = vs_max >= ATTENTION_VS_MIN ? (float)w_limit / vs_max : 0.0f;
+        /* Pass 2. e <= 1 and vs <= vs_max, so w <= W: the products'
+         * roundings stay far below the half that would round up past it. */
+        float total = 0.0f;
+        for (int32_t t = 0; t < n; t++) {
+            const float e = exp2_nonpos((scores[t] - m) * cl);
+            total += e;
+            const int32_t wt = round_half_away((e * vs[t * n_kv]) * inv);
+            memcpy(&scores[t], &wt, 4); /* the weight replaces its score in place */
+        }
+        tllm_attention_values_i8(scores, kv->v + kh * hd, kv_dim, n, hd, acc);
+        const float out_k = vs_max >= ATTENTION_VS_MIN ? 1.0f / (inv * total) : 0.0f;
         float *o = out + h * hd;
-        int32_t i = 0;
-        for (; i + 4 <= hd; i += 4) {
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            const int8_t *vi = vcol + i;
-            for (int32_t t = 0; t <= pos; t++, vi += kv_dim) {
-                const float w = scores[t];
-                a0 = mla(a0, w, (float)vi[0]);
-                a1 = mla(a1, w, (float)vi[1]);
-                a2 = mla(a2, w, (float)vi[2]);
-                a3 = mla(a3, w, (float)vi[3]);
-            }
-            o[i] = a0;
-            o[i + 1] = a1;
-            o[i + 2] = a2;
-            o[i + 3] = a3;
-        }
-        for (; i < hd; i++) {
-            float acc = 0.0f;
-            const int8_t *vi = vcol + i;
-            for (int32_t t = 0; t <= pos; t++) acc = mla(acc, scores[t], (float)vi[t * kv_dim]);
-            o[i] = acc;
-        }
+        for (int32_t i = 0; i < hd; i++) o[i] = (float)acc[i] * out_k;
     }
 }
 

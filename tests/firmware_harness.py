@@ -28,9 +28,13 @@ SHAPES = {
                               context=96, tied=False, seed=12),
     "llama-hd8": dict(arch="llama", dim=64, hidden=96, layers=2, heads=8, kv_heads=4, vocab=300, context=96,
                       tied=True, seed=13),
+    # head_dim 48: an int4 KV row holds two value groups of 24
+    "llama-hd48": dict(arch="llama", dim=96, hidden=96, layers=2, heads=2, kv_heads=1, vocab=300, context=96,
+                       tied=True, seed=14),
 }
-# int4 KV cache (--kv-bits 4): one GQA shape and one with biases and 3 layers.
-KV4_CASES = [("llama-tied-gqa", 32), ("qwen2-bias-untied", 64)]
+# int4 KV cache (--kv-bits 4): one GQA shape, one with biases and 3 layers,
+# head_dim 8 and head_dim 48 (two KV groups per row).
+KV4_CASES = [("llama-tied-gqa", 32), ("qwen2-bias-untied", 64), ("llama-hd8", 32), ("llama-hd48", 32)]
 CASES = [("llama-tied-gqa", 32), ("llama-tied-gqa", 64), ("qwen2-bias-untied", 64), ("qwen2-bias-untied", 128),
          ("llama-hd8", 32)]
 N_NEW = 40

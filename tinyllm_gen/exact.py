@@ -280,29 +280,34 @@ def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarr
     """Attention of one query over an int4 KV cache (grouped-query aware).
 
     q [heads, hd] float32; k_q/v_q [T, kv_heads, hd] int4 values held in int8;
-    k_s/v_s [T, kv_heads, hd/group].  C order per head h (kv head kh):
+    k_s/v_s [T, kv_heads, hd/group].  C order per head h (kv head kh), as
+    attention_i8 with a scale per group instead of per row:
       q8, qs = quantize_i8(q[h])
-      s[t] = ((sum_g (float)dot_g(q8, k4[t]) * ks[t][g]) * qs) * scale   (g ascending, from 0.0f)
-      p = softmax(s)
-      out[i] = sum_t (p[t] * vs[t][g(i)]) * (float)v4[t][i]             (t ascending)"""
+      r[t] = sum_g (float)dot_g(q8, k4[t]) * ks[t][g]      (g ascending, from the first term)
+      e[t] = exp2_nonpos((r[t] - m) * ((qs * scale) * log2(e))), total = sum e
+      per value group g: inv_g = W / max_t vs[t][g], w[t][g] = round((e[t] * vs[t][g]) * inv_g)
+      out[i] = (float)(sum_t w[t][g(i)] * v4[t][i]) * (1 / (inv_g * total))   (exact int32 sum)"""
     nh, hd = q.shape
     T, nkv, _ = k_q.shape
     ng = hd // group
     kv_of = np.arange(nh) // (nh // nkv)
     q8, qs = quantize_rows_i8(q)
-    kg = k_q[:, kv_of].astype(np.int32).reshape(T, nh, ng, group)
-    dots = np.einsum("hgd,thgd->htg", q8.astype(np.int32).reshape(nh, ng, group), kg)
-    terms = dots.astype(F32) * k_s[:, kv_of].transpose(1, 0, 2)  # [heads, T, ng]
-    acc = np.zeros((nh, T), F32)
-    for g in range(ng):
-        acc = acc + terms[:, :, g]
-    p = softmax((acc * qs[:, None]) * scale)
-    w = np.repeat(p[:, :, None] * v_s[:, kv_of].transpose(1, 0, 2), group, axis=2)  # [heads, T, hd]
-    vf = v_q[:, kv_of].astype(F32).transpose(1, 0, 2)  # [heads, T, hd]
-    out = np.zeros((nh, hd), F32)
-    for t in range(T):
-        out = out + w[:, t] * vf[:, t]
-    return out.reshape(-1)
+    kg = k_q[:, kv_of].astype(np.int64).reshape(T, nh, ng, group)
+    dots = np.einsum("hgd,thgd->htg", q8.astype(np.int64).reshape(nh, ng, group), kg)
+    terms = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].transpose(1, 0, 2)  # [heads, T, ng]
+    r = terms[:, :, 0]
+    for g in range(1, ng):
+        r = r + terms[:, :, g]
+    m = np.max(r, axis=1, keepdims=True)
+    cl = ((qs * scale) * ATTENTION_LOG2E).astype(F32)
+    e = exp2_nonpos((r - m) * cl[:, None])
+    total = seq_sum(e, axis=1)
+    vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [heads, ng, T]
+    w, out_k = attention_weights(e[:, None, :], vs, np.max(vs, axis=2), total[:, None], T)  # [heads, ng, T], [heads, ng]
+    vg = v_q[:, kv_of].astype(np.int64).reshape(T, nh, ng, group)
+    acc = np.einsum("hgt,thgd->hgd", w, vg)
+    out = acc.astype(np.int32).astype(F32) * out_k[:, :, None]
+    return out.astype(F32).reshape(-1)
 
 
 # --- CMSIS-NN integer pipeline (quant/per_channel.py) -----------------------

@@ -112,38 +112,42 @@ class SeqQuantKernels(_SeqRope):
             ng = hd // g
             qg8 = q8.astype(np.float64).reshape(T, nh, ng, g)
             kg = k_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
-            dots = np.einsum("qhgd,khgd->qhkg", qg8, kg).astype(F32)  # exact integers
+            dots = np.einsum("qhgd,khgd->qhkg", qg8, kg).astype(np.int32).astype(F32)  # exact integers
             terms = dots * k_s[:, kv_of].transpose(1, 0, 2)[None]  # [Tq, nh, Tk, ng]
-            acc = np.zeros((T, nh, T), F32)
-            for gi in range(ng):
-                acc = acc + terms[..., gi]
-            p = _masked_softmax((acc * qs[:, :, None]) * self.att_scale, future)
-            vsc = v_s[:, kv_of].transpose(1, 0, 2)  # [nh, Tk, ng]
-            w = np.repeat(p[..., None] * vsc[None], g, axis=3)  # [Tq, nh, Tk, hd]
-            vf = v_q[:, kv_of].astype(F32)  # [Tk, nh, hd]
-            out = np.zeros((T, nh, hd), F32)
-            for t in range(T):  # keys ascending; queries before t add an exact 0, so skip them
-                out[t:] = out[t:] + w[t:, :, t] * vf[t]
-            return out.reshape(T, -1)
+            r = terms[..., 0]
+            for gi in range(1, ng):
+                r = r + terms[..., gi]
+            vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [nh, ng, Tk]
+            vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
+            vq = v_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
+            return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq, "qhgk,khgd->qhgd")
         k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
         v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
         kf = k_q[:, kv_of].astype(np.float64).transpose(1, 2, 0)  # [nh, hd, Tk]
         dots = np.matmul(q8.astype(np.float64).transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
         r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
+        vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
+        vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, 1]
+        vq = v_q[:, kv_of].astype(np.float64).reshape(T, nh, 1, hd)
+        return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq, "qhgk,khgd->qhgd")
+
+    def _integer_weighted_values(self, r, qs, future, vs, vsmax, vq, spec):
+        """exact.attention_i8 / attention_kv4 from the raw scores r [Tq, nh, Tk]:
+        the softmax as integer weights per value group, an exact integer value
+        sum; maxima run over the keys up to each query, future keys weigh 0."""
+        T, nh, _ = r.shape
         m = np.max(np.where(future, -np.inf, r), axis=-1, keepdims=True).astype(F32)
         cl = ((qs * self.att_scale) * exact.ATTENTION_LOG2E).astype(F32)  # [Tq, nh]
         e = np.where(future, F32(0.0), exact.exp2_nonpos(np.where(future, F32(0.0), (r - m) * cl[:, :, None])))
         total = np.cumsum(e, axis=-1, dtype=F32)[..., -1]  # + exact zeros after the last real key
-        vs = v_s[:, kv_of].T.astype(F32)  # [nh, Tk]
-        vsmax = np.maximum.accumulate(vs, axis=1).T  # [Tq, nh]: max over keys 0..t
-        out = np.zeros((T, nh, hd), F32)
-        vq = v_q[:, kv_of].astype(np.float64).transpose(1, 0, 2)  # [nh, Tk, hd]
-        for limit in sorted(set(exact.attention_weight_limit(t + 1) for t in range(T))):
-            rows = np.array([t for t in range(T) if exact.attention_weight_limit(t + 1) == limit])
-            w, out_k = exact.attention_weights(e[rows], vs[None], vsmax[rows], total[rows], int(rows[0]) + 1)
-            w = np.where(future[rows], 0, w)
-            acc = np.matmul(w.astype(np.float64).transpose(1, 0, 2), vq).transpose(1, 0, 2)  # exact integers
-            out[rows] = acc.astype(np.int64).astype(np.int32).astype(F32) * out_k[:, :, None]
+        out = np.zeros((T, nh, vq.shape[2], vq.shape[3]), F32)
+        limits = np.array([exact.attention_weight_limit(t + 1) for t in range(T)])
+        for limit in np.unique(limits):
+            rows = np.flatnonzero(limits == limit)
+            w, out_k = exact.attention_weights(e[rows][:, :, None, :], vs, vsmax[rows], total[rows][:, :, None],
+                                               int(rows[0]) + 1)  # [R, nh, ng, Tk], [R, nh, ng]
+            acc = np.einsum(spec, w.astype(np.float64), vq)  # exact integers
+            out[rows] = acc.astype(np.int64).astype(np.int32).astype(F32) * out_k[..., None]
         return out.reshape(T, -1)
 
     def add(self, node, a, b):

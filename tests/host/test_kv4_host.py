@@ -47,7 +47,8 @@ def harness(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("nh,nkv,hd,group", [(4, 2, 16, 16), (6, 6, 48, 24), (8, 4, 8, 8), (2, 1, 64, 32)])
+@pytest.mark.parametrize("nh,nkv,hd,group", [(4, 2, 16, 16), (6, 6, 48, 24), (8, 4, 8, 8), (2, 1, 64, 32),
+                                             (2, 1, 34, 17)])  # odd groups start mid-byte
 def test_attention_kv4_bits(harness, nh, nkv, hd, group):
     rng = np.random.default_rng(hd + nh)
     T = 9

@@ -36,6 +36,7 @@ OP_OF_FUNCTION = {
     "tllm_quantize_i8": "quantize", "tllm_quantize_x16": "quantize",
     "tllm_attention_i8": "attention", "tllm_attention_kv4": "attention",
     "tllm_attention_scores_i8": "attention", "tllm_attention_values_i8": "attention",
+    "tllm_attention_scores_kv4": "attention", "tllm_attention_values_kv4": "attention",
     "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul", "tllm_silu_mul_pairs_x16": "silu_mul+quantize",
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }

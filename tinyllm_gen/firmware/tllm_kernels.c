@@ -335,11 +335,157 @@ void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed,
     }
 }
 
+#if defined(__ARM_FEATURE_DSP)
+/* Eight int4 elements of a packed word (element 2j in the low nibble of byte
+ * j) as four int16-pair registers, each lane 16x its element: a nibble moved
+ * to the top of its byte is sign-extended by SXTB16 for free. */
+typedef struct {
+    uint32_t e04, e26, e15, e37; /* lanes (e0,e4) (e2,e6) (e1,e5) (e3,e7) */
+} nibbles_x16;
+
+static inline nibbles_x16 unpack_nibbles_x16(uint32_t w) {
+    const uint32_t even = (w << 4) & 0xF0F0F0F0u, odd = w & 0xF0F0F0F0u;
+    const nibbles_x16 e = {__sxtb16(even), sxtb16_ror8(even), __sxtb16(odd), sxtb16_ror8(odd)};
+    return e;
+}
+
+static inline uint32_t pack_i16(int32_t lo, int32_t hi) {
+    return (uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16);
+}
+#endif
+
+/* Pass 1 over the int4 cache: r[t] = sum_g (float)dot_g * ks[t][g], g
+ * ascending from the first term. k/ks point at this kv head's first
+ * row/scale of position 0. Returns max r. */
+__attribute__((noinline)) static float tllm_attention_scores_kv4(const int8_t *q8, int32_t hd, int32_t group,
+                                                                const uint8_t *k, int32_t pos_bytes,
+                                                                const float *ks, int32_t pos_scales, int32_t n,
+                                                                float *scores) {
+    const int32_t ng = hd / group;
+    float m = -3.4028235e38f;
+#if defined(__ARM_FEATURE_DSP)
+    if ((group & 7) == 0) {
+        uint32_t qp[TLLM_MAX_HEAD_DIM / 2]; /* q in the lanes unpack_nibbles_x16 produces */
+        for (int32_t j = 0; j < hd / 8; j++) {
+            const int8_t *qj = q8 + 8 * j;
+            qp[4 * j] = pack_i16(qj[0], qj[4]);
+            qp[4 * j + 1] = pack_i16(qj[2], qj[6]);
+            qp[4 * j + 2] = pack_i16(qj[1], qj[5]);
+            qp[4 * j + 3] = pack_i16(qj[3], qj[7]);
+        }
+        if (hd == 8) { /* stories260K's head: one word per row, q in registers */
+            const uint32_t q0 = qp[0], q1 = qp[1], q2 = qp[2], q3 = qp[3];
+            for (float *end = scores + n; scores != end; k += pos_bytes, ks += pos_scales) {
+                const nibbles_x16 e = unpack_nibbles_x16(load_u32(k));
+                int32_t dot16 = __smuad(q0, e.e04);
+                dot16 = __smlad(q1, e.e26, dot16);
+                dot16 = __smlad(q2, e.e15, dot16);
+                dot16 = __smlad(q3, e.e37, dot16);
+                const float r = (float)(dot16 >> 4) * *ks; /* lanes were 16x: exact */
+                *scores++ = r;
+                m = fmaxf(m, r);
+            }
+            return m;
+        }
+        const int32_t words = group / 8;
+        for (int32_t t = 0; t < n; t++, k += pos_bytes, ks += pos_scales) {
+            const uint8_t *kw = k;
+            const uint32_t *qw = qp;
+            float r = 0.0f;
+            for (int32_t g = 0; g < ng; g++) {
+                int32_t dot16 = 0;
+                for (int32_t j = 0; j < words; j++, kw += 4, qw += 4) {
+                    const nibbles_x16 e = unpack_nibbles_x16(load_u32(kw));
+                    dot16 = __smlad(qw[0], e.e04, dot16);
+                    dot16 = __smlad(qw[1], e.e26, dot16);
+                    dot16 = __smlad(qw[2], e.e15, dot16);
+                    dot16 = __smlad(qw[3], e.e37, dot16);
+                }
+                const float term = (float)(dot16 >> 4) * ks[g];
+                r = g == 0 ? term : r + term;
+            }
+            scores[t] = r;
+            m = fmaxf(m, r);
+        }
+        return m;
+    }
+#endif
+    for (int32_t t = 0; t < n; t++, k += pos_bytes, ks += pos_scales) {
+        float r = 0.0f;
+        for (int32_t g = 0; g < ng; g++) {
+            int32_t dot = 0;
+            for (int32_t i = g * group; i < (g + 1) * group; i++) dot += (int32_t)q8[i] * nibble_at(k, i);
+            const float term = (float)dot * ks[g];
+            r = g == 0 ? term : r + term;
+        }
+        scores[t] = r;
+        m = fmaxf(m, r);
+    }
+    return m;
+}
+
+/* Pass 3 over one value group of the int4 cache: acc[i] = sum_t w[t] *
+ * v4[t][i] for the group's `cols` elements, exact int32, where w[t] is
+ * either stored (vs == NULL: ints in the scores scratch) or made here from
+ * e[t]: round((e[t] * vs[t]) * inv), the same expression pass 2 uses. v
+ * points at the group's first byte of position 0 (cols is even when the
+ * group starts mid-row: groups divide head_dim, which is even). */
+__attribute__((noinline)) static void tllm_attention_values_kv4(const float *e, const float *vs, int32_t vs_stride,
+                                                                float inv, const uint8_t *v, int32_t pos_bytes,
+                                                                int32_t n, int32_t first, int32_t cols,
+                                                                int32_t *acc) {
+#if defined(__ARM_FEATURE_DSP)
+    if ((cols & 7) == 0 && (first & 7) == 0) {
+/* eight int16 MACs of weight wt with the eight nibbles of word vw (16x) */
+#define TLLM_MAC_NIBBLES_X16(wt, vw)                                        \
+    do {                                                                    \
+        const nibbles_x16 x = unpack_nibbles_x16(vw);                       \
+        a0 = __smlabb(wt, x.e04, a0), a4 = __smlabt(wt, x.e04, a4);         \
+        a2 = __smlabb(wt, x.e26, a2), a6 = __smlabt(wt, x.e26, a6);         \
+        a1 = __smlabb(wt, x.e15, a1), a5 = __smlabt(wt, x.e15, a5);         \
+        a3 = __smlabb(wt, x.e37, a3), a7 = __smlabt(wt, x.e37, a7);         \
+    } while (0)
+        for (int32_t c0 = 0; c0 < cols; c0 += 8) {
+            int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+            const uint8_t *vw = v + c0 / 2;
+            if (!vs) { /* stored weights: the loop stays in registers */
+                for (const float *ep = e, *end = e + n; ep != end; ep++, vw += pos_bytes) {
+                    int32_t wt;
+                    memcpy(&wt, ep, 4);
+                    TLLM_MAC_NIBBLES_X16(wt, load_u32(vw));
+                }
+            } else {
+                for (int32_t t = 0; t < n; t++, vw += pos_bytes) {
+                    const int32_t wt = round_half_away((e[t] * vs[t * vs_stride]) * inv);
+                    TLLM_MAC_NIBBLES_X16(wt, load_u32(vw));
+                }
+            }
+            int32_t *o = acc + c0; /* the lanes were 16x: exact shifts */
+            o[0] = a0 >> 4, o[1] = a1 >> 4, o[2] = a2 >> 4, o[3] = a3 >> 4;
+            o[4] = a4 >> 4, o[5] = a5 >> 4, o[6] = a6 >> 4, o[7] = a7 >> 4;
+        }
+#undef TLLM_MAC_NIBBLES_X16
+        return;
+    }
+#endif
+    (void)first;
+    for (int32_t c = 0; c < cols; c++) acc[c] = 0;
+    for (int32_t t = 0; t < n; t++) {
+        int32_t wt;
+        if (vs) wt = round_half_away((e[t] * vs[t * vs_stride]) * inv);
+        else memcpy(&wt, e + t, 4);
+        const uint8_t *row = v + t * pos_bytes;
+        for (int32_t c = 0; c < cols; c++) acc[c] += wt * nibble_at(row, (first & 1) + c);
+    }
+}
+
 void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                         const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
     const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, group = kv->group;
-    const int32_t ng = hd / group, row_bytes = hd / 2;
+    const int32_t ng = hd / group, row_bytes = hd / 2, n = pos + 1;
     const int32_t pos_bytes = n_kv * row_bytes, pos_scales = n_kv * ng, heads_per_kv = shape->n_heads / n_kv;
+    const int32_t w_limit = attention_weight_limit(n);
+    int32_t acc[TLLM_MAX_HEAD_DIM];
     for (int32_t kh = 0; kh < n_kv; kh++) {
         tllm_quantize_i4(k + kh * hd, hd, group, kv->k + pos * pos_bytes + kh * row_bytes,
                          kv->k_scale + pos * pos_scales + kh * ng);
@@ -348,29 +494,42 @@ void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const
     }
     for (int32_t h = 0; h < shape->n_heads; h++) {
         const int32_t kh = h / heads_per_kv;
+        const uint8_t *vrow = kv->v + kh * row_bytes;
+        const float *vs = kv->v_scale + kh * ng;
         float qs = 0.0f;
         tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
-        for (int32_t t = 0; t <= pos; t++) {
-            const uint8_t *kr = kv->k + t * pos_bytes + kh * row_bytes;
-            const float *ks = kv->k_scale + t * pos_scales + kh * ng;
-            float acc = 0.0f;
-            for (int32_t g = 0; g < ng; g++) {
-                int32_t dot = 0;
-                for (int32_t i = g * group; i < (g + 1) * group; i++) dot += (int32_t)q8[i] * nibble_at(kr, i);
-                acc = acc + (float)dot * ks[g];
-            }
-            scores[t] = (acc * qs) * shape->scale;
+        const float m = tllm_attention_scores_kv4(q8, hd, group, kv->k + kh * row_bytes, pos_bytes,
+                                                  kv->k_scale + kh * ng, pos_scales, n, scores);
+        const float cl = (qs * shape->scale) * EXP_LOG2E;
+        /* Pass 2 as tllm_attention_i8; with one value group the weights
+         * replace the scores in place, with several each group makes its own
+         * from e in pass 3. */
+        float inv[TLLM_MAX_HEAD_DIM], total = 0.0f;
+        for (int32_t g = 0; g < ng; g++) {
+            float vs_max = 0.0f;
+            for (int32_t t = 0; t < n; t++) vs_max = fmaxf(vs_max, vs[t * pos_scales + g]);
+            inv[g] = vs_max >= ATTENTION_VS_MIN ? (float)w_limit / vs_max : 0.0f;
         }
-        softmax_inline(scores, pos + 1);
-        float *o = out + h * hd;
-        for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
-        for (int32_t t = 0; t <= pos; t++) {
-            const uint8_t *vr = kv->v + t * pos_bytes + kh * row_bytes;
-            const float *vs = kv->v_scale + t * pos_scales + kh * ng;
-            for (int32_t g = 0; g < ng; g++) {
-                const float w = scores[t] * vs[g];
-                for (int32_t i = g * group; i < (g + 1) * group; i++) o[i] = o[i] + w * (float)nibble_at(vr, i);
+        if (ng == 1) {
+            for (int32_t t = 0; t < n; t++) {
+                const float e = exp2_nonpos((scores[t] - m) * cl);
+                total += e;
+                const int32_t wt = round_half_away((e * vs[t * pos_scales]) * inv[0]);
+                memcpy(&scores[t], &wt, 4);
             }
+        } else {
+            for (int32_t t = 0; t < n; t++) {
+                const float e = exp2_nonpos((scores[t] - m) * cl);
+                total += e;
+                scores[t] = e;
+            }
+        }
+        float *o = out + h * hd;
+        for (int32_t g = 0; g < ng; g++) {
+            tllm_attention_values_kv4(scores, ng == 1 ? NULL : vs + g, pos_scales, inv[g], vrow + g * group / 2,
+                                      pos_bytes, n, g * group, group, acc);
+            const float out_k = inv[g] > 0.0f ? 1.0f / (inv[g] * total) : 0.0f;
+            for (int32_t c = 0; c < group; c++) o[g * group + c] = (float)acc[c] * out_k;
         }
     }
 }

@@ -17,7 +17,7 @@ from typing import Sequence
 from .errors import UserError
 from .frontends.tokenizer import Tokenizer
 from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
-from .run import RunResult, load_board, run_host, run_qemu, run_qemu_serial, run_serial
+from .run import RunResult, load_board, run_host, run_qemu, run_qemu_serial, run_serial, run_unicorn_board
 from .sampler import SamplingOptions
 
 APT_HINT = "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
@@ -138,6 +138,9 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
     if serial_url is not None:
         result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s)
+    elif board.get("run", {}).get("emulator") == "unicorn":
+        result = run_unicorn_board(image, board, out / "weights.bin", request, request.read_bytes() if uart else b"",
+                                   timeout_s=timeout_s)
     elif board["toolchain"] == "host":
         result = run_host(image, None if uart else request, timeout_s=timeout_s,
                           stdin_bytes=request.read_bytes() if uart else None)

@@ -295,3 +295,24 @@ def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bi
         status, text = talk_serial(port, request_bin, timeout_s)
         code = proc.wait(timeout=30) if status is not None else TIMEOUT_EXIT_CODE
     return RunResult(code, text, status is None, list(proc.args))
+
+
+# ---------------------------------------------------------------- Unicorn
+
+
+def run_unicorn_board(elf: Path, board: dict, weights_bin: Path | None, request_bin: Path,
+                      uart_request: bytes = b"", timeout_s: float = 600) -> RunResult:
+    """Run STM32H750 firmware under the Unicorn model (run_unicorn.py): the
+    request in its block next to the weights, or (uart_request) sent over
+    the console USART instead."""
+    from .run_unicorn import run_unicorn
+
+    res = run_unicorn(elf, board, weights_bin, None if uart_request else request_bin, uart_rx=uart_request,
+                      timeout_s=timeout_s)
+    command = ["unicorn", board["name"], str(elf)]
+    if res.error:
+        raise UserError(f"the {board['name']} firmware stopped under Unicorn: {res.error}; the console said: "
+                        f"{_decode(res.output).strip()[-200:]!r}")
+    code = TIMEOUT_EXIT_CODE if res.exit_code is None else res.exit_code
+    return RunResult(code, _decode(res.output), res.timed_out, command,
+                     f"{res.instructions} instructions under Unicorn")

@@ -1,16 +1,19 @@
-"""STM32H750 boards compile and LINK (arm-none-eabi-gcc): the generated linker
+"""STM32H750 boards compile and link (arm-none-eabi-gcc): the generated linker
 script puts every section where the board's memory map says, the weights are
 a NOLOAD section in QSPI, and the report sets arm-none-eabi-size beside the
-plan.  Nothing here can run: no emulator models the H7 (see board.json)."""
+plan.  Then the linked images run under the Unicorn model of the board
+(run_unicorn.py: the H750's memory map, weights and request in the QSPI
+window, the console USART) and must produce the reference's tokens."""
 import json
 import subprocess
 
 import pytest
 
-from firmware_harness import build_case, need, prompt_for
+from firmware_harness import GREEDY, TOP_P, assert_identical, build_case, need, prompt_for
 from tinyllm_gen.build import run_firmware
 from tinyllm_gen.errors import UserError
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.run import load_board
+from tinyllm_gen.run_unicorn import _thumb_widths, run_unicorn
 
 pytestmark = pytest.mark.emu
 
@@ -64,9 +67,57 @@ def test_h750_links_with_regions_where_the_plan_says(root, board, kv_bits):
     assert (built.out / "memory_map.svg").read_text().startswith("<svg")
 
 
-def test_h750_runs_are_refused_with_the_reason(root):
+@pytest.mark.parametrize("board", ["stm32h750b-dk", "weact-h750"])
+@pytest.mark.parametrize("kv_bits", [8, 4])
+def test_h750_firmware_matches_reference_under_unicorn(root, board, kv_bits):
+    """The image a flasher writes, on the H750's memory map: DTCM/AXI arenas,
+    .data copied from flash, weights and request read from QSPI."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built = build_case(root, "llama-tied-gqa", 32, board, kv_bits=kv_bits)
+    counts = assert_identical(built, 32, GREEDY)
+    assert_identical(built, 32, TOP_P)
+    assert all(n > 0 for n in counts)  # DWT's cycle counter reads the instruction count
+
+
+def test_h750_request_over_the_console_usart(root):
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
     need("arm-none-eabi-gcc")
     need("cmake")
     built = build_case(root, "llama-tied-gqa", 32, "weact-h750")
-    with pytest.raises(UserError, match="does not run under an emulator: no emulator models the STM32H750"):
-        run_firmware(built.out, prompt_for(built.model_dir), 4, SamplingOptions())
+    ids = prompt_for(built.model_dir)
+    memory = run_firmware(built.out, ids, 8, TOP_P)
+    uart = run_firmware(built.out, ids, 8, TOP_P, transport="uart")
+    assert uart.output.generated_ids == memory.output.generated_ids and len(uart.output.generated_ids) == 8
+    assert "@TLLM ready" in uart.result.output
+
+
+def test_h750_bad_access_is_a_one_line_error(root, tmp_path):
+    """A firmware that reads outside the board's memory map stops with the
+    address, as a bus fault would on the chip (here: weights never placed
+    and the QSPI window shrunk to nothing)."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built = build_case(root, "llama-tied-gqa", 32, "weact-h750")
+    board = load_board("weact-h750")
+    board["memory_regions"] = [r for r in board["memory_regions"] if r["name"] != "qspi"]
+    res = run_unicorn(built.out / "build" / "firmware.elf", board, None, None, timeout_s=30)
+    assert res.exit_code is None and "UC_ERR_READ_UNMAPPED" in res.error and "pc=0x08" in res.error
+
+
+def test_thumb_instruction_widths():
+    # movs r0,#1 (16) ; bl (32) ; vmla.f32 (32) ; bx lr (16)
+    code = bytes.fromhex("0120") + bytes.fromhex("00f000f8") + bytes.fromhex("00ee000a") + bytes.fromhex("7047")
+    assert _thumb_widths(code) == 4
+    assert _thumb_widths(bytes.fromhex("0120" * 5)) == 5
+
+
+def test_h750_runs_need_unicorn(root, monkeypatch):
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built = build_case(root, "llama-tied-gqa", 32, "weact-h750")
+    monkeypatch.setitem(__import__("sys").modules, "unicorn", None)  # as if not installed
+    with pytest.raises(UserError, match="needs the unicorn emulator: pip install unicorn"):
+        run_firmware(built.out, prompt_for(built.model_dir), 4, GREEDY)

@@ -87,8 +87,8 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
     if board["toolchain"] != "arm-none-eabi" or "emulator" not in board:
-        raise UserError(f"bench needs a firmware for an emulated board, not {board['name']}: "
-                        "compile with --board qemu-mps2-an500")
+        raise UserError(f"bench counts instructions per function under QEMU, which has no {board['name']}: "
+                        "compile with --board qemu-mps2-an500 (the same kernels)")
     elf = image_path(out, board)
     if not elf.is_file():
         raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")

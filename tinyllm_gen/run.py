@@ -311,8 +311,12 @@ def run_unicorn_board(elf: Path, board: dict, weights_bin: Path | None, request_
                       timeout_s=timeout_s)
     command = ["unicorn", board["name"], str(elf)]
     if res.error:
-        raise UserError(f"the {board['name']} firmware stopped under Unicorn: {res.error}; the console said: "
+        why = f" ({'; '.join(res.violations)})" if res.violations else ""
+        raise UserError(f"the {board['name']} firmware stopped under Unicorn: {res.error}{why}; the console said: "
                         f"{_decode(res.output).strip()[-200:]!r}")
+    if res.violations:
+        raise UserError(f"the {board['name']} firmware broke a hardware rule under Unicorn: "
+                        f"{'; '.join(res.violations)}")
     code = TIMEOUT_EXIT_CODE if res.exit_code is None else res.exit_code
     return RunResult(code, _decode(res.output), res.timed_out, command,
                      f"{res.instructions} instructions under Unicorn")

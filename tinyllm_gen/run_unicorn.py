@@ -10,10 +10,14 @@ What is modelled, and why it is enough to check the firmware end to end:
 * the console USART (board.json "uart"): TDR writes are the console text,
   ISR always reports TXE/TC, RDR serves the request bytes for the UART
   transport;
-* every other peripheral the firmware touches (RCC, GPIO, SCB, DWT) as
-  plain registers that read back what was written; the DWT cycle counter
-  reads the number of instructions executed so far (counted per translated
-  block, so a read counts the rest of its own block too).
+* RCC, PWR, FLASH and QUADSPI with their flash chips as register models
+  (h750_model.py) that answer what bringup.c waits for and record every
+  rule it breaks; the QUADSPI window faults until memory-mapped mode is set
+  up the way the board's chip needs;
+* GPIO, SCB (cache maintenance, with the M7's cache geometry), DWT and
+  DBGMCU (revision V) as plain registers; the DWT cycle counter reads the
+  number of instructions executed so far (counted per translated block, so
+  a read counts the rest of its own block too).
 
 The firmware runs from its reset vector to the "@TLLM exit N" line it prints
 before parking the core; N is the exit status.  An access outside the map
@@ -27,22 +31,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
+from .h750_model import ClockModel, QspiModel
 
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
 EXIT_PREFIX = b"@TLLM exit "
 PAGE = 0x1000
 
-# Peripheral windows the H750 firmware touches, mapped as plain registers.
-# (base, size, what): AHB4 (GPIOA..K, RCC, PWR), D1 AHB (FLASH regs, QUADSPI
-# regs), APB4 SYSCFG, the Cortex-M7 private peripheral bus (SCB, DWT, CPACR).
+# Peripheral windows the H750 firmware touches that only need to hold what
+# was written: GPIOA..K, SYSCFG... (APB4), DBGMCU, and the Cortex-M7 private
+# peripheral bus (SCB with its cache registers, DWT, CPACR).
 REGISTER_WINDOWS = (
-    (0x58020000, 0x8000, "AHB4 peripherals (GPIO, RCC, PWR)"),
-    (0x58000000, 0x2000, "APB4 peripherals (SYSCFG)"),
-    (0x52000000, 0x8000, "AHB3 peripherals (FLASH, QUADSPI registers)"),
+    (0x58020000, 0x3000, "GPIOA..K"),
+    (0x5C001000, 0x1000, "DBGMCU"),
     (0xE0000000, 0x100000, "Cortex-M7 private peripheral bus (SCB, DWT)"),
 )
+RCC_PWR_WINDOW, SYSCFG_WINDOW, FLASH_REGS, QSPI_REGS = 0x58024000, 0x58000000, 0x52002000, 0x52005000
+DBGMCU_IDC_REV_V = 0x20036450  # REV_ID 0x2003 (revision V), DEV_ID 0x450
+SCB_CCR, SCB_CCSIDR, M7_L1D_CCSIDR = 0xE000ED14, 0xE000ED80, 0xF00FE019  # 16 KiB: 128 sets, 4 ways, 32-byte lines
 DWT_CYCCNT = 0xE0001004
-USART_ISR, USART_RDR, USART_TDR = 0x1C, 0x24, 0x28
+USART_BRR, USART_ISR, USART_RDR, USART_TDR = 0x0C, 0x1C, 0x24, 0x28
 USART_ISR_TXE_TC, USART_ISR_RXNE = 0xC0, 0x20
 
 
@@ -53,6 +60,14 @@ class UnicornResult:
     instructions: int
     error: str = ""  # an access outside the memory map, an undefined instruction, ...
     timed_out: bool = False
+    clock: ClockModel | None = None
+    qspi: QspiModel | None = None
+    scb_ccr: int = 0  # at exit: bit 17 I-cache, bit 16 D-cache enabled
+    usart_brr: int = 0  # the console's baud divisor, as last written
+
+    @property
+    def violations(self) -> list[str]:
+        return (self.clock.violations if self.clock else []) + (self.qspi.violations if self.qspi else [])
 
 
 @dataclass
@@ -60,6 +75,7 @@ class _Console:
     out: bytearray = field(default_factory=bytearray)
     rx: bytearray = field(default_factory=bytearray)
     exit_code: int | None = None
+    brr: int = 0
 
 
 def _load_segments(elf: bytes) -> list[tuple[int, bytes]]:
@@ -101,15 +117,29 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
 
     mu = uc.Uc(uc.UC_ARCH_ARM, uc.UC_MODE_THUMB)
     mu.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_M7)
+    regions = {r["name"]: r for r in board["memory_regions"]}
     for region in board["memory_regions"]:
-        if region["kind"] in ("ram", "flash"):
+        if region["kind"] in ("ram", "flash") and region["name"] != "qspi":
             base, size = int(region["address"], 16), int(region["size"])
             mu.mem_map(base, (size + PAGE - 1) // PAGE * PAGE)
     for base, size, _what in REGISTER_WINDOWS:
         mu.mem_map(base, size)
+    mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC_REV_V))
+    mu.mem_write(SCB_CCSIDR, struct.pack("<I", M7_L1D_CCSIDR))
 
     for addr, data in _load_segments(Path(elf).read_bytes()):
         mu.mem_write(addr, data)
+
+    # The QUADSPI window holds what a flasher wrote, but reads fault until the
+    # firmware has put QUADSPI in a memory-mapped mode the chip answers.
+    clock = ClockModel()
+    qspi = None
+    if "qspi" in regions:
+        q = regions["qspi"]
+        q_base, q_size = int(q["address"], 16), int(q["size"])
+        flash = board["qspi_flash"]
+        qspi = QspiModel(flash["chip"], int(flash["chips"]), q_size)
+        mu.mem_map(q_base, q_size, uc.UC_PROT_NONE)
     for blob, key in ((weights_bin, "weights"), (request_bin, "request")):
         if blob is not None:
             data = Path(blob).read_bytes()
@@ -117,6 +147,35 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
                 raise UserError(f"{key} file {blob} is {len(data)} bytes; {board['name']} has room for "
                                 f"{board[key]['max_bytes']}")
             mu.mem_write(int(board[key]["address"], 16), data)
+
+    def clock_read(_mu, offset, _size, _user):
+        return clock.read(offset)
+
+    def clock_write(_mu, offset, _size, value, _user):
+        clock.write(offset, value)
+
+    def syscfg_write(_mu, offset, _size, value, _user):
+        if offset == 0x42C:
+            clock.oden = bool(value & 1)
+
+    def flash_read(_mu, offset, _size, _user):
+        return clock.flash_acr if offset == 0 else 0
+
+    def flash_write(_mu, offset, _size, value, _user):
+        if offset == 0:
+            clock.flash_acr = value
+
+    def qspi_read(_mu, offset, _size, _user):
+        return qspi.read(offset) if qspi else 0
+
+    def qspi_write(_mu, offset, _size, value, _user):
+        if qspi and qspi.write(offset, value):
+            _mu.mem_protect(q_base, q_size, uc.UC_PROT_READ | uc.UC_PROT_EXEC)
+
+    mu.mmio_map(RCC_PWR_WINDOW, PAGE, clock_read, None, clock_write, None)
+    mu.mmio_map(SYSCFG_WINDOW, PAGE, lambda *_: 0, None, syscfg_write, None)
+    mu.mmio_map(FLASH_REGS, PAGE, flash_read, None, flash_write, None)
+    mu.mmio_map(QSPI_REGS, PAGE, qspi_read, None, qspi_write, None)
 
     console = _Console(rx=bytearray(uart_rx))
     uart_base = int(board["uart"]["base"], 16)
@@ -129,6 +188,8 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
         return 0
 
     def uart_write(_mu, offset, _size, value, _user):
+        if offset == USART_BRR:
+            console.brr = value
         if offset != USART_TDR:
             return
         console.out.append(value & 0xFF)
@@ -159,8 +220,7 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
 
         mu.hook_add(uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
 
-    flash = int(board["memory_regions"][[r["name"] for r in board["memory_regions"]].index("flash")]["address"], 16)
-    sp, pc = struct.unpack("<II", mu.mem_read(flash, 8))
+    sp, pc = struct.unpack("<II", mu.mem_read(int(regions["flash"]["address"], 16), 8))
     mu.reg_write(arm.UC_ARM_REG_SP, sp)
     error = ""
     try:
@@ -169,4 +229,6 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
         where = mu.reg_read(arm.UC_ARM_REG_PC)
         error = f"{e} at pc=0x{where:08x}"
     timed_out = console.exit_code is None and not error
-    return UnicornResult(console.exit_code, bytes(console.out), executed[0], error, timed_out)
+    scb_ccr, = struct.unpack("<I", mu.mem_read(SCB_CCR, 4))
+    return UnicornResult(console.exit_code, bytes(console.out), executed[0], error, timed_out, clock, qspi, scb_ccr,
+                         console.brr)

@@ -13,6 +13,7 @@ from firmware_harness import GREEDY, TOP_P, assert_identical, build_case, need, 
 from tinyllm_gen.build import run_firmware
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.run import load_board
+from tinyllm_gen.protocol import pack_request
 from tinyllm_gen.run_unicorn import _thumb_widths, run_unicorn
 
 pytestmark = pytest.mark.emu
@@ -81,6 +82,26 @@ def test_h750_firmware_matches_reference_under_unicorn(root, board, kv_bits):
     assert all(n > 0 for n in counts)  # DWT's cycle counter reads the instruction count
 
 
+@pytest.mark.parametrize("board,chip_read", [("stm32h750b-dk", 0x6C), ("weact-h750", 0x6B)])
+def test_h750_bringup_from_reset(root, board, chip_read):
+    """bringup.c from reset on the register models: 480 MHz without breaking
+    a sequencing rule, QUADSPI memory-mapped with the chip's quad read, both
+    caches on, and the console divisor for the 120 MHz APB clock."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built = build_case(root, "llama-tied-gqa", 32, board)
+    b = load_board(board)
+    request = built.out / "build" / "request.bin"
+    request.write_bytes(pack_request(prompt_for(built.model_dir), 2, GREEDY, 0))
+    res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=60)
+    assert res.exit_code == 0 and not res.error and res.violations == []
+    assert res.clock.sysclk_hz() == 480_000_000
+    assert res.qspi.mapped is not None and res.qspi.mapped.instr == chip_read and res.qspi.mapped.dmode == 3
+    assert res.scb_ccr >> 16 & 3 == 3
+    assert res.usart_brr == round(120_000_000 / b["uart"]["baud"])
+
+
 def test_h750_request_over_the_console_usart(root):
     pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
     need("arm-none-eabi-gcc")
@@ -95,16 +116,19 @@ def test_h750_request_over_the_console_usart(root):
 
 def test_h750_bad_access_is_a_one_line_error(root, tmp_path):
     """A firmware that reads outside the board's memory map stops with the
-    address, as a bus fault would on the chip (here: weights never placed
-    and the QSPI window shrunk to nothing)."""
+    address, as a bus fault would on the chip (here the QSPI window is cut to
+    1 MiB, below the request block the firmware reads at 0x907FC000)."""
     pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
     need("arm-none-eabi-gcc")
     need("cmake")
     built = build_case(root, "llama-tied-gqa", 32, "weact-h750")
     board = load_board("weact-h750")
-    board["memory_regions"] = [r for r in board["memory_regions"] if r["name"] != "qspi"]
-    res = run_unicorn(built.out / "build" / "firmware.elf", board, None, None, timeout_s=30)
+    for r in board["memory_regions"]:
+        if r["name"] == "qspi":
+            r["size"] = 1 << 20
+    res = run_unicorn(built.out / "build" / "firmware.elf", board, built.out / "weights.bin", None, timeout_s=30)
     assert res.exit_code is None and "UC_ERR_READ_UNMAPPED" in res.error and "pc=0x08" in res.error
+    assert res.qspi.mapped is not None and res.violations == []
 
 
 def test_thumb_instruction_widths():

@@ -37,6 +37,8 @@
 #define REQUEST_MAGIC 0x51524C54u /* "TLRQ" */
 #define REQUEST_MAX 16384u
 
+extern uint32_t tllm_bringup_pclk_hz; /* bringup.c; 0 until the PLL runs */
+
 static int uart_ready;
 static uint32_t cyc_last;
 static uint64_t cyc_total;
@@ -56,7 +58,8 @@ static void uart_init(void)
     pin_af(TLLM_UART_TX_PIN);
     pin_af(TLLM_UART_RX_PIN);
     USART_CR1 = 0u;
-    USART_BRR = (TLLM_UART_KERNEL_HZ + TLLM_UART_BAUD / 2u) / TLLM_UART_BAUD;
+    const uint32_t kernel_hz = tllm_bringup_pclk_hz ? tllm_bringup_pclk_hz : TLLM_UART_KERNEL_HZ;
+    USART_BRR = (kernel_hz + TLLM_UART_BAUD / 2u) / TLLM_UART_BAUD;
     USART_CR1 = USART_CR1_UE | USART_CR1_TE | USART_CR1_RE;
     uart_ready = 1;
 }

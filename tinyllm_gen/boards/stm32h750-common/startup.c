@@ -1,11 +1,11 @@
 /* Reset path and vectors for the STM32H750 boards (Cortex-M7).
  *
- * Clocks stay at reset defaults (HSI 64 MHz, every prescaler 1): enough to
- * run and talk over the UART; the 480 MHz PLL/VOS0 setup is future work.
  * Reset_Handler enables the FPU, then tllm_reset_c: D2 SRAM clocks on,
- * .data copied, .bss zeroed, every planned arena zeroed (the linker's zero
- * table lists them), the stack painted for tllm_board_stack_peak(), then
- * tllm_board_init(), tllm_main(), tllm_board_exit().  No CMSIS. */
+ * .data copied, .bss zeroed, tllm_board_bringup() (bringup.c: 480 MHz
+ * clocks, QUADSPI memory-mapped, caches), every planned arena zeroed (the
+ * linker's zero table lists them), the stack painted for
+ * tllm_board_stack_peak(), then tllm_board_init(), tllm_main(),
+ * tllm_board_exit().  No CMSIS. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +29,7 @@ extern void (*__init_array_start[])(void);
 extern void (*__init_array_end[])(void);
 
 void tllm_board_fault(const char *what) __attribute__((noreturn));
+void tllm_board_bringup(void);
 void Reset_Handler(void);
 void tllm_reset_c(void) __attribute__((noreturn, used));
 void HardFault_Handler(void);
@@ -79,6 +80,7 @@ void tllm_reset_c(void)
     for (dst = __bss_start__; dst < __bss_end__; ++dst) {
         *dst = 0u;
     }
+    tllm_board_bringup();
     for (uint32_t **z = __zero_table_start__; z < __zero_table_end__; z += 2) {
         for (dst = z[0]; dst < z[1]; ++dst) {
             *dst = 0u;

@@ -11,8 +11,17 @@
 #define TLLM_UART_TX_PIN 10u
 #define TLLM_UART_RX_PIN 11u
 #define TLLM_UART_AF 7u
-#define TLLM_UART_KERNEL_HZ 64000000u    /* rcc_pclk1 at reset: HSI 64 MHz, no prescaler */
+#define TLLM_UART_KERNEL_HZ 64000000u    /* rcc_pclk1 at reset (before bringup.c sets the PLL) */
 #define TLLM_UART_BAUD 115200u
 #define TLLM_REQUEST_ADDR 0x97FFC000u    /* last 16 KiB of the 128 MB QSPI window */
+
+/* QUADSPI (bringup.c): two Micron MT25QL512ABB in dual-flash mode, 128 MB = 2^(26+1). */
+#define TLLM_QSPI_FLASH_MT25Q 1
+#define TLLM_QSPI_DUAL 1u
+#define TLLM_QSPI_FSIZE 26u
+/* {port (A=0), pin, AF}: PF10 CLK, PG6 BK1_NCS, PD11 BK1_IO0, PF9 BK1_IO1, PF7 BK1_IO2,
+ * PF6 BK1_IO3, PH2 BK2_IO0, PH3 BK2_IO1, PG9 BK2_IO2, PG14 BK2_IO3 */
+#define TLLM_QSPI_PINS {{5, 10, 9}, {6, 6, 10}, {3, 11, 9}, {5, 9, 10}, {5, 7, 9}, {5, 6, 9}, \
+                        {7, 2, 9}, {7, 3, 9}, {6, 9, 9}, {6, 14, 9}}
 
 #endif

@@ -152,7 +152,8 @@ def build(out, cmsis_nn):
 @click.option("--serial", "serial_url", default=None,
               help="A flashed board's serial port (/dev/ttyACM0, or a pyserial URL such as socket://host:port).")
 def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url):
-    """Run the built firmware (QEMU or host) on a prompt."""
+    """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
+    flashed board (--serial)."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
     from .sampler import SamplingOptions
 
@@ -172,8 +173,10 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
         click.echo(o.text)
         if o.instructions_per_token and any(o.instructions_per_token):
             per = sorted(o.instructions_per_token)
-            click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} instructions/token, "
-                       f"prefill {o.prefill_instructions:,}]", err=True)
+            unit = "cycles" if serial_url else "instructions"  # a board's DWT counts cycles
+            where = "; emulated by Unicorn" if fw.result.command[:1] == ["unicorn"] else ""
+            click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} {unit}/token, "
+                       f"prefill {o.prefill_instructions:,}{where}]", err=True)
 
 
 @cli.command()

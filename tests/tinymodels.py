@@ -64,3 +64,36 @@ def make_hf_model(path: Path, arch: str = "llama", *, dim: int = 64, hidden: int
     cfg_json = json.loads((path / "config.json").read_text())
     assert cfg_json["vocab_size"] == vocab
     return path
+
+
+def export_onnx(model_dir: Path, out_dir: Path, seq: int = 6) -> Path:
+    """torch.onnx.export (the dynamo exporter, opset 18) of a saved tiny model
+    as a transformers user would: logits of a whole sequence, no KV cache;
+    config.json and tokenizer.json copied beside model.onnx, as exporters do."""
+    import shutil
+    import warnings
+
+    import torch
+    import transformers as tf
+
+    model = tf.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).logits
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ids = torch.arange(seq, dtype=torch.int64).reshape(1, seq) % model.config.vocab_size
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Logits(model), (ids,), str(out_dir / "model.onnx"), input_names=["input_ids"],
+                          output_names=["logits"], dynamic_shapes=({1: torch.export.Dim("seq", max=64)},),
+                          opset_version=18, dynamo=True, verbose=False)
+    for name in ("config.json", "tokenizer.json"):
+        if (model_dir / name).is_file():
+            shutil.copy(model_dir / name, out_dir / name)
+    return out_dir

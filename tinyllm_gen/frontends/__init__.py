@@ -7,16 +7,22 @@ from pathlib import Path
 from ..errors import UserError
 from .hf import ImportedModel, load_hf
 from .llama2c import load_llama2c
+from .onnx_model import find_onnx, load_onnx
 from .tokenizer import Tokenizer
 
-__all__ = ["ImportedModel", "Tokenizer", "load_hf", "load_llama2c", "load_model"]
+__all__ = ["ImportedModel", "Tokenizer", "load_hf", "load_llama2c", "load_model", "load_onnx"]
 
 
 def load_model(path: Path, tokenizer: Path | None = None) -> ImportedModel:
-    """A directory is a Hugging Face `save_pretrained` folder; a file is a
-    llama2.c `.bin` checkpoint.  Pointing at a file inside an HF folder
-    (config.json, *.safetensors) means that folder."""
+    """A directory is a Hugging Face `save_pretrained` folder, or an ONNX
+    export (one *.onnx and its config.json, no safetensors); a `.onnx` file
+    is that export; any other file is a llama2.c `.bin` checkpoint.
+    Pointing at a file inside an HF folder (config.json, *.safetensors)
+    means that folder."""
     path = Path(path)
+    onnx_file = find_onnx(path)
+    if onnx_file is not None:
+        return load_onnx(onnx_file, tokenizer)
     if path.is_dir():
         return load_hf(path, tokenizer)
     if path.is_file():

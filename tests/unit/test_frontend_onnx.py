@@ -1,0 +1,137 @@
+"""The ONNX frontend (frontends/onnx_model.py) on real exports: tiny random
+transformers models (Llama with GQA and tied embeddings, Qwen2 with q/k/v
+biases, Phi-3 with fused projections) exported by torch.onnx.export, then
+
+* the weights it finds equal, bit for bit, what the Hugging Face frontend
+  reads from the same model's safetensors;
+* our float reference over the imported graph agrees with onnxruntime
+  running the same model.onnx, position by position (the outside oracle);
+* broken or foreign files fail with one line naming the problem."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxscript", reason="the dynamo ONNX exporter needs onnxscript (a test extra)")
+ort = pytest.importorskip("onnxruntime")
+
+from tinymodels import export_onnx, make_hf_model  # noqa: E402
+from tinyllm_gen.errors import UserError  # noqa: E402
+from tinyllm_gen.frontends import load_model  # noqa: E402
+from tinyllm_gen.reference_seq import SeqFloatKernels, run_sequence  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+SHAPES = {
+    "llama": dict(arch="llama", dim=64, hidden=96, layers=2, heads=4, kv_heads=2, tied=True),
+    "qwen2": dict(arch="qwen2", dim=64, hidden=96, layers=2, heads=4, kv_heads=2, tied=False),
+    "phi3": dict(arch="phi3", dim=64, hidden=96, layers=2, heads=4, kv_heads=4, tied=False),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("onnx")
+    out = {}
+    for name, shape in SHAPES.items():
+        hf = make_hf_model(root / f"{name}-hf", vocab=200, context=64, seed=21, **shape)
+        out[name] = (hf, export_onnx(hf, root / f"{name}-onnx"))
+    return out
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_weights_equal_the_safetensors_import(exported, name):
+    hf_dir, onnx_dir = exported[name]
+    a, b = load_model(onnx_dir), load_model(hf_dir)
+    assert a.source.startswith("onnx:") and a.graph.config == b.graph.config
+    assert set(a.graph.weights) == set(b.graph.weights)
+    for k, v in b.graph.weights.items():
+        assert np.array_equal(a.graph.weights[k], v), k
+    assert a.tokenizer is not None and a.tokenizer.encode("Once") == b.tokenizer.encode("Once")
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_float_reference_matches_onnxruntime(exported, name):
+    _, onnx_dir = exported[name]
+    model = load_model(onnx_dir / "model.onnx")
+    tokens = [int(t) for t in np.random.default_rng(5).integers(0, 200, 24)]
+    ours, _ = run_sequence(model.graph, SeqFloatKernels(model.graph, 64), tokens)
+    sess = ort.InferenceSession(str(onnx_dir / "model.onnx"), providers=["CPUExecutionProvider"])
+    theirs = sess.run(None, {"input_ids": np.asarray([tokens], np.int64)})[0][0]
+    assert ours.shape == theirs.shape
+    assert np.max(np.abs(ours - theirs)) <= 1e-4
+
+
+def _copy(src, dst, drop=()):
+    shutil.copytree(src, dst)
+    for name in drop:
+        (dst / name).unlink()
+    return dst
+
+
+def test_missing_config_is_one_line(exported, tmp_path):
+    d = _copy(exported["llama"][1], tmp_path / "m", drop=("config.json",))
+    with pytest.raises(UserError, match=r"no config.json beside it; copy the config.json"):
+        load_model(d)
+
+
+def test_config_that_does_not_match_the_graph(exported, tmp_path):
+    d = _copy(exported["llama"][1], tmp_path / "m")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-3
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"adds eps 1e-05 but config.json says rms_norm_eps 0.001"):
+        load_model(d)
+    cfg["rms_norm_eps"], cfg["num_hidden_layers"] = 1e-5, 3
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"config.json says 3 layers but the graph reaches its classifier after 2"):
+        load_model(d)
+    d = _copy(exported["qwen2"][1], tmp_path / "q")  # untied: its classifier is its own
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"config.json ties the embeddings, but the classifier differs"):
+        load_model(d)
+
+
+def test_not_a_decoder_and_not_onnx(exported, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    d = tmp_path / "mlp"
+    d.mkdir()
+    shutil.copy(exported["llama"][1] / "config.json", d / "config.json")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.0] * 16)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    onnx.save(helper.make_model(g), str(d / "model.onnx"))
+    with pytest.raises(UserError, match=r"no embedding lookup \(Gather of a constant table"):
+        load_model(d)
+    (d / "model.onnx").write_bytes(b"not protobuf at all")
+    with pytest.raises(UserError, match=r"not a readable ONNX model"):
+        load_model(d / "model.onnx")
+
+
+def test_cli_compiles_an_onnx_export(exported, tmp_path):
+    """`inspect` and `compile` take the export directory like any model."""
+    _, onnx_dir = exported["qwen2"]
+    run = [sys.executable, "-m", "tinyllm_gen.cli"]
+    proc = subprocess.run(run + ["inspect", str(onnx_dir)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "onnx:" in proc.stdout and "qwen2" in proc.stdout
+    proc = subprocess.run(run + ["compile", str(onnx_dir), "-o", str(tmp_path / "out"), "--board", "host"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "weights.bin").is_file()
+
+
+def test_onnx_package_missing_is_one_line(exported, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # as if not installed
+    with pytest.raises(UserError, match=r"needs the onnx package: pip install 'tinyllm-gen\[onnx\]'"):
+        load_model(exported["llama"][1])

@@ -1,0 +1,377 @@
+"""ONNX frontend: a decoder exported to ONNX (`torch.onnx.export` of a
+transformers model, or optimum's export) -> Graph.
+
+The export is a forward pass over a whole sequence; weights are initializers,
+usually renamed and transposed (`val_104` [in, out] for a MatMul), so names
+are not trusted.  The config.json the model was exported from, which the
+exporters write beside model.onnx, gives the architecture; the graph gives
+the weights, found by walking the data flow of the residual stream:
+
+    input_ids -> Gather(table)                              embedding
+    h -> Pow/ReduceMean/Add(eps)/Sqrt/Reciprocal.. -> Mul(w) RMSNorm weight
+    norm -> MatMul(W) [-> Add(b)]                           projections
+    h + MatMul(attention) / h + MatMul(mlp)                  o_proj, down_proj
+
+Which projection is which comes from the flow, not from the order of the
+nodes: k and q pass through RoPE's rotate-half (a Neg) on their way to the
+attention scores, where q is the left operand and k the right; v does not;
+gate feeds the SiLU's Sigmoid and up does not.  A fused projection (Phi-3's
+qkv_proj and gate_up_proj) is split as the Hugging Face frontend splits it.
+Then every weight goes through the same canonical names and graph builder
+as the other frontends, so what compiles is the same decoder whatever the
+file format.  Anything the walk cannot place is refused with the node it
+stopped at; the math is checked against onnxruntime in the tests."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
+from ..verify import verify_graph
+from .hf import ImportedModel, parse_config
+from .tokenizer import Tokenizer
+
+# Ops a value passes through unchanged in meaning (dtype or layout only).
+_PASS = {"Cast", "Identity"}
+# Ops inside an RMSNorm between its input and its weight multiply.
+_NORM_OPS = {"Pow", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Div", "Mul", "Cast", "Rsqrt", "Identity"}
+# Ops on the way from a projection to the attention MatMuls (reshapes, RoPE, GQA repeat).
+_ATTN_PATH = {"Reshape", "Transpose", "Mul", "Add", "Slice", "Neg", "Concat", "Unsqueeze", "Expand", "Cast",
+              "Identity", "Squeeze", "Split", "Gather"}
+
+
+def find_onnx(path: Path) -> Path | None:
+    """model.onnx when `path` is an ONNX file, or a directory holding exactly
+    one *.onnx and no safetensors (an export directory); else None."""
+    path = Path(path)
+    if path.is_file():
+        return path if path.suffix == ".onnx" else None
+    if path.is_dir() and not any(path.glob("*.safetensors")):
+        found = sorted(path.glob("*.onnx"))
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def load_onnx(model_path: Path, tokenizer: Path | None = None) -> ImportedModel:
+    model_path = Path(model_path)
+    folder = model_path.parent
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{model_path}: no config.json beside it; copy the config.json of the model it was "
+                        "exported from (transformers and optimum write it next to model.onnx)")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"{cfg_path}: not readable JSON ({e}); re-export the model") from None
+    config = parse_config(cfg, cfg_path)
+    graph = _OnnxGraph.load(model_path)
+    weights = _Walker(graph, config).weights()
+    g = verify_graph(build_decoder_graph(config, weights))
+
+    eos = config.eos_ids[0] if config.eos_ids else None
+    tok = None
+    if tokenizer is not None:
+        tok = Tokenizer.from_path(Path(tokenizer), config.vocab_size, config.bos_id, eos)
+    elif (folder / "tokenizer.json").is_file():
+        tok = Tokenizer.from_hf_json(folder / "tokenizer.json", bos_id=config.bos_id, eos_id=eos)
+    return ImportedModel(graph=g, tokenizer=tok, source=f"onnx:{model_path} ({cfg['architectures'][0]})")
+
+
+class _OnnxGraph:
+    """Nodes, constants (initializers and Constant nodes, as float32/int64
+    arrays), producer and consumers of every value."""
+
+    def __init__(self, path: Path, model):
+        from onnx import numpy_helper
+
+        self.path = path
+        g = model.graph
+        self.nodes = list(g.node)
+        self.const: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        for n in self.nodes:
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+                self.const[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        self.producer = {o: n for n in self.nodes for o in n.output}
+        self.consumers: dict[str, list] = defaultdict(list)
+        for n in self.nodes:
+            for i in n.input:
+                self.consumers[i].append(n)
+        self.inputs = [i.name for i in g.input if i.name not in self.const]
+
+    @classmethod
+    def load(cls, path: Path) -> "_OnnxGraph":
+        try:
+            import onnx
+        except ImportError:
+            raise UserError("reading ONNX models needs the onnx package: pip install 'tinyllm-gen[onnx]'") from None
+        try:
+            model = onnx.load(str(path))
+        except Exception as e:  # protobuf and external-data errors have no common base
+            raise UserError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]}); "
+                            "re-export it, keeping model.onnx.data beside it") from None
+        return cls(path, model)
+
+    def where(self, node) -> str:
+        return f"{self.path.name}: node {node.name or node.op_type} ({node.op_type})"
+
+    def follow(self, value: str) -> list:
+        """Consumers of a value, looking through dtype-only ops."""
+        out = []
+        for n in self.consumers.get(value, []):
+            out += self.follow(n.output[0]) if n.op_type in _PASS else [n]
+        return out
+
+    def weight_of(self, node) -> np.ndarray | None:
+        """The constant right operand of a MatMul/Gemm as [out, in] (the
+        Hugging Face layout), or None when the operand is computed."""
+        if node.op_type == "MatMul":
+            b = self._const_through(node.input[1])
+            return None if b is None else np.ascontiguousarray(b[1].T if not b[0] else b[1])
+        if node.op_type == "Gemm":
+            attrs = {a.name: a.i for a in node.attribute}
+            b = self._const_through(node.input[1])
+            if b is None or attrs.get("transA", 0):
+                return None
+            w = b[1] if not b[0] else b[1].T
+            return np.ascontiguousarray(w if attrs.get("transB", 0) else w.T)
+        return None
+
+    def _const_through(self, name: str) -> tuple[bool, np.ndarray] | None:
+        """(transposed once on the way, float32 array) for a constant seen
+        through Cast/Identity/Transpose([1,0])."""
+        transposed = False
+        while name not in self.const:
+            p = self.producer.get(name)
+            if p is None:
+                return None
+            if p.op_type in _PASS:
+                name = p.input[0]
+            elif p.op_type == "Transpose" and [a.ints for a in p.attribute if a.name == "perm"] in ([[1, 0]], []):
+                transposed, name = not transposed, p.input[0]
+            else:
+                return None
+        arr = self.const[name]
+        return (transposed, arr.astype(np.float32)) if arr.ndim == 2 else None
+
+
+class _Walker:
+    def __init__(self, g: _OnnxGraph, c: ModelConfig):
+        self.g, self.c = g, c
+
+    def fail(self, what: str, node=None) -> UserError:
+        at = f" at {self.g.where(node)}" if node is not None else f" in {self.g.path.name}"
+        return UserError(f"ONNX import: {what}{at}; export a Llama/Qwen2/Phi-3 decoder with "
+                         "torch.onnx.export (dynamo) or optimum, with use_cache=False")
+
+    # ---- the residual stream, layer by layer
+    def weights(self) -> dict[str, np.ndarray]:
+        c = self.c
+        w: dict[str, np.ndarray] = {}
+        h, table = self._embedding()
+        w["tok_embeddings"] = table
+        for i in range(c.n_layers):
+            p = f"layers.{i}."
+            n1, w[p + "attention_norm"] = self._rmsnorm(h, f"layer {i} attention norm")
+            self._attention_projections(n1, p, w, i)
+            h, w[p + "wo"] = self._residual(h, f"layer {i} attention output")
+            n2, w[p + "ffn_norm"] = self._rmsnorm(h, f"layer {i} FFN norm")
+            self._mlp_projections(n2, p, w, i)
+            h, w[p + "w_down"] = self._residual(h, f"layer {i} FFN output")
+        nf, w["norm"] = self._rmsnorm(h, "final norm")
+        head = [n for n in self.g.follow(nf) if self.g.weight_of(n) is not None]
+        if len(head) != 1:
+            raise self.fail(f"expected one classifier MatMul after the final norm, found {len(head)}")
+        out = self.g.weight_of(head[0])
+        if c.tied_embeddings:
+            if out.shape != table.shape or not np.array_equal(out, table):
+                raise self.fail("config.json ties the embeddings, but the classifier differs from them", head[0])
+        else:
+            w["output"] = out
+        self._check_shapes(w)
+        return w
+
+    def _embedding(self) -> tuple[str, np.ndarray]:
+        ids = [n for name in self.g.inputs for n in self.g.follow(name) if n.op_type == "Gather"]
+        for n in ids:
+            table = self.g.const.get(n.input[0])
+            if table is not None and table.ndim == 2:
+                return n.output[0], table.astype(np.float32)
+        raise self.fail("no embedding lookup (Gather of a constant table by the input ids)")
+
+    def _rmsnorm(self, h: str, what: str) -> tuple[str, np.ndarray]:
+        """The weight-multiply output of the RMSNorm reading h: breadth-first
+        through norm ops, the first Mul by a [dim] constant."""
+        seen, frontier = set(), [h]
+        for _depth in range(10):
+            nxt = []
+            for v in frontier:
+                for n in self.g.consumers.get(v, []):
+                    if n.op_type not in _NORM_OPS or id(n) in seen:
+                        continue
+                    seen.add(id(n))
+                    if n.op_type == "Mul":
+                        for inp in n.input:
+                            k = self.g.const.get(inp)
+                            if k is not None and k.shape == (self.c.dim,):
+                                self._check_eps(h, what)
+                                return n.output[0], k.astype(np.float32)
+                    if n.op_type == "Add" and all(i not in self.g.const for i in n.input):
+                        continue  # a residual add, not the norm's + eps
+                    nxt += list(n.output)
+            frontier = nxt
+        raise self.fail(f"no RMSNorm with a [{self.c.dim}] weight found for the {what}")
+
+    def _check_eps(self, h: str, what: str) -> None:
+        """The scalar the norm adds before the square root must be config.json's eps."""
+        seen, frontier = set(), [h]
+        for _depth in range(10):
+            nxt = []
+            for v in frontier:
+                for n in self.g.consumers.get(v, []):
+                    if n.op_type not in _NORM_OPS or id(n) in seen:
+                        continue
+                    seen.add(id(n))
+                    consts = [self.g.const[i] for i in n.input if i in self.g.const]
+                    if n.op_type == "Mul" and any(k.shape == (self.c.dim,) for k in consts):
+                        continue  # the weight multiply ends the norm
+                    if n.op_type == "Add":
+                        if not consts:
+                            continue  # a residual add
+                        eps = float(consts[0].reshape(-1)[0])
+                        if consts[0].size != 1 or not np.isclose(eps, self.c.norm_eps, rtol=1e-3, atol=0):
+                            raise self.fail(f"the {what} adds eps {eps:g} but config.json says rms_norm_eps "
+                                            f"{self.c.norm_eps:g}", n)
+                    nxt += list(n.output)
+            frontier = nxt
+
+    def _projections(self, x: str, what: str) -> list[tuple[object, np.ndarray, np.ndarray | None, str]]:
+        """(node, weight [out, in], bias or None, output value) of each
+        constant-weight MatMul reading x."""
+        out = []
+        for n in self.g.follow(x):
+            wt = self.g.weight_of(n)
+            if wt is None:
+                continue
+            y, bias = n.output[0], None
+            adds = [a for a in self.g.follow(y) if a.op_type == "Add"]
+            for a in adds:
+                k = [self.g.const[i] for i in a.input if i in self.g.const and self.g.const[i].ndim == 1]
+                if k and k[0].shape == (wt.shape[0],):
+                    y, bias = a.output[0], k[0].astype(np.float32)
+            out.append((n, wt, bias, y))
+        if not out:
+            raise self.fail(f"no projection MatMul reads the {what}")
+        return out
+
+    def _attention_projections(self, n1: str, p: str, w: dict, i: int) -> None:
+        c = self.c
+        projs = self._projections(n1, f"layer {i} attention norm")
+        if len(projs) == 1 and projs[0][1].shape[0] == c.vocab_size and i > 0:
+            raise self.fail(f"config.json says {c.n_layers} layers but the graph reaches its classifier after {i}",
+                            projs[0][0])
+        if len(projs) == 1:  # Phi-3: one fused qkv_proj, rows q, k, v
+            node, wt, bias, _ = projs[0]
+            if wt.shape[0] != c.q_dim + 2 * c.kv_dim or bias is not None:
+                raise self.fail(f"layer {i}: a fused qkv projection of {wt.shape[0]} rows, expected "
+                                f"{c.q_dim + 2 * c.kv_dim}", node)
+            w[p + "wq"], w[p + "wk"] = wt[:c.q_dim].copy(), wt[c.q_dim:c.q_dim + c.kv_dim].copy()
+            w[p + "wv"] = wt[c.q_dim + c.kv_dim:].copy()
+            return
+        if len(projs) != 3:
+            raise self.fail(f"layer {i}: {len(projs)} projections read the attention norm, expected q, k, v "
+                            "(or one fused qkv)", projs[0][0])
+        roles = {}
+        for node, wt, bias, y in projs:
+            roped, side = self._attention_side(y)
+            role = "v" if not roped else ("q" if side == 0 else "k")
+            if role in roles:
+                raise self.fail(f"layer {i}: two projections look like {role}", node)
+            roles[role] = (node, wt, bias)
+        for role in ("q", "k", "v"):
+            node, wt, bias = roles[role]
+            w[p + "w" + role] = wt
+            if c.qkv_bias:
+                if bias is None:
+                    raise self.fail(f"layer {i}: config.json says Qwen2 (q/k/v biases) but {role}_proj has none",
+                                    node)
+                w[p + "b" + role] = bias
+            elif bias is not None:
+                raise self.fail(f"layer {i}: {role}_proj has a bias the {c.arch} graph has no slot for", node)
+
+    def _attention_side(self, y: str) -> tuple[bool, int]:
+        """(passes RoPE's Neg, operand index at the first MatMul of two
+        computed operands it reaches) for a projection's output."""
+        seen, frontier, roped = set(), [y], False
+        for _depth in range(24):
+            nxt = []
+            for v in frontier:
+                for n in self.g.consumers.get(v, []):
+                    if id(n) in seen:
+                        continue
+                    seen.add(id(n))
+                    if n.op_type == "Neg":
+                        roped = True
+                    if n.op_type == "MatMul" and all(i not in self.g.const for i in n.input):
+                        return roped, list(n.input).index(v)
+                    if n.op_type in _ATTN_PATH:
+                        nxt += list(n.output)
+            frontier = nxt
+        return roped, -1
+
+    def _mlp_projections(self, n2: str, p: str, w: dict, i: int) -> None:
+        c = self.c
+        projs = self._projections(n2, f"layer {i} FFN norm")
+        if any(b is not None for _, _, b, _ in projs):
+            raise self.fail(f"layer {i}: the MLP projections have biases (not supported)", projs[0][0])
+        if len(projs) == 1:  # Phi-3: gate_up_proj, first half gate
+            node, wt, _, _ = projs[0]
+            if wt.shape[0] != 2 * c.hidden_dim:
+                raise self.fail(f"layer {i}: a fused gate/up projection of {wt.shape[0]} rows, expected "
+                                f"{2 * c.hidden_dim}", node)
+            w[p + "w_gate"], w[p + "w_up"] = wt[:c.hidden_dim].copy(), wt[c.hidden_dim:].copy()
+            return
+        if len(projs) != 2:
+            raise self.fail(f"layer {i}: {len(projs)} projections read the FFN norm, expected gate and up",
+                            projs[0][0])
+        gates = [pr for pr in projs if any(n.op_type in ("Sigmoid", "Silu", "HardSwish")
+                                           for n in self.g.follow(pr[3]))]
+        if len(gates) != 1:
+            raise self.fail(f"layer {i}: cannot tell gate_proj (the one feeding the SiLU) from up_proj",
+                            projs[0][0])
+        w[p + "w_gate"] = gates[0][1]
+        w[p + "w_up"] = [pr for pr in projs if pr is not gates[0]][0][1]
+
+    def _residual(self, h: str, what: str) -> tuple[str, np.ndarray]:
+        """h + MatMul(...): the new stream and the [dim, in] weight that made
+        the other operand."""
+        for n in self.g.follow(h):
+            if n.op_type != "Add" or any(i in self.g.const for i in n.input):
+                continue
+            other = n.input[1] if n.input[0] == h or self._through_pass(n.input[0], h) else n.input[0]
+            prod = self.g.producer.get(other)
+            while prod is not None and prod.op_type in _PASS:
+                prod = self.g.producer.get(prod.input[0])
+            wt = self.g.weight_of(prod) if prod is not None else None
+            if wt is not None and wt.shape[0] == self.c.dim:
+                return n.output[0], wt
+        raise self.fail(f"no residual add of a projection for the {what}")
+
+    def _through_pass(self, value: str, h: str) -> bool:
+        prod = self.g.producer.get(value)
+        while prod is not None and prod.op_type in _PASS:
+            if prod.input[0] == h:
+                return True
+            prod = self.g.producer.get(prod.input[0])
+        return False
+
+    def _check_shapes(self, w: dict) -> None:
+        for name, shape in expected_weight_shapes(self.c).items():
+            if name not in w:
+                raise self.fail(f"tensor for {name} not found")
+            if tuple(w[name].shape) != tuple(shape):
+                raise self.fail(f"{name} has shape {tuple(w[name].shape)}, config.json implies {tuple(shape)}")

@@ -196,12 +196,15 @@ class _Walker:
         return w
 
     def _embedding(self) -> tuple[str, np.ndarray]:
-        ids = [n for name in self.g.inputs for n in self.g.follow(name) if n.op_type == "Gather"]
-        for n in ids:
-            table = self.g.const.get(n.input[0])
-            if table is not None and table.ndim == 2:
-                return n.output[0], table.astype(np.float32)
-        raise self.fail("no embedding lookup (Gather of a constant table by the input ids)")
+        # The [vocab, dim] table gathered by a graph input: position_ids may
+        # gather a RoPE cos/sin table too, which this shape tells apart.
+        want = (self.c.vocab_size, self.c.dim)
+        for name in self.g.inputs:
+            for n in self.g.follow(name):
+                table = self.g.const.get(n.input[0]) if n.op_type == "Gather" else None
+                if table is not None and table.shape == want:
+                    return n.output[0], table.astype(np.float32)
+        raise self.fail(f"no embedding lookup (Gather of a constant {want[0]}x{want[1]} table by the input ids)")
 
     def _rmsnorm(self, h: str, what: str) -> tuple[str, np.ndarray]:
         """The weight-multiply output of the RMSNorm reading h: breadth-first

@@ -167,3 +167,18 @@ def test_compress_user_errors(teacher_dir, data_file, tmp_path, capsys, args, ms
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and "\n" not in err
+
+
+def test_compress_refuses_what_torch_cannot_train(teacher_dir, data_file, tmp_path, capsys):
+    """An ONNX export (or a file) is compiled, but not trained: one line, exit 2."""
+    onnx_dir = tmp_path / "onnx-export"
+    onnx_dir.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (onnx_dir / name).write_bytes((teacher_dir / name).read_bytes())
+    (onnx_dir / "model.onnx").write_bytes(b"")
+    for teacher, msg in ((onnx_dir, "an ONNX export; compression trains with torch and needs the Hugging Face"),
+                         (teacher_dir / "config.json", "compress takes a Hugging Face model directory")):
+        with pytest.raises(SystemExit) as e:
+            main(["compress", str(teacher), "-o", str(tmp_path / "o"), "--data", str(data_file)])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and msg in err and "\n" not in err, err

@@ -51,6 +51,12 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
     from ..frontends import load_model
 
     teacher_dir, out = Path(teacher_dir), Path(out)
+    if not teacher_dir.is_dir():
+        raise UserError(f"{teacher_dir}: compress takes a Hugging Face model directory (config.json, "
+                        "*.safetensors, tokenizer.json), not a file")
+    if not any(teacher_dir.glob("*.safetensors")) and any(teacher_dir.glob("*.onnx")):
+        raise UserError(f"{teacher_dir}: an ONNX export; compression trains with torch and needs the Hugging Face "
+                        "safetensors directory (save_pretrained) the model came from")
     imported = load_model(teacher_dir)  # also proves the teacher itself compiles
     tok = imported.tokenizer
     if tok is None or not (teacher_dir / "tokenizer.json").is_file():

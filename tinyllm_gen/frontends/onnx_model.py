@@ -114,6 +114,8 @@ class _OnnxGraph:
         except Exception as e:  # protobuf and external-data errors have no common base
             raise UserError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]}); "
                             "re-export it, keeping model.onnx.data beside it") from None
+        if not model.graph.node:
+            raise UserError(f"{path}: an ONNX file without a graph (empty or truncated); re-export the model")
         return cls(path, model)
 
     def where(self, node) -> str:

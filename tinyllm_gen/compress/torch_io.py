@@ -48,9 +48,8 @@ def load_torch_model(model_dir: Path):
         raise UserError(f"{model_dir}: compression supports {', '.join(SUPPORTED)}, not {archs[0]} "
                         "(fused projections cannot be pruned per head yet)")
     if not any(model_dir.glob("*.safetensors")):
-        found = "an ONNX export" if any(model_dir.glob("*.onnx")) else "no *.safetensors weights"
-        raise UserError(f"{model_dir}: {found}; compression trains with torch and needs the Hugging Face "
-                        "safetensors directory (save_pretrained) the model came from")
+        raise UserError(f"{model_dir}: no *.safetensors weights; torch training needs the Hugging Face "
+                        "directory (save_pretrained) the model came from")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return model.eval()
 

@@ -38,8 +38,9 @@ EXIT_PREFIX = b"@TLLM exit "
 PAGE = 0x1000
 
 # Peripheral windows the H750 firmware touches that only need to hold what
-# was written: GPIOA..K, SYSCFG... (APB4), DBGMCU, and the Cortex-M7 private
-# peripheral bus (SCB with its cache registers, DWT, CPACR).
+# was written: GPIOA..K, DBGMCU (preset to revision V) and the Cortex-M7
+# private peripheral bus (SCB with its cache registers, DWT, CPACR).  RCC/PWR,
+# SYSCFG, FLASH and QUADSPI are MMIO windows on the h750_model.py models.
 REGISTER_WINDOWS = (
     (0x58020000, 0x3000, "GPIOA..K"),
     (0x5C001000, 0x1000, "DBGMCU"),

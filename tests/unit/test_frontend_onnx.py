@@ -135,3 +135,27 @@ def test_onnx_package_missing_is_one_line(exported, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if not installed
     with pytest.raises(UserError, match=r"needs the onnx package: pip install 'tinyllm-gen\[onnx\]'"):
         load_model(exported["llama"][1])
+
+
+def test_weight_layouts_other_exporters_use():
+    """MatMul on [in, out] (dynamo), MatMul on Transpose([out, in]) and Gemm
+    with or without transB (TorchScript / optimum) all give [out, in]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tinyllm_gen.frontends.onnx_model import _OnnxGraph
+
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)  # [out=3, in=4]
+    inits = [numpy_helper.from_array(w.T.copy(), "w_in_out"), numpy_helper.from_array(w, "w_out_in")]
+    nodes = [helper.make_node("MatMul", ["x", "w_in_out"], ["a"]),
+             helper.make_node("Transpose", ["w_out_in"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["b"]),
+             helper.make_node("Gemm", ["x", "w_out_in"], ["c"], transB=1),
+             helper.make_node("Gemm", ["x", "w_in_out"], ["d"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, 3]) for o in "abcd"], inits)
+    graph = _OnnxGraph(None, helper.make_model(g))
+    for node in graph.nodes:
+        if node.op_type != "Transpose":
+            assert np.array_equal(graph.weight_of(node), w), node.output
+    onnx.checker.check_model(helper.make_model(g))

@@ -47,7 +47,7 @@ REGISTER_WINDOWS = (
     (0xE0000000, 0x100000, "Cortex-M7 private peripheral bus (SCB, DWT)"),
 )
 RCC_PWR_WINDOW, SYSCFG_WINDOW, FLASH_REGS, QSPI_REGS = 0x58024000, 0x58000000, 0x52002000, 0x52005000
-DBGMCU_IDC_REV_V = 0x20036450  # REV_ID 0x2003 (revision V), DEV_ID 0x450
+DBGMCU_IDC = {"V": 0x20036450, "Y": 0x10036450}  # REV_ID 0x2003 / 0x1003, DEV_ID 0x450
 SCB_CCR, SCB_CCSIDR, M7_L1D_CCSIDR = 0xE000ED14, 0xE000ED80, 0xF00FE019  # 16 KiB: 128 sets, 4 ways, 32-byte lines
 DWT_CYCCNT = 0xE0001004
 USART_BRR, USART_ISR, USART_RDR, USART_TDR = 0x0C, 0x1C, 0x24, 0x28
@@ -106,9 +106,11 @@ def _thumb_widths(code: bytes) -> int:
 
 
 def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: Path | None,
-                uart_rx: bytes = b"", count: bool = True, timeout_s: float = 600) -> UnicornResult:
+                uart_rx: bytes = b"", count: bool = True, timeout_s: float = 600,
+                revision: str = "V") -> UnicornResult:
     """Boot ``elf`` on a Unicorn model of ``board`` (an STM32H750 board) and
-    run it to its "@TLLM exit" line."""
+    run it to its "@TLLM exit" line; ``revision`` is the silicon DBGMCU
+    reports ("V": 480 MHz parts, "Y": the early 400 MHz ones)."""
     try:
         import unicorn as uc
         from unicorn import arm_const as arm
@@ -125,7 +127,7 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
             mu.mem_map(base, (size + PAGE - 1) // PAGE * PAGE)
     for base, size, _what in REGISTER_WINDOWS:
         mu.mem_map(base, size)
-    mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC_REV_V))
+    mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC[revision]))
     mu.mem_write(SCB_CCSIDR, struct.pack("<I", M7_L1D_CCSIDR))
 
     for addr, data in _load_segments(Path(elf).read_bytes()):

@@ -100,6 +100,11 @@ def test_h750_bringup_from_reset(root, board, chip_read):
     assert res.qspi.mapped is not None and res.qspi.mapped.instr == chip_read and res.qspi.mapped.dmode == 3
     assert res.scb_ccr >> 16 & 3 == 3
     assert res.usart_brr == round(120_000_000 / b["uart"]["baud"])
+    # revision Y silicon has no VOS0: 400 MHz at VOS1, the USART divisor follows
+    res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=60,
+                      revision="Y")
+    assert res.exit_code == 0 and res.violations == [] and res.clock.sysclk_hz() == 400_000_000
+    assert not res.clock.oden and res.usart_brr == round(100_000_000 / b["uart"]["baud"])
 
 
 def test_h750_request_over_the_console_usart(root):

@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm cmake make gcc
+APT_PACKAGES := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm cmake make gcc openocd
 DEMO_OUT ?= out/demo
 DEMO_MODEL ?= models/story-260k
 DEMO_PROMPT ?= Once upon a time
@@ -14,7 +14,8 @@ DEMO_ARGS ?= --max-new-tokens 400 --temperature 0.8 --top-p 0.9 --seed 42
 
 toolchain:
 	@if ! command -v arm-none-eabi-gcc >/dev/null || ! command -v qemu-system-arm >/dev/null \
-	    || ! command -v cmake >/dev/null || [ ! -d /usr/lib/arm-none-eabi/newlib ]; then \
+	    || ! command -v cmake >/dev/null || ! command -v openocd >/dev/null \
+	    || [ ! -d /usr/lib/arm-none-eabi/newlib ]; then \
 	  echo "== installing the toolchain: $(APT_PACKAGES)"; \
 	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
 	fi

@@ -142,6 +142,21 @@ def build(out, cmsis_nn):
     click.echo(msg)
 
 
+@cli.command("flash")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print the openocd command instead of running it.")
+@click.option("--openocd", default="openocd", show_default=True, help="The openocd program to run.")
+def flash_cmd(out, dry_run, openocd):
+    """Flash OUT onto its STM32H750 board with openocd: the firmware to internal flash, the weights to
+    QUADSPI. Then `tinyllm-gen run OUT --serial PORT`."""
+    import shlex
+
+    from .flash import flash
+
+    cmd = flash(out, dry_run=dry_run, openocd=openocd)
+    click.echo(shlex.join(cmd) if dry_run else f"flashed {out} ({len(cmd)} openocd arguments)")
+
+
 @cli.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @_sampling_options

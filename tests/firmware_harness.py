@@ -54,13 +54,14 @@ class Built:
 
 
 def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8, kernels: str = "auto",
-               quant: str = "group", cmsis_nn: Path | None = None) -> Built:
+               quant: str = "group", cmsis_nn: Path | None = None, sampler: str = "full") -> Built:
     model_dir = root / f"model-{shape}"
     if not model_dir.exists():
         make_hf_model(model_dir, eos=None, **SHAPES[shape])
-    out = root / f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}-{quant}-{'cmsis' if cmsis_nn else 'own'}"
+    out = root / (f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}-{quant}-{'cmsis' if cmsis_nn else 'own'}"
+                  f"-{sampler}")
     compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits,
-                                                      kernels=kernels, quant=quant))
+                                                      kernels=kernels, quant=quant, sampler=sampler))
     write_tree(compiled.tree, out)
     build(out, cmsis_nn)
     return Built(model_dir, out, kv_bits, quant)

@@ -133,6 +133,9 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     if len(prompt_ids) >= manifest["max_seq"]:
         raise UserError(f"the prompt is {len(prompt_ids)} tokens but the firmware's context is "
                         f"{manifest['max_seq']}: shorten the prompt or compile with a larger --max-seq")
+    if manifest.get("options", {}).get("sampler") == "greedy" and sampling.temperature > 0:
+        raise UserError(f"{out} was compiled with --sampler greedy: run it with --temperature 0, or compile "
+                        "with --sampler full to sample")
     request = out / "build" / "request.bin"
     uart = transport == "uart" or serial_url is not None
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))

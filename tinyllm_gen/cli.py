@@ -106,15 +106,18 @@ def inspect(model, tokenizer, as_json):
               help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
 @_quant_options
 @_scheme_options
+@click.option("--sampler", type=click.Choice(["full", "greedy"]), default="full", show_default=True,
+              help="greedy: argmax only, streamed through the classifier (no logits vector or sampler scratch "
+              "in RAM); requests with a temperature are refused.")
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant):
+                weight_quant, sampler):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import compile_path, write_tree
 
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
-                   calibration=calibration, weight_quant=weight_quant)
+                   calibration=calibration, weight_quant=weight_quant, sampler=sampler)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -241,8 +244,11 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @click.option("--board", default="qemu-mps2-an500", show_default=True,
               help="qemu-mps2-an500 | stm32h750b-dk | weact-h750 | host")
 @_quant_options
+@click.option("--sampler", type=click.Choice(["full", "greedy"]), default="full", show_default=True,
+              help="greedy: argmax only, streamed through the classifier (no logits vector or sampler scratch "
+              "in RAM); requests with a temperature are refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, as_json):
+def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from .frontends import load_model
@@ -258,7 +264,8 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .compile import resolve_kernels
 
     # the same kernel set compile would pick: it decides the activation scratch
-    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, b))
+    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, b),
+                       sampler=sampler)
     res = plan_for(shape, opts.max_seq, opts.ram_budget, b)
     check_weights(res, opts.board)
     if as_json:

@@ -40,6 +40,7 @@ class CompileOptions:
     quant: str = "group"  # "group": W4A8 group-wise; "per-channel": CMSIS-NN arithmetic (quant/per_channel.py)
     calibration: Path | None = None  # text for per-channel static scales (None: the built-in sample)
     weight_quant: str = "rtn"  # group scheme's INT4 weights: rtn | clip | awq (quant/calibrated.py, uses `calibration`)
+    sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,14 @@ def resolve_kernels(opts: CompileOptions, board: dict | None = None) -> str:
     return board.get("kernels") or ("cortex-m7" if board.get("cpu") == "cortex-m7" else "portable")
 
 
+def check_sampler(opts: CompileOptions) -> None:
+    if opts.sampler not in ("full", "greedy"):
+        raise UserError(f"--sampler {opts.sampler} is not known: choose full or greedy")
+    if opts.sampler == "greedy" and opts.quant == "per-channel":
+        raise UserError("--sampler greedy streams the group-wise classifier; --quant per-channel keeps the full "
+                        "sampler: drop one of them")
+
+
 def quantize(model: ImportedModel, opts: CompileOptions, board: dict | None = None) -> QuantizedGraph:
     graph = verify_graph(model.graph)
     if opts.quant == "per-channel" and opts.weight_quant != "rtn":
@@ -108,19 +117,20 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: dict | None = No
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
+    check_sampler(opts)  # option errors first: they cost nothing to fix
     board = load_board(opts.board)
     tokenizer = require_tokenizer(model)
     qg = quantize(model, opts, board)
-    planned = plan_for(shape_of(qg), opts.max_seq, opts.ram_budget, board)  # planning.py: shared with `plan`
+    planned = plan_for(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board)  # shared with `plan`
     plan = planned.plan
-    program = lower(qg, plan)
+    program = lower(qg, plan, opts.sampler)
     limit = board["weights"].get("max_bytes")
     if limit is not None and len(program.blob.data) > limit:
         raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
     options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
                "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
-               "kernels": qg.kernels}
+               "kernels": qg.kernels, "sampler": opts.sampler}
     tree = emit_tree(program, tokenizer, board, options)
     return Compiled(model, qg, plan, program, tree, planned.trade_off)
 

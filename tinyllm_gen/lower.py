@@ -15,6 +15,7 @@ from . import exact
 from .blob import WeightsBlob, build_blob
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
+from .plan.lifetimes import logits_rows
 from .fusion import fused_gate_up, fused_norm_outputs
 from .quant.formats import QuantizedGraph
 from .quant.kv import kv_layout
@@ -131,6 +132,31 @@ class MatvecQ4x4:
 
 
 @dataclass(frozen=True)
+class ArgmaxQ4:
+    """Greedy-only builds: the classifier (MatvecQ4's operands) computed
+    `chunk_rows` rows at a time into `out`, keeping the first maximum
+    (tllm_argmax's order): the token, without a [vocab] logits vector."""
+
+    matrix: Q4Ref
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+    chunk_rows: int
+
+
+@dataclass(frozen=True)
+class ArgmaxQ4x4:
+    """ArgmaxQ4 over the q4x4 layout (MatvecQ4x4's operands)."""
+
+    matrix: Q4Ref
+    x_stream: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+    chunk_rows: int
+
+
+@dataclass(frozen=True)
 class QuantizeStaticS8:
     """Per-channel scheme: int8 with a calibrated static scale."""
 
@@ -202,7 +228,7 @@ class SiluMul:
 
 
 KernelArgs = Union[EmbedQ4, RmsNorm, RmsNormX16, SiluMulPairsX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
-                   FcS4PerChannel, Rope, Attention, Add, SiluMul]
+                   ArgmaxQ4, ArgmaxQ4x4, FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
 @dataclass(frozen=True)
@@ -225,6 +251,7 @@ class Program:
     group_size: int
     kv_bits: int
     kernels: str = "portable"
+    greedy: bool = False  # the classifier ends in an argmax (ArgmaxQ4*): no logits vector, no sampler
 
     @property
     def max_seq(self) -> int:
@@ -234,8 +261,9 @@ class Program:
         return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset, p.region) for p in self.plan.buffers]
 
 
-def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
+def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full") -> Program:
     c = qg.config
+    greedy = sampler == "greedy"
     cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
     blob = build_blob(qg, cos, sin)
 
@@ -312,8 +340,13 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
                      QuantizeI8(val(src), n, qg.group_size, buf(src + ".q8"), buf(src + ".qs")))
                 emit(q, node, label=f"quantize {src}")
             bias = vec(ins[2]) if len(ins) > 2 else None
-            mv = (MatvecQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output)) if m7 else
-                  MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)))
+            if greedy and node.output == qg.graph.output:
+                rows = logits_rows(c, sampler)
+                mv = (ArgmaxQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output), rows) if m7 else
+                      ArgmaxQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output), rows))
+            else:
+                mv = (MatvecQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output)) if m7 else
+                      MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)))
             emit(mv, node)
         elif node.op == "rope":
             _require_inplace(plan, node)
@@ -336,7 +369,7 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan) -> Program:
     return Program(
         config=c, calls=tuple(calls), plan=plan, blob=blob, logits=val(qg.graph.output),
         rope_cos=vec("rope.cos"), rope_sin=vec("rope.sin"), attention_scale=exact.attention_scale(c.head_dim),
-        group_size=qg.group_size, kv_bits=qg.kv_bits, kernels=qg.kernels,
+        group_size=qg.group_size, kv_bits=qg.kv_bits, kernels=qg.kernels, greedy=greedy,
     )
 
 

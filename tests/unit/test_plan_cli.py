@@ -92,3 +92,26 @@ def test_plan_and_compile_agree_for_the_m7_kernels(tmp_path):
     compiled = _json.loads((tmp_path / "out" / "plan.json").read_text())
     assert planned["total_sram_bytes"] == compiled["total_sram_bytes"]
     assert planned["arena_bytes"] == compiled["arena_bytes"] == compiled["lower_bound_bytes"]
+
+
+def test_greedy_sampler_frees_logits_and_sampler_scratch(ckpts):
+    """stories15M's 32K vocabulary: logits (128,000 B) and the sampler's index
+    scratch (64,000 B) leave the plan with --sampler greedy, so the int4 KV
+    cache gets ~80 more tokens in 512 KiB."""
+    docs = {}
+    for sampler in ("full", "greedy"):
+        proc = cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-bits", "4", "--max-seq", "auto",
+                   "--sampler", sampler, "--json")
+        assert proc.returncode == 0, proc.stderr
+        docs[sampler] = json.loads(proc.stdout)
+    full, greedy = docs["full"], docs["greedy"]
+    assert full["max_seq"] == 141 and greedy["max_seq"] == 221
+    names = {b["name"]: b for b in greedy["buffers"]}
+    assert "sample_idx" not in names and names["logits"]["count"] == 64
+    assert "sample_idx" in {b["name"] for b in full["buffers"]}
+
+
+def test_greedy_sampler_needs_the_group_scheme(ckpts, tmp_path):
+    proc = cli("compile", ckpts["260k"], "-o", tmp_path / "o", "--sampler", "greedy", "--quant", "per-channel")
+    line = one_line_error(proc)
+    assert "--sampler greedy streams the group-wise classifier" in line

@@ -29,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parent.parent
 TEMPLATES = PACKAGE / "templates"
 FIRMWARE = PACKAGE / "firmware"
 BOARDS = PACKAGE / "boards"
-ABI_VERSION = 1
+ABI_VERSION = 2
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
 RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -124,7 +124,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "weights_file": "../weights.bin",
         "gnu_stack_note": board["toolchain"] == "host", "arena_attribute": arena_attribute,
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
-        "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0,
+        "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
     }
     if not c.eos_ids:
         ctx["eos_ids"] = []

@@ -296,6 +296,29 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
     }
 }
 
+/* Greedy-only builds: the classifier in chunks of chunk_rows rows, keeping
+ * the first maximum exactly as tllm_argmax does over the whole vector (the
+ * logits are the same floats, compared in the same order). */
+int32_t tllm_argmax_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
+                       int32_t chunk_rows) {
+    const int32_t row_bytes = (m->cols + 1) / 2, n_groups = (m->cols + m->group - 1) / m->group;
+    int32_t best = 0;
+    float best_v = 0.0f;
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4_matrix part = {m->packed + r0 * row_bytes, m->scales + r0 * n_groups, (uint16_t)n, m->cols,
+                                     m->group};
+        tllm_matvec_q4(&part, xq, xs, bias ? bias + r0 : 0, chunk);
+        for (int32_t i = 0; i < n; i++) {
+            if ((r0 == 0 && i == 0) || chunk[i] > best_v) {
+                best = r0 + i;
+                best_v = chunk[i];
+            }
+        }
+    }
+    return best;
+}
+
 void tllm_add(float *a, const float *b, int32_t n) {
     for (int32_t i = 0; i < n; i++) a[i] = a[i] + b[i];
 }

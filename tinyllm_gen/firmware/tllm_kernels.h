@@ -55,6 +55,11 @@ void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float
  * The one matvec interface every linear layer goes through. */
 void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out);
 
+/* Greedy-only builds: tllm_matvec_q4 over chunk_rows rows at a time into
+ * chunk, returning the index of the first maximum (as tllm_argmax). */
+int32_t tllm_argmax_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
+                       int32_t chunk_rows);
+
 /* In place, rotate-half layout: pairs (i, i + head_dim/2) per head;
  * cos/sin point at this position's row of head_dim/2 entries. */
 void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin);

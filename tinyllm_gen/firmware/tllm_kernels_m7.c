@@ -144,6 +144,31 @@ void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out) {
     }
 }
 
+/* Greedy-only builds: tllm_matvec_q4x4 over chunk_rows rows (a multiple of
+ * the 4-row tile) at a time, keeping the first maximum as tllm_argmax does. */
+int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *chunk,
+                         int32_t chunk_rows) {
+    int32_t tile_bytes = 0;
+    for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+        const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
+        tile_bytes += n_blocks(len) * 16 + 16;
+    }
+    int32_t best = 0;
+    float best_v = 0.0f;
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {m->stream + (r0 / TILE) * tile_bytes, (uint16_t)n, m->cols, m->group};
+        tllm_matvec_q4x4(&part, x_stream, bias ? bias + r0 : 0, chunk);
+        for (int32_t i = 0; i < n; i++) {
+            if ((r0 == 0 && i == 0) || chunk[i] > best_v) {
+                best = r0 + i;
+                best_v = chunk[i];
+            }
+        }
+    }
+    return best;
+}
+
 #if defined(__ARM_ARCH_7EM__) && defined(__ARM_FEATURE_DSP) && defined(__ARM_FP)
 /* --- Cortex-M7 ----------------------------------------------------------
  * tllm_mv_q4x4_bNN(w, x, out, dims): NN = blocks per full group (4, 8, 16

@@ -32,6 +32,11 @@ void tllm_silu_mul_pairs_x16(const float *gu, int32_t n, int32_t group, uint8_t 
  * out must have room for rows rounded up to a multiple of 4. */
 void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out);
 
+/* Greedy-only builds: the matvec chunk_rows rows (a multiple of 4) at a
+ * time into chunk, returning the index of the first maximum. */
+int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *chunk,
+                         int32_t chunk_rows);
+
 /* Embedding row lookup from the q4x4 layout. */
 void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out);
 

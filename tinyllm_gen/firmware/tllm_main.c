@@ -136,6 +136,8 @@ static int bad_request(const char *why) {
 /* Runs one generation; returns the exit status it earned. */
 static int generate(const tllm_request *req) {
     const tllm_request rq = *req;
+    if (tllm_model.greedy_only && rq.temperature != 0.0f)
+        return bad_request("this firmware decodes greedily only (compiled with --sampler greedy): send temperature 0");
     tllm_gen_state *st = tllm_model_state();
     uint16_t *tokens = tllm_model_tokens();
     memset(st, 0, sizeof *st);
@@ -172,7 +174,9 @@ static int generate(const tllm_request *req) {
             }
             break;
         case TLLM_SAMPLE:
-            st->token = tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size, tllm_model_sample_idx());
+            st->token = logits ? tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size,
+                                             tllm_model_sample_idx())
+                               : tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
             tllm_mark();
             tokens[st->pos] = (uint16_t)st->token;
             st->n_generated++;

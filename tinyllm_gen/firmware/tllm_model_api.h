@@ -8,7 +8,7 @@
 
 #include "tllm_sampler.h"
 
-#define TLLM_ABI_VERSION 1
+#define TLLM_ABI_VERSION 2
 
 /* Generation state machine (lives in the planned arena). Fixed-size fields
  * only: the planner reserves TLLM_GEN_STATE_BYTES for it. */
@@ -33,12 +33,17 @@ typedef struct {
     uint32_t max_seq;
     uint32_t n_eos;
     int32_t eos_ids[4];
+    uint32_t greedy_only; /* --sampler greedy: requests must have temperature 0 */
 } tllm_model_info;
 
 extern const tllm_model_info tllm_model;
 
 /* Runs one decode step for `token` at `pos`; returns the logits buffer. */
 float *tllm_model_step(int32_t token, int32_t pos);
+/* Greedy-only builds (TLLM_GREEDY_ONLY): the step computes the classifier
+ * in chunks and keeps only its argmax, returned here; tllm_model_step then
+ * returns NULL. Full builds return -1. */
+int32_t tllm_model_greedy_token(void);
 
 /* Planned buffers the runtime needs. */
 tllm_gen_state *tllm_model_state(void);

@@ -14,7 +14,10 @@ and lower.py follows the same names:
 * `rope`, `add` and `silu_mul` work in place on their first input when that
   input is not read afterwards: the output value shares its buffer;
 * `attention` needs scratch "<layer>.att.q8" and "<layer>.att.scores";
-* the sampler reads "logits" and needs "sample_idx" [vocab] uint16;
+* the sampler reads "logits" and needs "sample_idx" [vocab] uint16; a
+  greedy-only build (sampler "greedy") has neither: the classifier runs
+  ARGMAX_CHUNK_ROWS rows at a time into a "logits" buffer of that size and
+  keeps the running argmax (tllm_argmax_q4 / tllm_argmax_q4x4);
 * a request arriving over the UART lands in "request" before the first step.
 """
 from __future__ import annotations
@@ -37,6 +40,14 @@ def activation_scratch(kernels: str) -> tuple[str, ...]:
     """Buffers a linear's input is quantized into, by kernel set: int8
     values + float scales (portable), or one int16 stream (cortex-m7)."""
     return (".x16",) if kernels == "cortex-m7" else (".q8", ".qs")
+
+
+ARGMAX_CHUNK_ROWS = 64  # classifier rows per chunk in a greedy-only build (a multiple of the q4x4 tile)
+
+
+def logits_rows(c, sampler: str) -> int:
+    """Rows of the logits buffer: the vocabulary, or one argmax chunk."""
+    return min(c.vocab_size, ARGMAX_CHUNK_ROWS) if sampler == "greedy" else c.vocab_size
 
 
 def request_bytes(max_seq: int) -> int:
@@ -95,6 +106,7 @@ class Lifetimes:
 def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
     """qg needs only .graph, .config, .group_size and .kv_bits: a
     QuantizedGraph, or plan.memory.GraphShape when no weights are quantized."""
+    sampler = getattr(qg, "sampler", "full")
     g, c = qg.graph, qg.config
     nodes = g.nodes
     end = len(nodes)  # sampler time
@@ -172,7 +184,8 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
         else:
             buf = node.output
             kind = "logits" if node.output == g.output else "activation"
-            counts[buf] = ("float", g.values[node.output][0], kind)
+            rows = logits_rows(c, sampler) if node.output == g.output else g.values[node.output][0]
+            counts[buf] = ("float", rows, kind)
         value_buffer[node.output] = buf
         live(buf, i)
         if node.output == g.output:
@@ -187,7 +200,8 @@ def find_lifetimes(qg: QuantizedGraph, max_seq: int) -> Lifetimes:
             requests.append(BufferRequest(f"l{layer}.{part}_scale", "float", max_seq * kv.scales_per_pos, 0, end, "kv"))
     requests.append(BufferRequest("tokens", "uint16_t", max_seq, 0, end, "tokens"))
     requests.append(BufferRequest("gen_state", "uint8_t", GEN_STATE_BYTES, 0, end, "state"))
-    requests.append(BufferRequest("sample_idx", "uint16_t", c.vocab_size, end, end, "sampler"))
+    if sampler != "greedy":
+        requests.append(BufferRequest("sample_idx", "uint16_t", c.vocab_size, end, end, "sampler"))
     # A request received over the UART is parsed (prompt ids copied into
     # "tokens") before the first step writes anything: live at time 0 only.
     requests.append(BufferRequest("request", "uint8_t", request_bytes(max_seq), 0, 0, "request"))

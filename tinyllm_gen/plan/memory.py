@@ -34,15 +34,16 @@ class GraphShape:
     kv_bits: int
     kernels: str = "portable"  # decides the activation scratch (lifetimes.activation_scratch)
     method: str = "rtn"  # "per-channel" adds static int8 scratch instead
+    sampler: str = "full"  # "greedy": no logits vector, no sampler scratch (lifetimes.ARGMAX_CHUNK_ROWS)
 
     @property
     def config(self):
         return self.graph.config
 
 
-def shape_of(qg) -> GraphShape:
+def shape_of(qg, sampler: str = "full") -> GraphShape:
     return GraphShape(qg.graph, qg.group_size, qg.kv_bits, getattr(qg, "kernels", "portable"),
-                      getattr(qg, "method", "rtn"))
+                      getattr(qg, "method", "rtn"), sampler)
 
 
 @dataclass(frozen=True)

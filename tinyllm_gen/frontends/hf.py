@@ -50,14 +50,20 @@ def load_hf(model_dir: Path, tokenizer: Path | None = None) -> ImportedModel:
     store.check_all_used(config)
     graph = verify_graph(build_decoder_graph(config, weights))
 
-    eos = config.eos_ids[0] if config.eos_ids else None
-    tok = None
-    if tokenizer is not None:
-        tok = Tokenizer.from_path(Path(tokenizer), config.vocab_size, config.bos_id, eos)
-    elif (model_dir / "tokenizer.json").is_file():
-        tok = Tokenizer.from_hf_json(model_dir / "tokenizer.json", bos_id=config.bos_id, eos_id=eos)
     arch = cfg["architectures"][0]
-    return ImportedModel(graph=graph, tokenizer=tok, source=f"hf:{model_dir} ({arch})")
+    return ImportedModel(graph=graph, tokenizer=load_tokenizer(config, model_dir, tokenizer),
+                         source=f"hf:{model_dir} ({arch})")
+
+
+def load_tokenizer(config: ModelConfig, folder: Path, tokenizer: Path | None) -> Tokenizer | None:
+    """An explicit tokenizer file, else the tokenizer.json beside the model,
+    with the config's BOS/EOS ids; None when there is neither."""
+    eos = config.eos_ids[0] if config.eos_ids else None
+    if tokenizer is not None:
+        return Tokenizer.from_path(Path(tokenizer), config.vocab_size, config.bos_id, eos)
+    if (folder / "tokenizer.json").is_file():
+        return Tokenizer.from_hf_json(folder / "tokenizer.json", bos_id=config.bos_id, eos_id=eos)
+    return None
 
 
 # ----------------------------------------------------------------- config

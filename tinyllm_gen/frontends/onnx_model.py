@@ -32,8 +32,7 @@ import numpy as np
 from ..errors import UserError
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
-from .hf import ImportedModel, parse_config
-from .tokenizer import Tokenizer
+from .hf import ImportedModel, load_tokenizer, parse_config
 
 # Ops a value passes through unchanged in meaning (dtype or layout only).
 _PASS = {"Cast", "Identity"}
@@ -73,12 +72,7 @@ def load_onnx(model_path: Path, tokenizer: Path | None = None) -> ImportedModel:
     weights = _Walker(graph, config).weights()
     g = verify_graph(build_decoder_graph(config, weights))
 
-    eos = config.eos_ids[0] if config.eos_ids else None
-    tok = None
-    if tokenizer is not None:
-        tok = Tokenizer.from_path(Path(tokenizer), config.vocab_size, config.bos_id, eos)
-    elif (folder / "tokenizer.json").is_file():
-        tok = Tokenizer.from_hf_json(folder / "tokenizer.json", bos_id=config.bos_id, eos_id=eos)
+    tok = load_tokenizer(config, folder, tokenizer)
     return ImportedModel(graph=g, tokenizer=tok, source=f"onnx:{model_path} ({cfg['architectures'][0]})")
 
 
@@ -120,6 +114,14 @@ class _OnnxGraph:
 
     def where(self, node) -> str:
         return f"{self.path.name}: node {node.name or node.op_type} ({node.op_type})"
+
+    def origin(self, value: str) -> str:
+        """The value behind dtype-only ops (Cast, Identity)."""
+        p = self.producer.get(value)
+        while p is not None and p.op_type in _PASS:
+            value = p.input[0]
+            p = self.producer.get(value)
+        return value
 
     def follow(self, value: str) -> list:
         """Consumers of a value, looking through dtype-only ops."""
@@ -185,13 +187,13 @@ class _Walker:
             self._mlp_projections(n2, p, w, i)
             h, w[p + "w_down"] = self._residual(h, f"layer {i} FFN output")
         nf, w["norm"] = self._rmsnorm(h, "final norm")
-        head = [n for n in self.g.follow(nf) if self.g.weight_of(n) is not None]
+        head = [(n, wt) for n in self.g.follow(nf) if (wt := self.g.weight_of(n)) is not None]
         if len(head) != 1:
             raise self.fail(f"expected one classifier MatMul after the final norm, found {len(head)}")
-        out = self.g.weight_of(head[0])
+        node, out = head[0]
         if c.tied_embeddings:
             if out.shape != table.shape or not np.array_equal(out, table):
-                raise self.fail("config.json ties the embeddings, but the classifier differs from them", head[0])
+                raise self.fail("config.json ties the embeddings, but the classifier differs from them", node)
         else:
             w["output"] = out
         self._check_shapes(w)
@@ -208,31 +210,11 @@ class _Walker:
                     return n.output[0], table.astype(np.float32)
         raise self.fail(f"no embedding lookup (Gather of a constant {want[0]}x{want[1]} table by the input ids)")
 
-    def _rmsnorm(self, h: str, what: str) -> tuple[str, np.ndarray]:
-        """The weight-multiply output of the RMSNorm reading h: breadth-first
-        through norm ops, the first Mul by a [dim] constant."""
-        seen, frontier = set(), [h]
-        for _depth in range(10):
-            nxt = []
-            for v in frontier:
-                for n in self.g.consumers.get(v, []):
-                    if n.op_type not in _NORM_OPS or id(n) in seen:
-                        continue
-                    seen.add(id(n))
-                    if n.op_type == "Mul":
-                        for inp in n.input:
-                            k = self.g.const.get(inp)
-                            if k is not None and k.shape == (self.c.dim,):
-                                self._check_eps(h, what)
-                                return n.output[0], k.astype(np.float32)
-                    if n.op_type == "Add" and all(i not in self.g.const for i in n.input):
-                        continue  # a residual add, not the norm's + eps
-                    nxt += list(n.output)
-            frontier = nxt
-        raise self.fail(f"no RMSNorm with a [{self.c.dim}] weight found for the {what}")
-
-    def _check_eps(self, h: str, what: str) -> None:
-        """The scalar the norm adds before the square root must be config.json's eps."""
+    def _norm_nodes(self, h: str):
+        """The nodes of the RMSNorm reading h, breadth-first through norm ops,
+        each with its constant operands and, for the weight multiply (a Mul
+        by a [dim] constant), that weight.  Residual adds (no constant
+        operand) are not followed, nor is anything after the weight."""
         seen, frontier = set(), [h]
         for _depth in range(10):
             nxt = []
@@ -242,17 +224,29 @@ class _Walker:
                         continue
                     seen.add(id(n))
                     consts = [self.g.const[i] for i in n.input if i in self.g.const]
-                    if n.op_type == "Mul" and any(k.shape == (self.c.dim,) for k in consts):
-                        continue  # the weight multiply ends the norm
-                    if n.op_type == "Add":
-                        if not consts:
-                            continue  # a residual add
-                        eps = float(consts[0].reshape(-1)[0])
-                        if consts[0].size != 1 or not np.isclose(eps, self.c.norm_eps, rtol=1e-3, atol=0):
-                            raise self.fail(f"the {what} adds eps {eps:g} but config.json says rms_norm_eps "
-                                            f"{self.c.norm_eps:g}", n)
-                    nxt += list(n.output)
+                    if n.op_type == "Add" and not consts:
+                        continue  # a residual add, not the norm's + eps
+                    weight = [k for k in consts if k.shape == (self.c.dim,)] if n.op_type == "Mul" else []
+                    yield n, consts, (weight[0] if weight else None)
+                    if not weight:
+                        nxt += list(n.output)
             frontier = nxt
+
+    def _rmsnorm(self, h: str, what: str) -> tuple[str, np.ndarray]:
+        """The weight-multiply output and weight of the RMSNorm reading h;
+        the scalar it adds before the square root must be config.json's eps."""
+        found = None
+        for n, consts, weight in self._norm_nodes(h):
+            if n.op_type == "Add":
+                eps = float(consts[0].reshape(-1)[0])
+                if consts[0].size != 1 or not np.isclose(eps, self.c.norm_eps, rtol=1e-3, atol=0):
+                    raise self.fail(f"the {what} adds eps {eps:g} but config.json says rms_norm_eps "
+                                    f"{self.c.norm_eps:g}", n)
+            if weight is not None and found is None:
+                found = n.output[0], weight.astype(np.float32)
+        if found is None:
+            raise self.fail(f"no RMSNorm with a [{self.c.dim}] weight found for the {what}")
+        return found
 
     def _projections(self, x: str, what: str) -> list[tuple[object, np.ndarray, np.ndarray | None, str]]:
         """(node, weight [out, in], bias or None, output value) of each
@@ -357,22 +351,12 @@ class _Walker:
         for n in self.g.follow(h):
             if n.op_type != "Add" or any(i in self.g.const for i in n.input):
                 continue
-            other = n.input[1] if n.input[0] == h or self._through_pass(n.input[0], h) else n.input[0]
-            prod = self.g.producer.get(other)
-            while prod is not None and prod.op_type in _PASS:
-                prod = self.g.producer.get(prod.input[0])
+            other = [i for i in n.input if self.g.origin(i) != self.g.origin(h)]
+            prod = self.g.producer.get(self.g.origin(other[0])) if len(other) == 1 else None
             wt = self.g.weight_of(prod) if prod is not None else None
             if wt is not None and wt.shape[0] == self.c.dim:
                 return n.output[0], wt
         raise self.fail(f"no residual add of a projection for the {what}")
-
-    def _through_pass(self, value: str, h: str) -> bool:
-        prod = self.g.producer.get(value)
-        while prod is not None and prod.op_type in _PASS:
-            if prod.input[0] == h:
-                return True
-            prod = self.g.producer.get(prod.input[0])
-        return False
 
     def _check_shapes(self, w: dict) -> None:
         for name, shape in expected_weight_shapes(self.c).items():

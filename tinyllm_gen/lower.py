@@ -132,28 +132,17 @@ class MatvecQ4x4:
 
 
 @dataclass(frozen=True)
-class ArgmaxQ4:
-    """Greedy-only builds: the classifier (MatvecQ4's operands) computed
-    `chunk_rows` rows at a time into `out`, keeping the first maximum
-    (tllm_argmax's order): the token, without a [vocab] logits vector."""
+class ArgmaxClassifier:
+    """Greedy-only builds: the classifier's matvec run `chunk_rows` rows at a
+    time into its output buffer, keeping the first maximum (tllm_argmax's
+    order): the token, without a [vocab] logits vector."""
 
-    matrix: Q4Ref
-    xq: BufferRef
-    xs: BufferRef
-    bias: VectorRef | None
-    out: BufferRef
+    matvec: Union[MatvecQ4, MatvecQ4x4]
     chunk_rows: int
 
-
-@dataclass(frozen=True)
-class ArgmaxQ4x4:
-    """ArgmaxQ4 over the q4x4 layout (MatvecQ4x4's operands)."""
-
-    matrix: Q4Ref
-    x_stream: BufferRef
-    bias: VectorRef | None
-    out: BufferRef
-    chunk_rows: int
+    @property
+    def matrix(self) -> Q4Ref:
+        return self.matvec.matrix
 
 
 @dataclass(frozen=True)
@@ -228,7 +217,7 @@ class SiluMul:
 
 
 KernelArgs = Union[EmbedQ4, RmsNorm, RmsNormX16, SiluMulPairsX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
-                   ArgmaxQ4, ArgmaxQ4x4, FcS4PerChannel, Rope, Attention, Add, SiluMul]
+                   ArgmaxClassifier, FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
 @dataclass(frozen=True)
@@ -251,7 +240,7 @@ class Program:
     group_size: int
     kv_bits: int
     kernels: str = "portable"
-    greedy: bool = False  # the classifier ends in an argmax (ArgmaxQ4*): no logits vector, no sampler
+    greedy: bool = False  # the classifier ends in an argmax (ArgmaxClassifier): no logits vector, no sampler
 
     @property
     def max_seq(self) -> int:
@@ -340,13 +329,10 @@ def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full") -> Progra
                      QuantizeI8(val(src), n, qg.group_size, buf(src + ".q8"), buf(src + ".qs")))
                 emit(q, node, label=f"quantize {src}")
             bias = vec(ins[2]) if len(ins) > 2 else None
+            mv = (MatvecQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output)) if m7 else
+                  MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)))
             if greedy and node.output == qg.graph.output:
-                rows = logits_rows(c, sampler)
-                mv = (ArgmaxQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output), rows) if m7 else
-                      ArgmaxQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output), rows))
-            else:
-                mv = (MatvecQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output)) if m7 else
-                      MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)))
+                mv = ArgmaxClassifier(mv, logits_rows(c, sampler))
             emit(mv, node)
         elif node.op == "rope":
             _require_inplace(plan, node)

@@ -5,7 +5,7 @@ tested in tests/unit/test_emit_filters.py."""
 from __future__ import annotations
 
 from ..exact import c_float_literal
-from ..lower import (Add, ArgmaxQ4, ArgmaxQ4x4, Attention, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4,
+from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4,
                      QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
                      QuantizeStaticS8, RmsNormX16, SiluMulPairsX16)
 from .names import buffer_macro, ident, matrix_name, vector_macro
@@ -13,6 +13,15 @@ from .names import buffer_macro, ident, matrix_name, vector_macro
 
 def _b(ref: BufferRef) -> str:
     return buffer_macro(ref.name)
+
+
+def _matvec_call(a: MatvecQ4 | MatvecQ4x4) -> tuple[str, str]:
+    """(layout suffix, C arguments) of a matvec, shared by tllm_matvec_* and
+    the greedy builds' tllm_argmax_* (which add the chunk size)."""
+    bias = vector_macro(a.bias.name) if a.bias else "0"
+    if isinstance(a, MatvecQ4x4):
+        return "q4x4", f"&{matrix_name(a.matrix.name)}, {_b(a.x_stream)}, {bias}, {_b(a.out)}"
+    return "q4", f"&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)}"
 
 
 def c_statement(call: KernelCall) -> str:
@@ -26,17 +35,12 @@ def c_statement(call: KernelCall) -> str:
         return f"tllm_fc_s4pc(&{fc_name(a.layer.name)}, {_b(a.xq)}, {_b(a.q_out)}, {_b(a.out)});"
     if isinstance(a, QuantizeX16):
         return f"tllm_quantize_x16({_b(a.x)}, {a.n}, {a.group}, {_b(a.stream)});"
-    if isinstance(a, ArgmaxQ4x4):
-        bias = vector_macro(a.bias.name) if a.bias else "0"
-        return (f"greedy_token = tllm_argmax_q4x4(&{matrix_name(a.matrix.name)}, {_b(a.x_stream)}, {bias}, "
-                f"{_b(a.out)}, {a.chunk_rows});")
-    if isinstance(a, ArgmaxQ4):
-        bias = vector_macro(a.bias.name) if a.bias else "0"
-        return (f"greedy_token = tllm_argmax_q4(&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, "
-                f"{_b(a.out)}, {a.chunk_rows});")
-    if isinstance(a, MatvecQ4x4):
-        bias = vector_macro(a.bias.name) if a.bias else "0"
-        return f"tllm_matvec_q4x4(&{matrix_name(a.matrix.name)}, {_b(a.x_stream)}, {bias}, {_b(a.out)});"
+    if isinstance(a, ArgmaxClassifier):
+        layout, args = _matvec_call(a.matvec)
+        return f"greedy_token = tllm_argmax_{layout}({args}, {a.chunk_rows});"
+    if isinstance(a, (MatvecQ4, MatvecQ4x4)):
+        layout, args = _matvec_call(a)
+        return f"tllm_matvec_{layout}({args});"
     if isinstance(a, RmsNorm):
         return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, "
                 f"{c_float_literal(a.eps)}, {_b(a.out)});")
@@ -47,9 +51,6 @@ def c_statement(call: KernelCall) -> str:
                 f"{a.group}, {_b(a.stream)});")
     if isinstance(a, QuantizeI8):
         return f"tllm_quantize_i8({_b(a.x)}, {a.n}, {a.group}, {_b(a.q)}, {_b(a.scales)});"
-    if isinstance(a, MatvecQ4):
-        bias = vector_macro(a.bias.name) if a.bias else "0"
-        return f"tllm_matvec_q4(&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)});"
     if isinstance(a, Rope):
         return f"tllm_rope({_b(a.x)}, {a.n_heads}, {a.head_dim}, rope_cos, rope_sin);"
     if isinstance(a, Attention):
@@ -70,11 +71,11 @@ def c_comment(call: KernelCall) -> str:
     if isinstance(a, FcS4PerChannel):
         w = a.layer.weight
         what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
-    elif isinstance(a, (ArgmaxQ4, ArgmaxQ4x4)):
-        layout = "q4x4" if isinstance(a, ArgmaxQ4x4) else "q4"
+    elif isinstance(a, ArgmaxClassifier):
+        layout = "q4x4" if isinstance(a.matvec, MatvecQ4x4) else "q4"
         what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, argmax over "
                 f"{a.chunk_rows}-row chunks")
-        out = a.out
+        out = a.matvec.out
     elif isinstance(a, (MatvecQ4, MatvecQ4x4)):
         layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
         what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"

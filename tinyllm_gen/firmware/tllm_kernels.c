@@ -137,11 +137,13 @@ static inline int32_t attention_weight_limit(int32_t n_keys) {
 #define ATTENTION_VS_MIN 0x1p-100f /* below: every value of the head is ~0, output 0 */
 
 /* Pass 1.  k/ks/vs point at this kv head's first row/scale; rows are
- * `stride` bytes apart, scales `n_kv` floats apart. Returns max r. */
-/* Not inlined (here and tllm_attention_values_i8): alone, each loop keeps
- * its operands in registers; inlined into the caller they spill. */
-__attribute__((noinline)) static float tllm_attention_scores_i8(const int8_t *q8, int32_t hd, const int8_t *k, int32_t stride, const float *ks,
-                              const float *vs, int32_t n_kv, int32_t n, float *scores, float *vs_max_out) {
+ * `stride` bytes apart, scales `n_kv` floats apart. Returns max r.  Not
+ * inlined (nor are the other passes' loops): alone, each loop keeps its
+ * operands in registers; inlined into the caller they spill. */
+__attribute__((noinline)) static float tllm_attention_scores_i8(const int8_t *q8, int32_t hd, const int8_t *k,
+                                                                int32_t stride, const float *ks, const float *vs,
+                                                                int32_t n_kv, int32_t n, float *scores,
+                                                                float *vs_max_out) {
     float m = -3.4028235e38f, vs_max = 0.0f;
 #if defined(__ARM_FEATURE_DSP)
     if (hd == 8) { /* stories260K's head: q as four int16-pair registers, no inner loop */
@@ -198,8 +200,9 @@ __attribute__((noinline)) static float tllm_attention_scores_i8(const int8_t *q8
 
 /* Pass 3: acc[i] = sum_t w[t] * v[t*stride + i], exact int32 (w in [0, W]).
  * w is read with memcpy: its storage is the float scores scratch. */
-__attribute__((noinline)) static void tllm_attention_values_i8(const void *w_bytes, const int8_t *v, int32_t stride, int32_t n, int32_t hd,
-                                int32_t *acc) {
+__attribute__((noinline)) static void tllm_attention_values_i8(const void *w_bytes, const int8_t *v,
+                                                                int32_t stride, int32_t n, int32_t hd,
+                                                                int32_t *acc) {
     const int32_t *w = (const int32_t *)w_bytes;
     int32_t i = 0;
 #if defined(__ARM_FEATURE_DSP)
@@ -309,12 +312,7 @@ int32_t tllm_argmax_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *x
         const tllm_q4_matrix part = {m->packed + r0 * row_bytes, m->scales + r0 * n_groups, (uint16_t)n, m->cols,
                                      m->group};
         tllm_matvec_q4(&part, xq, xs, bias ? bias + r0 : 0, chunk);
-        for (int32_t i = 0; i < n; i++) {
-            if ((r0 == 0 && i == 0) || chunk[i] > best_v) {
-                best = r0 + i;
-                best_v = chunk[i];
-            }
-        }
+        argmax_chunk(chunk, n, r0, &best, &best_v);
     }
     return best;
 }

@@ -120,14 +120,19 @@ void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, cons
         for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
 }
 
-void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out) {
-    const int32_t tile = token / TILE, slot = token % TILE;
-    int32_t tile_bytes = 0;
+/* Bytes of one 4-row tile: per group its 16-byte blocks and 4 scales. */
+static int32_t tile_bytes_of(const tllm_q4x4_matrix *m) {
+    int32_t bytes = 0;
     for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
         const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
-        tile_bytes += n_blocks(len) * 16 + 16;
+        bytes += n_blocks(len) * 16 + 16;
     }
-    const uint8_t *w = m->stream + tile * tile_bytes;
+    return bytes;
+}
+
+void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out) {
+    const int32_t tile = token / TILE, slot = token % TILE;
+    const uint8_t *w = m->stream + tile * tile_bytes_of(m);
     for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
         const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
         const int32_t nb = n_blocks(len);
@@ -148,23 +153,14 @@ void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out) {
  * the 4-row tile) at a time, keeping the first maximum as tllm_argmax does. */
 int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *chunk,
                          int32_t chunk_rows) {
-    int32_t tile_bytes = 0;
-    for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
-        const int32_t len = g0 + m->group < m->cols ? m->group : m->cols - g0;
-        tile_bytes += n_blocks(len) * 16 + 16;
-    }
+    const int32_t tile_bytes = tile_bytes_of(m);
     int32_t best = 0;
     float best_v = 0.0f;
     for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
         const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
         const tllm_q4x4_matrix part = {m->stream + (r0 / TILE) * tile_bytes, (uint16_t)n, m->cols, m->group};
         tllm_matvec_q4x4(&part, x_stream, bias ? bias + r0 : 0, chunk);
-        for (int32_t i = 0; i < n; i++) {
-            if ((r0 == 0 && i == 0) || chunk[i] > best_v) {
-                best = r0 + i;
-                best_v = chunk[i];
-            }
-        }
+        argmax_chunk(chunk, n, r0, &best, &best_v);
     }
     return best;
 }

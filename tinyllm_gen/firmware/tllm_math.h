@@ -52,26 +52,6 @@ static inline __attribute__((always_inline)) float exp_poly(float x) {
     return p * scale.f;
 }
 
-/* exp_poly for x <= 0 (softmax after subtracting the maximum): the upper
- * clamp is a no-op there, so this is exp_poly bit for bit, minus a branch. */
-static inline __attribute__((always_inline)) float exp_poly_nonpos(float x) {
-    if (x < EXP_MIN) return 0.0f;
-    int32_t n = round_half_away(x * EXP_LOG2E);
-    float nf = (float)n;
-    float r = x - nf * EXP_LN2_HI;
-    r = r - nf * EXP_LN2_LO;
-    float p = 0x1.6c16c2p-10f;
-    p = p * r + 0x1.111112p-7f;
-    p = p * r + 0x1.555556p-5f;
-    p = p * r + 0x1.555556p-3f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    union { uint32_t u; float f; } scale;
-    scale.u = (uint32_t)(n + 127) << 23;
-    return p * scale.f;
-}
-
 /* 2^y for y <= 0, for softmax weights that are then rounded to 15-bit
  * integers (tllm_attention_i8): relative error 2.9e-6, 17 instructions.
  * n = round(y) by the 1.5*2^23 trick, r = y - n in [-0.5, 0.5], 2^r by a
@@ -95,6 +75,24 @@ static inline __attribute__((always_inline)) float exp2_nonpos(float y) {
     pb += tb << 23;
     memcpy(&p, &pb, 4);
     return p;
+}
+
+/* One chunk of a streamed argmax (greedy-only builds): rows r0.. of the
+ * logits are x[0..n); keeps the first maximum, in tllm_argmax's order (row 0
+ * starts the race, later rows win only when strictly greater). */
+static inline void argmax_chunk(const float *x, int32_t n, int32_t r0, int32_t *best, float *best_v) {
+    int32_t i = 0;
+    if (r0 == 0) {
+        *best = 0;
+        *best_v = x[0];
+        i = 1;
+    }
+    for (; i < n; i++) {
+        if (x[i] > *best_v) {
+            *best = r0 + i;
+            *best_v = x[i];
+        }
+    }
 }
 
 /* 1 / sqrt(mean(x^2) + eps), the sum of squares left to right (RMSNorm). */

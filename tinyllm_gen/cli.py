@@ -71,6 +71,12 @@ def _scheme_options(f):
     return f
 
 
+_sampler_option = click.option(
+    "--sampler", type=click.Choice(["full", "greedy"]), default="full", show_default=True,
+    help="greedy: argmax only, streamed through the classifier (no logits vector or sampler scratch in RAM); "
+    "requests with a temperature are refused.")
+
+
 def _compile_options(board, group_size, kv_bits, max_seq, ram_budget):
     from .compile import CompileOptions, parse_size
 
@@ -106,9 +112,7 @@ def inspect(model, tokenizer, as_json):
               help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
 @_quant_options
 @_scheme_options
-@click.option("--sampler", type=click.Choice(["full", "greedy"]), default="full", show_default=True,
-              help="greedy: argmax only, streamed through the classifier (no logits vector or sampler scratch "
-              "in RAM); requests with a temperature are refused.")
+@_sampler_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
                 weight_quant, sampler):
     """Quantize, plan and emit a firmware source tree into OUT."""
@@ -244,9 +248,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @click.option("--board", default="qemu-mps2-an500", show_default=True,
               help="qemu-mps2-an500 | stm32h750b-dk | weact-h750 | host")
 @_quant_options
-@click.option("--sampler", type=click.Choice(["full", "greedy"]), default="full", show_default=True,
-              help="greedy: argmax only, streamed through the classifier (no logits vector or sampler scratch "
-              "in RAM); requests with a temperature are refused.")
+@_sampler_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,

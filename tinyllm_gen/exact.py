@@ -206,7 +206,6 @@ def exp2_nonpos(y: np.ndarray) -> np.ndarray:
 
 
 # --- attention over the int8 KV cache ----------------------------------------
-ATTENTION_LOG2E = EXP_LOG2E
 ATTENTION_VS_MIN = f32(2.0 ** -100)  # below: the heads' values are all ~0, output 0
 
 
@@ -236,7 +235,7 @@ def attention_i8(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarra
     dots = np.einsum("hd,thd->ht", q8.astype(np.int64), k_q[:, kv_of].astype(np.int64))
     r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T  # [heads, T]
     m = np.max(r, axis=1, keepdims=True)
-    cl = ((qs * scale) * ATTENTION_LOG2E).astype(F32)
+    cl = ((qs * scale) * EXP_LOG2E).astype(F32)
     e = exp2_nonpos((r - m) * cl[:, None])
     total = seq_sum(e, axis=1)
     vs = v_s[:, kv_of].T.astype(F32)  # [heads, T]
@@ -299,7 +298,7 @@ def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarr
     for g in range(1, ng):
         r = r + terms[:, :, g]
     m = np.max(r, axis=1, keepdims=True)
-    cl = ((qs * scale) * ATTENTION_LOG2E).astype(F32)
+    cl = ((qs * scale) * EXP_LOG2E).astype(F32)
     e = exp2_nonpos((r - m) * cl[:, None])
     total = seq_sum(e, axis=1)
     vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [heads, ng, T]

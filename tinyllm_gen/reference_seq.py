@@ -137,7 +137,7 @@ class SeqQuantKernels(_SeqRope):
         sum; maxima run over the keys up to each query, future keys weigh 0."""
         T, nh, _ = r.shape
         m = np.max(np.where(future, -np.inf, r), axis=-1, keepdims=True).astype(F32)
-        cl = ((qs * self.att_scale) * exact.ATTENTION_LOG2E).astype(F32)  # [Tq, nh]
+        cl = ((qs * self.att_scale) * exact.EXP_LOG2E).astype(F32)  # [Tq, nh]
         e = np.where(future, F32(0.0), exact.exp2_nonpos(np.where(future, F32(0.0), (r - m) * cl[:, :, None])))
         total = np.cumsum(e, axis=-1, dtype=F32)[..., -1]  # + exact zeros after the last real key
         out = np.zeros((T, nh, vq.shape[2], vq.shape[3]), F32)

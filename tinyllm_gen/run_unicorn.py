@@ -106,8 +106,7 @@ def _thumb_widths(code: bytes) -> int:
 
 
 def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: Path | None,
-                uart_rx: bytes = b"", count: bool = True, timeout_s: float = 600,
-                revision: str = "V") -> UnicornResult:
+                uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V") -> UnicornResult:
     """Boot ``elf`` on a Unicorn model of ``board`` (an STM32H750 board) and
     run it to its "@TLLM exit" line; ``revision`` is the silicon DBGMCU
     reports ("V": 480 MHz parts, "Y": the early 400 MHz ones)."""
@@ -206,22 +205,20 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
     mu.mmio_map(uart_base, 0x400, uart_read, None, uart_write, None)
 
     executed = [0]
-    if count:
-        widths: dict[tuple[int, int], int] = {}
+    widths: dict[tuple[int, int], int] = {}
 
-        def on_block(_mu, address, size, _user):
-            key = (address, size)
-            n = widths.get(key)
-            if n is None:
-                n = widths[key] = _thumb_widths(bytes(_mu.mem_read(address, size)))
-            executed[0] += n
+    def on_block(_mu, address, size, _user):
+        key = (address, size)
+        n = widths.get(key)
+        if n is None:
+            n = widths[key] = _thumb_widths(bytes(_mu.mem_read(address, size)))
+        executed[0] += n
 
-        mu.hook_add(uc.UC_HOOK_BLOCK, on_block)
+    def on_cyccnt(_mu, _access, _address, _size, _value, _user):
+        _mu.mem_write(DWT_CYCCNT, struct.pack("<I", executed[0] & 0xFFFFFFFF))
 
-        def on_cyccnt(_mu, _access, _address, _size, _value, _user):
-            _mu.mem_write(DWT_CYCCNT, struct.pack("<I", executed[0] & 0xFFFFFFFF))
-
-        mu.hook_add(uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
+    mu.hook_add(uc.UC_HOOK_BLOCK, on_block)
+    mu.hook_add(uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
 
     sp, pc = struct.unpack("<II", mu.mem_read(int(regions["flash"]["address"], 16), 8))
     mu.reg_write(arm.UC_ARM_REG_SP, sp)

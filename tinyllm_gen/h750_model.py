@@ -70,7 +70,8 @@ class ClockModel:
     def _check_switch_to_pll(self) -> None:
         if not self.regs[RCC_CR] >> 24 & 1:
             self.violations.append("switched to PLL1 before it locked")
-        sys_hz = self.pll1_p_hz()
+        sys_hz, problems = self.pll1()
+        self.violations += problems
         d1cfgr = self.regs.get(RCC_D1CFGR, 0)
         axi_hz = sys_hz // PRESCALE.get(d1cfgr >> 8 & 0xF, 1) // PRESCALE.get(d1cfgr & 0xF, 1)
         if axi_hz > AXI_MAX_HZ:
@@ -83,29 +84,30 @@ class ClockModel:
         if sys_hz > 480_000_000:
             self.violations.append(f"core clock {sys_hz} Hz above 480 MHz")
 
-    def pll1_p_hz(self) -> int:
+    def pll1(self) -> tuple[int, list[str]]:
+        """PLL1's P output in Hz from its registers, and what is wrong with
+        them (read-only: the caller decides whether it is a violation)."""
         sel, cfg, div = self.regs[RCC_PLLCKSELR], self.regs[RCC_PLLCFGR], self.regs[RCC_PLL1DIVR]
         if sel & 3 != 0:
-            self.violations.append("PLL1 source is not HSI (the model has no crystal)")
-            return 0
+            return 0, ["PLL1 source is not HSI (the model has no crystal)"]
         m = sel >> 4 & 0x3F
         if m == 0:
-            return 0
+            return 0, []
+        problems = []
         ref = HSI_HZ // m
-        rge = cfg >> 2 & 3
-        lo, hi = ((1, 2), (2, 4), (4, 8), (8, 16))[rge]
+        lo, hi = ((1, 2), (2, 4), (4, 8), (8, 16))[cfg >> 2 & 3]
         if not lo * 1_000_000 <= ref <= hi * 1_000_000:
-            self.violations.append(f"PLL1 input {ref} Hz outside PLL1RGE's {lo}-{hi} MHz")
+            problems.append(f"PLL1 input {ref} Hz outside PLL1RGE's {lo}-{hi} MHz")
         vco = ref * ((div & 0x1FF) + 1)
         if not (cfg >> 1 & 1) and not 192_000_000 <= vco <= 960_000_000:
-            self.violations.append(f"PLL1 VCO {vco} Hz outside 192-960 MHz")
+            problems.append(f"PLL1 VCO {vco} Hz outside 192-960 MHz")
         if not cfg >> 16 & 1:
-            self.violations.append("PLL1 P output not enabled")
-        return vco // ((div >> 9 & 0x7F) + 1)
+            problems.append("PLL1 P output not enabled")
+        return vco // ((div >> 9 & 0x7F) + 1), problems
 
     def sysclk_hz(self) -> int:
         sw = self.regs.get(RCC_CFGR, 0) & 7
-        return HSI_HZ if sw == 0 else (self.pll1_p_hz() if sw == 3 else 0)
+        return HSI_HZ if sw == 0 else (self.pll1()[0] if sw == 3 else 0)
 
 
 # --------------------------------------------------------------- QUADSPI

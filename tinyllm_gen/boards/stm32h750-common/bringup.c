@@ -90,7 +90,6 @@
 #define SCB_CCR_DC (1u << 16)
 #define SCB_CCR_IC (1u << 17)
 
-uint32_t tllm_bringup_sysclk_hz;
 uint32_t tllm_bringup_pclk_hz;
 
 static void barrier(void)
@@ -147,8 +146,7 @@ static void clock_init(void)
     RCC_CFGR = (RCC_CFGR & ~7u) | RCC_CFGR_SW_PLL1;
     while (RCC_CFGR_SWS(RCC_CFGR) != RCC_CFGR_SW_PLL1) {
     }
-    tllm_bringup_sysclk_hz = 16000000u * n / 2u;
-    tllm_bringup_pclk_hz = tllm_bringup_sysclk_hz / 4u;
+    tllm_bringup_pclk_hz = 16000000u * n / 2u / 4u; /* core / AHB 2 / APB 2 */
 }
 
 /* ---- QUADSPI ---------------------------------------------------------- */

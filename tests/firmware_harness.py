@@ -98,7 +98,8 @@ def build_c_harness(tmp: Path, source: str, kernel_file: str) -> Path:
     the host gcc under the same float rules as the firmware."""
     import subprocess
 
-    from tinyllm_gen.emit.render import FIRMWARE
+    from tinyllm_gen.resources import firmware_dir
+    FIRMWARE = firmware_dir()
 
     need("gcc")
     (tmp / "h.c").write_text(source)

@@ -13,8 +13,9 @@ import pytest
 
 from tinyllm_gen.errors import UserError
 from tinyllm_gen import run
+from tinyllm_gen.resources import firmware_dir
 
-FIRMWARE_DIR = Path(run.__file__).parent / "firmware"
+FIRMWARE_DIR = firmware_dir()
 TOOLCHAIN_FILE = FIRMWARE_DIR / "cmake" / "arm-none-eabi.cmake"
 
 HAVE_CMAKE = shutil.which("cmake") is not None

@@ -1,7 +1,7 @@
 /* Cortex-M7 kernel set: the "q4x4" weight layout (quant/formats.py) and an
  * int16 activation stream, with SMLAD inline assembly on the M7 and a
  * portable C twin everywhere else. Results are bit-identical to
- * tllm_kernels.c (and so to tinyllm_gen/exact.py): only the data layout
+ * tllm_kernels.c (and so to codegen/exact.py): only the data layout
  * and the order of exact integer additions differ. */
 #ifndef TLLM_KERNELS_M7_H
 #define TLLM_KERNELS_M7_H

@@ -1,4 +1,4 @@
-/* The generation request the host hands the firmware (tinyllm_gen/request.py
+/* The generation request the host hands the firmware (codegen/protocol.py
  * writes it). Little-endian, 4-byte aligned:
  *
  *   off  size  field

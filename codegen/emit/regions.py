@@ -8,16 +8,16 @@ from ..plan.memory import CANARY_BYTES, MemoryPlan
 from ..plan.regions import board_memory
 from .names import ident
 
-BOARDS = Path(__file__).resolve().parent.parent / "boards"
+from ..resources import boards_dir
 
 
 def board_file(board: dict, name: str) -> Path:
     """A board's own file, else its family's shared one (board.json "common_dir"),
     so two STM32H750 boards share startup code and linker template."""
-    own = BOARDS / board["name"] / name
+    own = boards_dir() / board["name"] / name
     if own.is_file() or "common_dir" not in board:
         return own
-    return BOARDS / board["common_dir"] / name
+    return boards_dir() / board["common_dir"] / name
 
 
 def _section(board: dict, region: str) -> str:

@@ -1,4 +1,4 @@
-/* Token sampling; bit-exact twin: tinyllm_gen/sampler.py. */
+/* Token sampling; bit-exact twin: codegen/sampler.py. */
 #ifndef TLLM_SAMPLER_H
 #define TLLM_SAMPLER_H
 

@@ -1,5 +1,5 @@
 /* Rounding and multiply-accumulate helpers shared by the kernel files, each
- * matching tinyllm_gen/exact.py exactly. Internal to the runtime. */
+ * matching codegen/exact.py exactly. Internal to the runtime. */
 #ifndef TLLM_MATH_H
 #define TLLM_MATH_H
 

@@ -1,11 +1,11 @@
-/* The "per-channel" linear layer (tinyllm_gen/quant/per_channel.py): int8
+/* The "per-channel" linear layer (codegen/quant/per_channel.py): int8
  * activations with static scales, int4 weights with one scale per output
  * row, int32 accumulation and CMSIS-NN's requantization to int8.
  *
  * Built with TLLM_USE_CMSIS_NN (a CMSIS-NN checkout handed to CMake as
  * CMSIS_NN_ROOT) it calls arm_convolve_1x1_s4, which on a 1x1 input is a
  * per-channel int4 fully connected layer; otherwise it runs our own C twin
- * of the same integer arithmetic. Both match tinyllm_gen/exact.py. */
+ * of the same integer arithmetic. Both match codegen/exact.py. */
 #ifndef TLLM_CMSIS_H
 #define TLLM_CMSIS_H
 

@@ -23,12 +23,9 @@ from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
 from .filters import FILTERS
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
+from ..resources import boards_dir, firmware_dir, templates_dir
 from .regions import arena_regions, board_file, linker_variables
 
-PACKAGE = Path(__file__).resolve().parent.parent
-TEMPLATES = PACKAGE / "templates"
-FIRMWARE = PACKAGE / "firmware"
-BOARDS = PACKAGE / "boards"
 ABI_VERSION = 2
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
 RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
@@ -45,7 +42,7 @@ class EmittedTree:
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -144,9 +141,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     if not external:
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
     for name in RUNTIME_SOURCES + RUNTIME_HEADERS:
-        files[f"runtime/{name}"] = (FIRMWARE / name).read_bytes()
-    files["cmake/arm-none-eabi.cmake"] = (FIRMWARE / "cmake" / "arm-none-eabi.cmake").read_bytes()
-    board_dir = BOARDS / board["name"]
+        files[f"runtime/{name}"] = (firmware_dir() / name).read_bytes()
+    files["cmake/arm-none-eabi.cmake"] = (firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_bytes()
+    board_dir = boards_dir() / board["name"]
     for name in board["sources"]:
         files[f"board/{name}"] = board_file(board, name).read_bytes()
     files["board/board.json"] = (board_dir / "board.json").read_bytes()

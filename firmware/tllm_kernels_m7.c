@@ -1,5 +1,5 @@
 /* Cortex-M7 kernels: see tllm_kernels_m7.h for the contract and
- * tinyllm_gen/quant/formats.py for the q4x4 layout.
+ * codegen/quant/formats.py for the q4x4 layout.
  *
  * The INT4 x INT8 matvec does, per 8 inputs and row, one LDR, four AND and
  * four SMLAD: AND with 0x000F000F (optionally after a shift by 4/8/12 in

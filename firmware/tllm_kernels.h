@@ -1,6 +1,6 @@
 /* Portable C kernels of the tinyllm-gen runtime.
  *
- * Each kernel has a bit-exact numpy twin in tinyllm_gen/exact.py: same
+ * Each kernel has a bit-exact numpy twin in codegen/exact.py: same
  * float32 operations in the same order (build with -ffp-contract=off so the
  * compiler cannot fuse a*b+c), exact integer dot products, our own expf.
  * Change one side and the other together, or the host/QEMU equality tests
@@ -69,7 +69,7 @@ void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, co
 void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                        const tllm_kv_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
 
-/* One layer's int4 KV cache (tinyllm_gen/quant/kv.py): values
+/* One layer's int4 KV cache (codegen/quant/kv.py): values
  * [max_seq][n_kv_heads][head_dim/2] bytes, element 2j in the LOW nibble of
  * byte j, in [-7, 7]; float32 scales [max_seq][n_kv_heads][head_dim/group]. */
 typedef struct {

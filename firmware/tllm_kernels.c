@@ -1,4 +1,4 @@
-/* Portable C kernels: see tllm_kernels.h. Twins in tinyllm_gen/exact.py. */
+/* Portable C kernels: see tllm_kernels.h. Twins in codegen/exact.py. */
 #include "tllm_kernels.h"
 #include "tllm_math.h"
 

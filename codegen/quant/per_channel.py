@@ -26,11 +26,12 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
+from ..resources import package_file
 from ..ir import Graph
 from .formats import QuantizedGraph
 from .rtn import quantize_q4_rtn
 
-DEFAULT_CALIBRATION_TEXT = Path(__file__).with_name("calibration.txt")
+DEFAULT_CALIBRATION_TEXT = package_file("quant/calibration.txt")
 Q31 = 1 << 31
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..resources import package_file
 from ..run import qemu_command
 
-PLUGIN_SOURCE = Path(__file__).with_name("tllm_icount.c")
+PLUGIN_SOURCE = package_file("bench/tllm_icount.c")
 MARKER = "tllm_mark"
 
 

@@ -1,4 +1,4 @@
-/* Token sampling; bit-exact twin: tinyllm_gen/sampler.py. */
+/* Token sampling; bit-exact twin: codegen/sampler.py. */
 #include "tllm_sampler.h"
 
 #include "tllm_kernels.h"

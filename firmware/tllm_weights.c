@@ -1,4 +1,4 @@
-/* Boot-time check of the weights blob (layout: tinyllm_gen/blob.py): a
+/* Boot-time check of the weights blob (layout: codegen/blob.py): a
  * missing, stale or corrupted weights file stops the firmware with a clear
  * message instead of generating garbage. */
 #include <string.h>

@@ -21,14 +21,14 @@ from pathlib import Path
 import jinja2
 
 from ..build import image_path, read_manifest
-from ..emit.render import BOARDS, FIRMWARE
+from ..resources import boards_dir, firmware_dir, package_file
 from ..errors import UserError
 from ..protocol import pack_request, parse_output
 from ..run import load_board
 from ..sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 
-MICRO_SOURCE = Path(__file__).with_name("micro.c")
+MICRO_SOURCE = package_file("bench/micro.c")
 # Which op a function's instructions belong to (the decode breakdown).
 OP_OF_FUNCTION = {
     "tllm_matvec_q4": "matvec", "tllm_matvec_q4x4": "matvec", "tllm_matvec_q4x4_c": "matvec",
@@ -134,10 +134,10 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
             raise UserError(f"kernel bench shape {r}x{c} exceeds the 256x256 micro-benchmark buffers")
     with tempfile.TemporaryDirectory(prefix="tllm-micro-") as tmp:
         t = Path(tmp)
-        sources = [str(MICRO_SOURCE), str(FIRMWARE / "tllm_kernels.c"), str(FIRMWARE / "tllm_kernels_m7.c")]
-        sources += [str(BOARDS / board["name"] / s) for s in board["sources"]]
+        sources = [str(MICRO_SOURCE), str(firmware_dir() / "tllm_kernels.c"), str(firmware_dir() / "tllm_kernels_m7.c")]
+        sources += [str(boards_dir() / board["name"] / s) for s in board["sources"]]
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
-            (BOARDS / board["name"] / board["linker_script"]).read_text())
+            (boards_dir() / board["name"] / board["linker_script"]).read_text())
         mem = board["memory"]
         (t / "linker.ld").write_text(lds.render(flash_origin=mem["flash"]["address"], flash_bytes=mem["flash"]["size"],
                                                 ram_origin=mem["sram"]["address"], ram_bytes=2 * 1024 * 1024,
@@ -154,7 +154,7 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
             defines.append("TLLM_BENCH_CMSIS_NN=1")
         cmake = _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, t / "linker.ld")
         (t / "CMakeLists.txt").write_text(cmake)
-        (t / "arm-none-eabi.cmake").write_text((FIRMWARE / "cmake" / "arm-none-eabi.cmake").read_text())
+        (t / "arm-none-eabi.cmake").write_text((firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_text())
         for cmd in (["cmake", "-S", str(t), "-B", str(t / "b"), "-DCMAKE_TOOLCHAIN_FILE=" + str(t / "arm-none-eabi.cmake"),
                      "-DCMAKE_BUILD_TYPE=Release"], ["cmake", "--build", str(t / "b"), "-j", str(os.cpu_count() or 2)]):
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -180,7 +180,7 @@ def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker)
              "set(CMAKE_C_FLAGS_RELEASE \"\")",
              "add_executable(micro " + " ".join(sources + cmsis_sources) + ")",
              'set_target_properties(micro PROPERTIES SUFFIX ".elf")',
-             f"target_include_directories(micro PRIVATE {FIRMWARE} {' '.join(cmsis_includes)})",
+             f"target_include_directories(micro PRIVATE {firmware_dir()} {' '.join(cmsis_includes)})",
              "target_compile_definitions(micro PRIVATE " + " ".join(f'"{d}"' for d in defines) + ")",
              "target_compile_options(micro PRIVATE -Wall -Wextra " + " ".join(board["cflags"]) + ")",
              # CMSIS-NN is the user's code: its warnings are not ours to fail on; -O3 as ARM measures it

@@ -1,7 +1,7 @@
 """Boards and runners: load a board description, run firmware on the host or
 under QEMU, and collect its exit status and console text.
 
-A board lives in ``tinyllm_gen/boards/<name>/`` as ``board.json`` plus the C
+A board lives in ``boards/<name>/`` as ``board.json`` plus the C
 sources it lists.  Firmware for ``qemu-mps2-an500`` gets its weights and its
 request through ``-device loader`` into PSRAM, prints on UART0 (captured to a
 file, apart from semihosting and QEMU's own messages) and reports its exit
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinyllm_gen.errors import UserError
+from tinyllm_gen.resources import boards_dir
 
-BOARDS_DIR = Path(__file__).parent / "boards"
 
 QEMU_INSTALL_HINT = "sudo apt-get install qemu-system-arm"
 
@@ -49,9 +49,9 @@ class RunResult:
 
 def board_names() -> list[str]:
     """Names of the boards shipped with tinyllm-gen, sorted."""
-    if not BOARDS_DIR.is_dir():
+    if not boards_dir().is_dir():
         return []
-    return sorted(p.name for p in BOARDS_DIR.iterdir() if (p / "board.json").is_file())
+    return sorted(p.name for p in boards_dir().iterdir() if (p / "board.json").is_file())
 
 
 def board_dir(name: str) -> Path:
@@ -59,7 +59,7 @@ def board_dir(name: str) -> Path:
     names = board_names()
     if name not in names:
         raise UserError(f"unknown board '{name}': choose one of {', '.join(names)}")
-    return BOARDS_DIR / name
+    return boards_dir() / name
 
 
 def load_board(name: str) -> dict:

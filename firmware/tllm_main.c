@@ -3,7 +3,7 @@
  *   IDLE -> PREFILL (one model step per prompt token)
  *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
  *
- * Console lines (parsed by tinyllm_gen/run.py; the text itself is printed by
+ * Console lines (parsed by codegen/protocol.py; the text itself is printed by
  * the board from the vocabulary in flash):
  *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n>
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
@@ -227,7 +227,7 @@ static int generate(const tllm_request *req) {
     return report_canaries() ? EXIT_OK : EXIT_CANARY;
 }
 
-/* A request over the console UART (tinyllm_gen/run.py run_serial): announce
+/* A request over the console UART (codegen/run.py run_serial): announce
  * readiness, read the 8-byte head ('TLRQ', total length), then the rest into
  * the planned request buffer. */
 static int read_uart_request(tllm_request *rq, int *exit_after) {

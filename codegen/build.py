@@ -17,7 +17,8 @@ from typing import Sequence
 from .errors import UserError
 from .frontends.tokenizer import Tokenizer
 from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
-from .run import RunResult, load_board, run_host, run_qemu, run_qemu_serial, run_serial, run_unicorn_board
+from .board import Board, load_board
+from .run import RunResult, run_host, run_qemu, run_qemu_serial, run_serial, run_unicorn_board
 from .sampler import SamplingOptions
 
 APT_HINT = "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
@@ -37,8 +38,8 @@ def read_manifest(out: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def image_path(out: Path, board: dict) -> Path:
-    name = "firmware.elf" if board["toolchain"] == "arm-none-eabi" else "firmware"
+def image_path(out: Path, board: Board) -> Path:
+    name = "firmware.elf" if board.is_arm else "firmware"
     return Path(out) / "build" / name
 
 
@@ -61,7 +62,7 @@ def build(out: Path, cmsis_nn: Path | None = None, jobs: int = 2) -> BuildResult
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
     _need("cmake", "install it with `apt-get install cmake`")
-    arm = board["toolchain"] == "arm-none-eabi"
+    arm = board.is_arm
     _need("arm-none-eabi-gcc" if arm else "gcc", APT_HINT if arm else "install gcc")
     build_dir = out / "build"
     cfg = ["cmake", "-S", str(out), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"]
@@ -78,10 +79,10 @@ def build(out: Path, cmsis_nn: Path | None = None, jobs: int = 2) -> BuildResult
     if size is not None:
         (build_dir / "size.json").write_text(json.dumps(size, indent=2, sort_keys=True) + "\n")
         _report_with_elf(out, image, board)
-    return BuildResult(image=image, board=board["name"], size=size)
+    return BuildResult(image=image, board=board.name, size=size)
 
 
-def _report_with_elf(out: Path, image: Path, board: dict) -> None:
+def _report_with_elf(out: Path, image: Path, board: Board) -> None:
     """Rewrite OUT/report.md and report.json with the ELF's sections beside
     the plan (manifest.json keeps the compile-time hashes of both)."""
     from .plan.elfsize import elf_usage
@@ -113,6 +114,39 @@ def load_out_tokenizer(out: Path, manifest: dict) -> Tokenizer:
 
 
 @dataclass(frozen=True)
+class RunJob:
+    """One generation for a runner: the image, its board, the weights blob
+    and the request file; `uart` sends the request over the console (as to a
+    real board) instead of placing it in the board's request block."""
+
+    image: Path
+    board: Board
+    weights: Path
+    request: Path
+    uart: bool
+
+
+def _run_on_host(job: RunJob, timeout_s: float) -> RunResult:
+    return run_host(job.image, None if job.uart else job.request, timeout_s=timeout_s,
+                    stdin_bytes=job.request.read_bytes() if job.uart else None)
+
+
+def _run_on_qemu(job: RunJob, timeout_s: float) -> RunResult:
+    if job.uart:
+        return run_qemu_serial(job.image, job.board, job.weights, job.request.read_bytes(), timeout_s=timeout_s)
+    return run_qemu(job.image, job.board, job.weights, job.request, timeout_s=timeout_s)
+
+
+def _run_on_unicorn(job: RunJob, timeout_s: float) -> RunResult:
+    return run_unicorn_board(job.image, job.board, job.weights, job.request,
+                             job.request.read_bytes() if job.uart else b"", timeout_s=timeout_s)
+
+
+# board.json "run": {"emulator": NAME} picks one; a new emulator is one entry here.
+RUNNERS = {"host": _run_on_host, "qemu": _run_on_qemu, "unicorn": _run_on_unicorn}
+
+
+@dataclass(frozen=True)
 class FirmwareRun:
     result: RunResult
     output: FirmwareOutput
@@ -141,16 +175,9 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
     if serial_url is not None:
         result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s)
-    elif board.get("run", {}).get("emulator") == "unicorn":
-        result = run_unicorn_board(image, board, out / "weights.bin", request, request.read_bytes() if uart else b"",
-                                   timeout_s=timeout_s)
-    elif board["toolchain"] == "host":
-        result = run_host(image, None if uart else request, timeout_s=timeout_s,
-                          stdin_bytes=request.read_bytes() if uart else None)
-    elif uart:
-        result = run_qemu_serial(image, board, out / "weights.bin", request.read_bytes(), timeout_s=timeout_s)
     else:
-        result = run_qemu(image, board, out / "weights.bin", request, timeout_s=timeout_s)
+        runner = RUNNERS[board.run.emulator]
+        result = runner(RunJob(image, board, out / "weights.bin", request, uart), timeout_s)
     parsed = parse_output(result.output)
     if result.timed_out:
         raise UserError(f"firmware run timed out after {timeout_s:.0f} s; fewer --max-new-tokens or a longer --timeout")

@@ -10,7 +10,15 @@ import click
 from . import __version__
 from .errors import UserError
 
-BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "story-260k"
+
+
+def _board_option(f):
+    """--board: a click.Choice of the shipped boards (boards/*/board.json), so
+    --help lists them and a typo is refused with the list."""
+    from .board import board_names
+
+    return click.option("--board", type=click.Choice(board_names()), default="qemu-mps2-an500", show_default=True,
+                        help="Target board (boards/<name>/board.json).")(f)
 
 
 def _sampling_options(f):
@@ -107,7 +115,7 @@ def inspect(model, tokenizer, as_json):
 @cli.command("compile")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
-@click.option("--board", default="qemu-mps2-an500", show_default=True, help="host | qemu-mps2-an500")
+@_board_option
 @click.option("--kernels", type=click.Choice(["auto", "portable", "cortex-m7"]), default="auto", show_default=True,
               help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
 @_quant_options
@@ -223,7 +231,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
         from .compile import parse_size
         from .plan.memory import GraphShape
         from .planning import resolve_seq
-        from .run import load_board
+        from .board import load_board
 
         max_seq, _ = resolve_seq(GraphShape(m.graph, opts.group_size, opts.kv_bits), "auto",
                                  parse_size(ram_budget), load_board(opts.board))
@@ -245,8 +253,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 
 @cli.command("plan")
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option("--board", default="qemu-mps2-an500", show_default=True,
-              help="qemu-mps2-an500 | stm32h750b-dk | weact-h750 | host")
+@_board_option
 @_quant_options
 @_sampler_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -257,7 +264,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .plan.memory import GraphShape
     from .plan.report import plan_json, plan_text
     from .planning import check_weights, plan_for
-    from .run import load_board
+    from .board import load_board
     from .verify import verify_graph
 
     opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
@@ -292,7 +299,7 @@ def report(out, as_json):
     from .plan.report import summary_text
 
     read_manifest(out)
-    plan_doc = json.loads((Path(out) / "plan.json").read_text())
+    plan_doc = json.loads((Path(out) / "report.json").read_text())
     size_file = Path(out) / "build" / "size.json"
     size = json.loads(size_file.read_text()) if size_file.is_file() else None
     if as_json:

@@ -23,7 +23,7 @@ from .planning import model_context, plan_for
 from .quant.formats import KERNEL_SETS, QuantizedGraph
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
-from .run import load_board
+from .board import Board, load_board
 from .verify import verify_graph
 
 DEFAULT_RAM_BUDGET = 512 * 1024
@@ -78,7 +78,7 @@ def require_tokenizer(model: ImportedModel) -> Tokenizer:
     return model.tokenizer
 
 
-def resolve_kernels(opts: CompileOptions, board: dict | None = None) -> str:
+def resolve_kernels(opts: CompileOptions, board: Board | None = None) -> str:
     """Which kernel set (and so weight layout) the firmware uses. The
     arithmetic is the same for all of them: the reference does not care."""
     if opts.kernels != "auto":
@@ -87,7 +87,7 @@ def resolve_kernels(opts: CompileOptions, board: dict | None = None) -> str:
         return opts.kernels
     if board is None:
         return "portable"
-    return board.get("kernels") or ("cortex-m7" if board.get("cpu") == "cortex-m7" else "portable")
+    return board.kernels
 
 
 def check_sampler(opts: CompileOptions) -> None:
@@ -98,7 +98,7 @@ def check_sampler(opts: CompileOptions) -> None:
                         "sampler: drop one of them")
 
 
-def quantize(model: ImportedModel, opts: CompileOptions, board: dict | None = None) -> QuantizedGraph:
+def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
     graph = verify_graph(model.graph)
     if opts.quant == "per-channel" and opts.weight_quant != "rtn":
         raise UserError(f"--weight-quant {opts.weight_quant} applies to --quant group only: drop one of them")
@@ -124,7 +124,7 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     planned = plan_for(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board)  # shared with `plan`
     plan = planned.plan
     program = lower(qg, plan, opts.sampler)
-    limit = board["weights"].get("max_bytes")
+    limit = board.weights.max_bytes
     if limit is not None and len(program.blob.data) > limit:
         raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")

@@ -16,20 +16,19 @@ from pathlib import Path
 
 from .build import image_path, read_manifest
 from .errors import UserError
-from .run import board_dir, load_board
+from .board import Board, load_board
 
 OPENOCD_INSTALL_HINT = "sudo apt-get install openocd"
 
 
-def openocd_config_args(board: dict) -> list[str]:
+def openocd_config_args(board: Board) -> list[str]:
     """The -f arguments of a board's openocd configuration ("{board}" is the
     board's own directory)."""
-    spec = board.get("flash")
-    if not spec:
-        raise UserError(f"board '{board['name']}' has nothing to flash: it runs under emulation "
+    if board.flash is None:
+        raise UserError(f"board '{board.name}' has nothing to flash: it runs under emulation "
                         "(`tinyllm-gen run OUT`)")
-    here = str(board_dir(board["name"]))
-    return [a.replace("{board}", here) for a in spec["openocd"]]
+    here = str(board.directory)
+    return [a.replace("{board}", here) for a in board.flash.openocd]
 
 
 def flash_command(out: Path, openocd: str = "openocd") -> list[str]:
@@ -41,10 +40,10 @@ def flash_command(out: Path, openocd: str = "openocd") -> list[str]:
         raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
     if not weights.is_file():
         raise UserError(f"{out}: weights.bin missing; compile again with `tinyllm-gen compile`")
-    size, room = weights.stat().st_size, int(board["weights"]["max_bytes"])
+    size, room = weights.stat().st_size, board.weights.max_bytes
     if size > room:
-        raise UserError(f"{weights} is {size:,} bytes; {board['name']}'s QUADSPI holds {room:,}")
-    address = board["weights"]["address"]
+        raise UserError(f"{weights} is {size:,} bytes; {board.name}'s QUADSPI holds {room:,}")
+    address = f"0x{board.weights.address:08X}"
     return [openocd, *cfg,
             "-c", f"program {{{elf.absolute()}}} verify",
             "-c", f"program {{{weights.absolute()}}} {address} verify reset exit"]

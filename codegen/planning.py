@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .board import Board
 from .errors import UserError
 from .ir import Graph
 from .plan.flash import weights_blob_bytes
-from .plan.memory import DEFAULT_STACK_BYTES, GraphShape, MemoryPlan, auto_max_seq, largest_fitting_seq, plan_memory
+from .plan.memory import GraphShape, MemoryPlan, auto_max_seq, largest_fitting_seq, plan_memory
 from .plan.regions import board_memory, check_budget
 
 AUTO = "auto"
@@ -36,30 +37,30 @@ def model_context(graph: Graph, requested: int | None) -> int:
     return requested
 
 
-def trade_off(shape: GraphShape, chosen: int, budget: int, board: dict) -> str:
+def trade_off(shape: GraphShape, chosen: int, budget: int, board: Board) -> str:
     other = 4 if shape.kv_bits == 8 else 8
-    alt = largest_fitting_seq(replace(shape, kv_bits=other), budget, DEFAULT_STACK_BYTES,
+    alt = largest_fitting_seq(replace(shape, kv_bits=other), budget, board.stack_bytes,
                               shape.config.max_seq, board_memory(board))
     alt_text = f"{alt} tokens" if alt else "nothing"
     return (f"--max-seq auto: {chosen} tokens with int{shape.kv_bits} KV in {budget:,} B "
             f"(int{other} KV would fit {alt_text}; the model's context is {shape.config.max_seq})")
 
 
-def resolve_seq(shape: GraphShape, requested: int | str | None, budget: int, board: dict) -> tuple[int, str]:
+def resolve_seq(shape: GraphShape, requested: int | str | None, budget: int, board: Board) -> tuple[int, str]:
     if requested == AUTO:
-        seq = auto_max_seq(shape, shape.config.max_seq, budget, board=board)
+        seq = auto_max_seq(shape, shape.config.max_seq, budget, board.stack_bytes, board=board)
         return seq, trade_off(shape, seq, budget, board)
     return model_context(shape.graph, requested), ""
 
 
-def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, board: dict) -> PlanResult:
+def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, board: Board) -> PlanResult:
     """Check the budget against the board, pick the context, plan, and check
     the weights fit the board's weights storage."""
     check_budget(board_memory(board), budget)
     seq, note = resolve_seq(shape, requested_seq, budget, board)
-    plan = plan_memory(shape, seq, budget, board=board)
+    plan = plan_memory(shape, seq, budget, board.stack_bytes, board=board)  # the board's stack (board.json)
     wbytes = weights_blob_bytes(shape.graph, shape.group_size, seq)
-    return PlanResult(plan, wbytes, board.get("weights", {}).get("max_bytes"), note, shape.group_size)
+    return PlanResult(plan, wbytes, board.weights.max_bytes, note, shape.group_size)
 
 
 def check_weights(result: PlanResult, board_name: str) -> None:

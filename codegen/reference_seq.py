@@ -6,7 +6,7 @@ of thousands of tokens through per-op Python dispatch take hours.  Here one
 call runs a whole sequence as [T, n] arrays.
 
 Why `SeqQuantKernels` is bit-identical to `QuantKernels` (tests/unit/
-test_reference_seq.py checks it on every op, both KV precisions, biases):
+tests/unit/test_reference_seq.py checks it on every op, both KV precisions, biases):
 * every op except attention is per position: the same float32 element
   operations on row t as the step kernel performs on its vector;
 * int4 x int8 group dot products are integers below 2^24 (7*127*128), so a

@@ -1,15 +1,15 @@
-"""Boards and runners: load a board description, run firmware on the host or
-under QEMU, and collect its exit status and console text.
+"""Runners: run firmware on the host, under QEMU, over a serial port or
+(run_unicorn.py) under Unicorn, and collect its exit status and console
+text.  Which runner a board uses is data (board.json "run", see
+build.RUNNERS); the board itself is a typed `Board` (board.py).
 
-A board lives in ``boards/<name>/`` as ``board.json`` plus the C
-sources it lists.  Firmware for ``qemu-mps2-an500`` gets its weights and its
+Firmware for ``qemu-mps2-an500`` gets its weights and its
 request through ``-device loader`` into PSRAM, prints on UART0 (captured to a
 file, apart from semihosting and QEMU's own messages) and reports its exit
 status through semihosting."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinyllm_gen.board import Board
 from tinyllm_gen.errors import UserError
-from tinyllm_gen.resources import boards_dir
 
 
 QEMU_INSTALL_HINT = "sudo apt-get install qemu-system-arm"
@@ -44,40 +44,6 @@ class RunResult:
     diagnostics: str = ""
 
 
-# ---------------------------------------------------------------- boards
-
-
-def board_names() -> list[str]:
-    """Names of the boards shipped with tinyllm-gen, sorted."""
-    if not boards_dir().is_dir():
-        return []
-    return sorted(p.name for p in boards_dir().iterdir() if (p / "board.json").is_file())
-
-
-def board_dir(name: str) -> Path:
-    """The directory of a known board (its sources and linker template)."""
-    names = board_names()
-    if name not in names:
-        raise UserError(f"unknown board '{name}': choose one of {', '.join(names)}")
-    return boards_dir() / name
-
-
-def load_board(name: str) -> dict:
-    """The parsed ``board.json`` of a known board."""
-    path = board_dir(name) / "board.json"
-    with path.open(encoding="utf-8") as f:
-        board = json.load(f)
-    if board.get("name", name) != name:
-        raise ValueError(f"{path}: name {board.get('name')!r} does not match its directory")
-    return board
-
-
-def board_sources(name: str) -> list[Path]:
-    """Absolute paths of the C sources a board adds to the firmware."""
-    d = board_dir(name)
-    return [d / s for s in load_board(name)["sources"]]
-
-
 # ---------------------------------------------------------------- QEMU
 
 
@@ -98,7 +64,7 @@ def _check_blob(path: Path, what: str, limit: int) -> None:
 
 def qemu_command(
     elf: Path,
-    board: dict,
+    board: Board,
     weights_bin: Path | None,
     request_bin: Path | None,
     uart_file: Path,
@@ -110,11 +76,10 @@ def qemu_command(
     to ``uart_file``; semihosting text stays on QEMU's stdout.  With ``count``
     the guest clock is tied to the instruction count (``-icount shift=0``:
     one ns per instruction, so one 25 MHz timer tick per 40 instructions)."""
-    emu = board.get("emulator")
-    if not emu:
-        why = board.get("run", {}).get("reason", "")
-        raise UserError(f"board '{board.get('name')}' does not run under an emulator" + (f": {why}" if why else ""))
-    cmd = [emu["program"], *emu["args"]]
+    emu = board.emulator
+    if emu is None:
+        raise UserError(f"board '{board.name}' does not run under QEMU" + (f": {board.run.note}" if board.run.note else ""))
+    cmd = [emu.program, *emu.args]
     cmd += ["-semihosting-config", "enable=on,target=native"]
     if count:
         cmd += ["-icount", "shift=0"]
@@ -124,16 +89,15 @@ def qemu_command(
         "-serial",
         "chardev:tllm_uart",
     ]
-    for blob, what, key in ((weights_bin, "weights", "weights"), (request_bin, "request", "request")):
+    for blob, what, place in ((weights_bin, "weights", board.weights), (request_bin, "request", board.request)):
         if blob is None:
             continue
-        place = board[key]
-        if "address" not in place:
-            raise UserError(f"board '{board.get('name')}' has no memory address for the {what}")
-        _check_blob(Path(blob), what, int(place["max_bytes"]))
+        if place.address is None or place.max_bytes is None:
+            raise UserError(f"board '{board.name}' has no memory address for the {what}")
+        _check_blob(Path(blob), what, place.max_bytes)
         cmd += [
             "-device",
-            f"loader,file={_qemu_opt(str(Path(blob).absolute()))},addr={place['address']},force-raw=on",
+            f"loader,file={_qemu_opt(str(Path(blob).absolute()))},addr=0x{place.address:08X},force-raw=on",
         ]
     cmd += ["-kernel", str(Path(elf).absolute())]
     return cmd
@@ -145,14 +109,14 @@ def _decode(data: bytes | None) -> str:
 
 def run_qemu(
     elf: Path,
-    board: dict,
+    board: Board,
     weights_bin: Path | None,
     request_bin: Path | None,
     timeout_s: float = 120,
     count: bool = True,
 ) -> RunResult:
     """Boot ``elf`` under QEMU and wait for its semihosting exit."""
-    program = board.get("emulator", {}).get("program", "qemu-system-arm")
+    program = board.emulator.program if board.emulator else "qemu-system-arm"
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     with tempfile.TemporaryDirectory(prefix="tllm-qemu-") as tmp:
@@ -253,13 +217,13 @@ def _free_tcp_port() -> int:
 
 
 @contextmanager
-def qemu_uart_session(elf: Path, board: dict, weights_bin: Path | None, count: bool = True):
+def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: bool = True):
     """QEMU with UART0 on a loopback TCP socket (the CPU starts once we
     connect); yields (pyserial port, QEMU process). A host talks to it
     exactly as to a real board."""
     import serial
 
-    program = board.get("emulator", {}).get("program", "qemu-system-arm")
+    program = board.emulator.program if board.emulator else "qemu-system-arm"
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     port_no = _free_tcp_port()
@@ -288,7 +252,7 @@ def qemu_uart_session(elf: Path, board: dict, weights_bin: Path | None, count: b
             proc.wait()
 
 
-def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bin: bytes,
+def run_qemu_serial(elf: Path, board: Board, weights_bin: Path | None, request_bin: bytes,
                     timeout_s: float = 600) -> RunResult:
     """One request over the UART, the way a host talks to a real board."""
     with qemu_uart_session(elf, board, weights_bin) as (port, proc):
@@ -300,7 +264,7 @@ def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bi
 # ---------------------------------------------------------------- Unicorn
 
 
-def run_unicorn_board(elf: Path, board: dict, weights_bin: Path | None, request_bin: Path,
+def run_unicorn_board(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path,
                       uart_request: bytes = b"", timeout_s: float = 600) -> RunResult:
     """Run STM32H750 firmware under the Unicorn model (run_unicorn.py): the
     request in its block next to the weights, or (uart_request) sent over
@@ -309,13 +273,13 @@ def run_unicorn_board(elf: Path, board: dict, weights_bin: Path | None, request_
 
     res = run_unicorn(elf, board, weights_bin, None if uart_request else request_bin, uart_rx=uart_request,
                       timeout_s=timeout_s)
-    command = ["unicorn", board["name"], str(elf)]
+    command = ["unicorn", board.name, str(elf)]
     if res.error:
         why = f" ({'; '.join(res.violations)})" if res.violations else ""
-        raise UserError(f"the {board['name']} firmware stopped under Unicorn: {res.error}{why}; the console said: "
+        raise UserError(f"the {board.name} firmware stopped under Unicorn: {res.error}{why}; the console said: "
                         f"{_decode(res.output).strip()[-200:]!r}")
     if res.violations:
-        raise UserError(f"the {board['name']} firmware broke a hardware rule under Unicorn: "
+        raise UserError(f"the {board.name} firmware broke a hardware rule under Unicorn: "
                         f"{'; '.join(res.violations)}")
     code = TIMEOUT_EXIT_CODE if res.exit_code is None else res.exit_code
     return RunResult(code, _decode(res.output), res.timed_out, command,

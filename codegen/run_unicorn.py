@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .board import Board
 from .errors import UserError
 from .h750_model import ClockModel, QspiModel
 
@@ -105,7 +106,7 @@ def _thumb_widths(code: bytes) -> int:
     return n
 
 
-def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: Path | None,
+def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path | None,
                 uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V") -> UnicornResult:
     """Boot ``elf`` on a Unicorn model of ``board`` (an STM32H750 board) and
     run it to its "@TLLM exit" line; ``revision`` is the silicon DBGMCU
@@ -114,16 +115,15 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
         import unicorn as uc
         from unicorn import arm_const as arm
     except ImportError:
-        raise UserError(f"running {board['name']} firmware needs the unicorn emulator: {UNICORN_INSTALL_HINT}") \
+        raise UserError(f"running {board.name} firmware needs the unicorn emulator: {UNICORN_INSTALL_HINT}") \
             from None
 
     mu = uc.Uc(uc.UC_ARCH_ARM, uc.UC_MODE_THUMB)
     mu.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_M7)
-    regions = {r["name"]: r for r in board["memory_regions"]}
-    for region in board["memory_regions"]:
-        if region["kind"] in ("ram", "flash") and region["name"] != "qspi":
-            base, size = int(region["address"], 16), int(region["size"])
-            mu.mem_map(base, (size + PAGE - 1) // PAGE * PAGE)
+    regions = {r.name: r for r in board.memory.regions}
+    for region in board.memory.regions:
+        if region.kind in ("ram", "flash") and region.name != "qspi":
+            mu.mem_map(region.address, (region.size + PAGE - 1) // PAGE * PAGE)
     for base, size, _what in REGISTER_WINDOWS:
         mu.mem_map(base, size)
     mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC[revision]))
@@ -137,18 +137,16 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
     clock = ClockModel()
     qspi = None
     if "qspi" in regions:
-        q = regions["qspi"]
-        q_base, q_size = int(q["address"], 16), int(q["size"])
-        flash = board["qspi_flash"]
-        qspi = QspiModel(flash["chip"], int(flash["chips"]), q_size)
+        q_base, q_size = regions["qspi"].address, regions["qspi"].size
+        qspi = QspiModel(board.qspi_flash.chip, board.qspi_flash.chips, q_size)
         mu.mem_map(q_base, q_size, uc.UC_PROT_NONE)
-    for blob, key in ((weights_bin, "weights"), (request_bin, "request")):
+    for blob, key, place in ((weights_bin, "weights", board.weights), (request_bin, "request", board.request)):
         if blob is not None:
             data = Path(blob).read_bytes()
-            if len(data) > int(board[key]["max_bytes"]):
-                raise UserError(f"{key} file {blob} is {len(data)} bytes; {board['name']} has room for "
-                                f"{board[key]['max_bytes']}")
-            mu.mem_write(int(board[key]["address"], 16), data)
+            if len(data) > place.max_bytes:
+                raise UserError(f"{key} file {blob} is {len(data)} bytes; {board.name} has room for "
+                                f"{place.max_bytes}")
+            mu.mem_write(place.address, data)
 
     def clock_read(_mu, offset, _size, _user):
         return clock.read(offset)
@@ -180,7 +178,7 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
     mu.mmio_map(QSPI_REGS, PAGE, qspi_read, None, qspi_write, None)
 
     console = _Console(rx=bytearray(uart_rx))
-    uart_base = int(board["uart"]["base"], 16)
+    uart_base = board.uart.base
 
     def uart_read(_mu, offset, _size, _user):
         if offset == USART_ISR:
@@ -220,7 +218,7 @@ def run_unicorn(elf: Path, board: dict, weights_bin: Path | None, request_bin: P
     mu.hook_add(uc.UC_HOOK_BLOCK, on_block)
     mu.hook_add(uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
 
-    sp, pc = struct.unpack("<II", mu.mem_read(int(regions["flash"]["address"], 16), 8))
+    sp, pc = struct.unpack("<II", mu.mem_read(regions["flash"].address, 8))
     mu.reg_write(arm.UC_ARM_REG_SP, sp)
     error = ""
     try:

@@ -8,7 +8,7 @@
 
 #include "tllm_sampler.h"
 
-#define TLLM_ABI_VERSION 2
+#define TLLM_ABI_VERSION 3
 
 /* Generation state machine (lives in the planned arena). Fixed-size fields
  * only: the planner reserves TLLM_GEN_STATE_BYTES for it. */
@@ -32,7 +32,7 @@ typedef struct {
     uint32_t vocab_size;
     uint32_t max_seq;
     uint32_t n_eos;
-    int32_t eos_ids[4];
+    const int32_t *eos_ids; /* n_eos ids, any number (a model may have several) */
     uint32_t greedy_only; /* --sampler greedy: requests must have temperature 0 */
 } tllm_model_info;
 

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "board_config.h" /* generated from board.json: the request block */
 #include "tllm_board.h"
 
-#define REQUEST_MAX 65536u
 #define REQUEST_MAGIC "TLRQ"
 
 /* uint32_t keeps the buffer 4-byte aligned, like the PSRAM copy on targets. */
-static uint32_t request_words[REQUEST_MAX / 4u];
+static uint32_t request_words[TLLM_REQUEST_MAX / 4u];
 static size_t request_bytes; /* bytes read from the file; 0 without one */
 
 static uint32_t load_le32(const uint8_t *p)
@@ -43,7 +43,7 @@ static int read_request(const char *path)
     }
     if (extra != EOF) {
         fprintf(stderr, "tllm: request file %s is larger than %u bytes\n", path,
-                (unsigned)REQUEST_MAX);
+                (unsigned)TLLM_REQUEST_MAX);
         return -1;
     }
     request_bytes = n;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "board_config.h" /* generated from board.json: tick rate, request block */
 #include "tllm_board.h"
 
 /* CMSDK APB UART0. */
@@ -30,11 +31,9 @@
 
 #define PCLK_HZ 25000000u
 #define BAUD 115200u
-#define INSTR_PER_TICK 40u
 
-/* The request block: 'TLRQ', uint32 total length (header included), body. */
-#define REQUEST_ADDR 0x60FFC000u
-#define REQUEST_MAX 16384u
+/* The request block (TLLM_REQUEST_ADDR, TLLM_REQUEST_MAX bytes): 'TLRQ',
+ * uint32 total length (header included), body. */
 #define REQUEST_MAGIC 0x51524C54u /* "TLRQ" read as a little-endian uint32 */
 
 /* Semihosting. */
@@ -103,7 +102,7 @@ uint64_t tllm_board_instret(void)
     uint32_t now = TIMER_VALUE;
     timer_ticks += (uint32_t)(timer_last - now); /* down counter, mod 2^32 */
     timer_last = now;
-    return timer_ticks * INSTR_PER_TICK;
+    return timer_ticks * TLLM_INSTR_PER_TICK;
 }
 
 /* Polled UART receive (a request sent by the host over the serial link). */
@@ -122,9 +121,9 @@ int tllm_board_read(uint8_t *buf, size_t n)
 
 const uint8_t *tllm_board_request(size_t *len)
 {
-    const volatile uint32_t *hdr = (const volatile uint32_t *)REQUEST_ADDR;
+    const volatile uint32_t *hdr = (const volatile uint32_t *)TLLM_REQUEST_ADDR;
     uint32_t total = hdr[1];
-    if (hdr[0] != REQUEST_MAGIC || total < 8u || total > REQUEST_MAX) {
+    if (hdr[0] != REQUEST_MAGIC || total < 8u || total > TLLM_REQUEST_MAX) {
         if (len != NULL) {
             *len = 0;
         }
@@ -133,7 +132,7 @@ const uint8_t *tllm_board_request(size_t *len)
     if (len != NULL) {
         *len = (size_t)total;
     }
-    return (const uint8_t *)REQUEST_ADDR;
+    return (const uint8_t *)TLLM_REQUEST_ADDR;
 }
 
 static uint32_t semihost(uint32_t op, const void *arg)

@@ -35,7 +35,6 @@
 #define DWT_LAR REG(0xE0001FB0u)
 
 #define REQUEST_MAGIC 0x51524C54u /* "TLRQ" */
-#define REQUEST_MAX 16384u
 
 extern uint32_t tllm_bringup_pclk_hz; /* bringup.c; 0 until the PLL runs */
 
@@ -120,7 +119,7 @@ const uint8_t *tllm_board_request(size_t *len)
 {
     const volatile uint32_t *hdr = (const volatile uint32_t *)TLLM_REQUEST_ADDR;
     const uint32_t total = hdr[1];
-    if (hdr[0] != REQUEST_MAGIC || total < 8u || total > REQUEST_MAX) {
+    if (hdr[0] != REQUEST_MAGIC || total < 8u || total > TLLM_REQUEST_MAX) {
         *len = 0;
         return NULL;
     }

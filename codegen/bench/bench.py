@@ -21,10 +21,10 @@ from pathlib import Path
 import jinja2
 
 from ..build import image_path, read_manifest
-from ..resources import boards_dir, firmware_dir, package_file
+from ..resources import firmware_dir, package_file
 from ..errors import UserError
 from ..protocol import pack_request, parse_output
-from ..run import load_board
+from ..board import load_board
 from ..sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 
@@ -86,8 +86,8 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
-    if board["toolchain"] != "arm-none-eabi" or "emulator" not in board:
-        raise UserError(f"bench counts instructions per function under QEMU, which has no {board['name']}: "
+    if not board.is_arm or board.emulator is None:
+        raise UserError(f"bench counts instructions per function under QEMU, which has no {board.name}: "
                         "compile with --board qemu-mps2-an500 (the same kernels)")
     elf = image_path(out, board)
     if not elf.is_file():
@@ -135,13 +135,14 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
     with tempfile.TemporaryDirectory(prefix="tllm-micro-") as tmp:
         t = Path(tmp)
         sources = [str(MICRO_SOURCE), str(firmware_dir() / "tllm_kernels.c"), str(firmware_dir() / "tllm_kernels_m7.c")]
-        sources += [str(boards_dir() / board["name"] / s) for s in board["sources"]]
-        lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
-            (boards_dir() / board["name"] / board["linker_script"]).read_text())
-        mem = board["memory"]
-        (t / "linker.ld").write_text(lds.render(flash_origin=mem["flash"]["address"], flash_bytes=mem["flash"]["size"],
-                                                ram_origin=mem["sram"]["address"], ram_bytes=2 * 1024 * 1024,
+        sources += [str(p) for p in board.source_paths()]
+        lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
+        code = next(r for r in board.memory.regions if r.use == "code")
+        ram = board.memory.region(board.memory.stack_region)
+        (t / "linker.ld").write_text(lds.render(flash_origin=f"0x{code.address:08X}", flash_bytes=code.size,
+                                                ram_origin=f"0x{ram.address:08X}", ram_bytes=2 * 1024 * 1024,
                                                 stack_bytes=16384))
+        (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
         defines = [f"TLLM_BENCH_GROUP={group}",
                    "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]
         cmsis_sources, cmsis_includes = [], []
@@ -180,15 +181,15 @@ def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker)
              "set(CMAKE_C_FLAGS_RELEASE \"\")",
              "add_executable(micro " + " ".join(sources + cmsis_sources) + ")",
              'set_target_properties(micro PROPERTIES SUFFIX ".elf")',
-             f"target_include_directories(micro PRIVATE {firmware_dir()} {' '.join(cmsis_includes)})",
+             f"target_include_directories(micro PRIVATE {firmware_dir()} {linker.parent} {' '.join(cmsis_includes)})",
              "target_compile_definitions(micro PRIVATE " + " ".join(f'"{d}"' for d in defines) + ")",
-             "target_compile_options(micro PRIVATE -Wall -Wextra " + " ".join(board["cflags"]) + ")",
+             "target_compile_options(micro PRIVATE -Wall -Wextra " + " ".join(board.cflags) + ")",
              # CMSIS-NN is the user's code: its warnings are not ours to fail on; -O3 as ARM measures it
              "set_source_files_properties(" + " ".join(sources) + " PROPERTIES COMPILE_OPTIONS -Werror)",
              ("set_source_files_properties(" + " ".join(cmsis_sources) + " PROPERTIES COMPILE_OPTIONS -O3)")
              if cmsis_sources else "",
-             "target_link_options(micro PRIVATE " + " ".join(board["ldflags"]) + f" -T{linker})",
-             "target_link_libraries(micro PRIVATE " + " ".join(board.get("libs", [])) + ")"]
+             "target_link_options(micro PRIVATE " + " ".join(board.ldflags) + f" -T{linker})",
+             "target_link_libraries(micro PRIVATE " + " ".join(board.libs) + ")"]
     return "\n".join(line for line in lines if line) + "\n"
 
 
@@ -222,7 +223,7 @@ def bench_all(out: Path | None, shape: str, group: int, position: int, cmsis_nn:
         again, second = bench_decode(out, position)
         result.repeatable = first.marks == second.marks and result.breakdown == again.breakdown
         manifest = read_manifest(out)
-        cfg = json.loads((Path(out) / "plan.json").read_text()).get("model_config") or _config_of(out)
+        cfg = json.loads((Path(out) / "report.json").read_text()).get("model_config") or _config_of(out)
         result.kernels = bench_kernels(matvec_shapes(cfg), manifest["options"]["group_size"], cmsis_nn)
     return result
 

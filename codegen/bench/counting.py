@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..resources import package_file
+from ..board import Board
 from ..run import qemu_command
 
 PLUGIN_SOURCE = package_file("bench/tllm_icount.c")
@@ -80,7 +81,7 @@ def function_ranges(elf: Path) -> list[tuple[int, int, str]]:
     return unique
 
 
-def run_counted(elf: Path, board: dict, weights: Path | None, request: Path | None,
+def run_counted(elf: Path, board: Board, weights: Path | None, request: Path | None,
                 timeout_s: float = 600) -> Snapshots:
     ranges = function_ranges(elf)
     marker = [start for start, _, name in ranges if name == MARKER]

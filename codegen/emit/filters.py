@@ -1,7 +1,7 @@
 """Python logic the templates call: one C statement or comment per call.
 
 Templates stay loops over precomputed data; every string built here is
-tested in tests/unit/test_emit_filters.py."""
+tested through the generated C (tests/host, tests/emu) and tests/unit/test_determinism.py."""
 from __future__ import annotations
 
 from ..exact import c_float_literal

@@ -23,10 +23,11 @@ from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
 from .filters import FILTERS
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
-from ..resources import boards_dir, firmware_dir, templates_dir
-from .regions import arena_regions, board_file, linker_variables
+from ..board import Board
+from ..resources import firmware_dir, templates_dir
+from .regions import arena_regions, linker_variables
 
-ABI_VERSION = 2
+ABI_VERSION = 3  # 3: tllm_model_info.eos_ids points at every EOS id (was 4 inline)
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
 RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -84,7 +85,7 @@ def _vocab(tokenizer: Tokenizer, vocab_size: int) -> tuple[list[bytes], list[lis
     return chunks, rows
 
 
-def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapping[str, object]) -> EmittedTree:
+def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object]) -> EmittedTree:
     c = program.config
     plan = program.plan
     env = _env()
@@ -97,11 +98,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     check_unique([m.name for m in matrices], "matrix")
     vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
     vector_refs = [{"name": e.name, "offset": e.offset, "count": e.nbytes // 4} for e in vectors]
-    external = board["weights"]["storage"] == "external"
-    eos_ids = list(c.eos_ids)[:4] or [-1]
+    external = board.weights.storage == "external"
     option_text = " ".join(f"{k}={options[k]}" for k in sorted(options))
     vocab_chunks, vocab_rows = _vocab(tokenizer, c.vocab_size)
-    arena_attribute = f'__attribute__((section("{board["arena_section"]}")))' if board.get("arena_section") else ""
 
     ctx = {
         "version": __version__, "abi_version": ABI_VERSION, "model_sha256": program.blob.sha256,
@@ -109,22 +108,21 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits,
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
-        "weights_external": external, "weights_address": board["weights"].get("address", ""),
+        "weights_external": external,
+        "weights_address": f"0x{board.weights.address:08X}" if board.weights.address is not None else "",
         "matrices": matrices, "vectors": vector_refs, "fc_layers": fc_layers,
         "request_capacity": plan.buffer("request").request.count,
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
                       for i in range(c.n_layers)],
-        "eos_ids": [str(e) for e in eos_ids] if c.eos_ids else [], "calls": _calls_with_layer_marks(program),
+        "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1", "calls": _calls_with_layer_marks(program),
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "weights_file": "../weights.bin",
-        "gnu_stack_note": board["toolchain"] == "host", "arena_attribute": arena_attribute,
+        "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
     }
-    if not c.eos_ids:
-        ctx["eos_ids"] = []
 
     def render(name: str, **extra) -> bytes:
         return env.get_template(name).render(**ctx, **extra).encode()
@@ -134,7 +132,6 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "src/tllm_model.c": render("tllm_model.c.j2"),
         "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
         "weights.bin": program.blob.data,
-        "plan.json": (json.dumps(plan_json(plan, program), indent=2, sort_keys=True) + "\n").encode(),
         "memory_report.txt": plan_text(plan).encode(),
         **report_files(plan_json(plan, program)),
     }
@@ -143,17 +140,17 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     for name in RUNTIME_SOURCES + RUNTIME_HEADERS:
         files[f"runtime/{name}"] = (firmware_dir() / name).read_bytes()
     files["cmake/arm-none-eabi.cmake"] = (firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_bytes()
-    board_dir = boards_dir() / board["name"]
-    for name in board["sources"]:
-        files[f"board/{name}"] = board_file(board, name).read_bytes()
-    files["board/board.json"] = (board_dir / "board.json").read_bytes()
-    if board.get("linker_script"):
+    for name in board.sources:
+        files[f"board/{name}"] = board.file(name).read_bytes()
+    files["board/board.json"] = (board.directory / "board.json").read_bytes()
+    files["board/board_config.h"] = render("board_config.h.j2")
+    if board.linker_script:
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
-            board_file(board, board["linker_script"]).read_text())
+            board.file(board.linker_script).read_text())
         files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", board=board, sources=sorted(k for k in files if k.endswith((".c", ".S"))),
-        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board["toolchain"] == "arm-none-eabi")
+        "CMakeLists.txt.j2", sources=sorted(k for k in files if k.endswith((".c", ".S"))),
+        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board.is_arm)
     kind, _, tok_path = tokenizer.source.partition(":")
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]
     files[tok_name] = Path(tok_path).read_bytes()
@@ -164,7 +161,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         "max_seq": program.max_seq,
         "generator": f"tinyllm-gen {__version__}",
         "abi_version": ABI_VERSION,
-        "board": board["name"],
+        "board": board.name,
         "options": {k: options[k] for k in sorted(options)},
         "model_sha256": program.blob.sha256,
         "files": {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)},

@@ -21,9 +21,9 @@ def elf_sections(elf: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def elf_usage(elf: Path, board: dict, plan_doc: dict) -> dict:
+def elf_usage(elf: Path, board, plan_doc: dict) -> dict:
     mem = board_memory(board)
-    planned = {f"{board.get('arena_section', '.tllm_arena')}.{r['name']}": r["arena_bytes"]
+    planned = {f"{board.arena_section or '.tllm_arena'}.{r['name']}": r["arena_bytes"]
                for r in plan_doc["region_detail"]}
     planned[".stack"] = plan_doc["stack_bytes"]
     rows, ram, flash = [], {}, 0

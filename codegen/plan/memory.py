@@ -159,7 +159,7 @@ def _plan(qg, max_seq: int, budget: int, stack: int, mem: BoardMemory) -> Memory
 
 
 def largest_fitting_seq(qg, budget: int, stack: int, upper: int, mem: BoardMemory | None = None) -> int | None:
-    mem = mem or board_memory({"name": "host"})
+    mem = mem or board_memory(None)
     lo, hi = MIN_SEQ, upper
     if hi < lo or not _plan(qg, lo, budget, stack, mem).fits:
         return None
@@ -185,24 +185,27 @@ def _what_is_over(plan: MemoryPlan) -> str:
             f"(over by {r.used_bytes - r.size:,} B)")
 
 
-def fixes(qg, plan: MemoryPlan, mem: BoardMemory, stack: int, context: int | None = None) -> list[str]:
+def fixes(qg, plan: MemoryPlan, mem: BoardMemory, stack: int) -> list[str]:
     """Options that would make this plan fit, cheapest change first; the
-    --max-seq option (if any) comes last so the sentence ends on a number."""
+    --max-seq option (if any) comes last so the sentence ends on a number.
+    Every alternative is planned with the same shape (sampler, kernels,
+    method) as the failed plan, changing only the option it suggests."""
     out = []
+    shape = qg if isinstance(qg, GraphShape) else shape_of(qg)
     need = max(plan.total_bytes, plan.budget_bytes)
     if plan.total_bytes > plan.budget_bytes and need <= mem.sram_bytes:
         bigger = int(_kib_up(need)[:-1]) * 1024
-        if _plan(qg, plan.max_seq, bigger, stack, mem).fits:
+        if _plan(shape, plan.max_seq, bigger, stack, mem).fits:
             out.append(f"--ram-budget {_kib_up(need)}")
     if qg.kv_bits == 8:
-        q4 = replace(shape_of(qg), kv_bits=4)
+        q4 = replace(shape, kv_bits=4)
         if _plan(q4, plan.max_seq, plan.budget_bytes, stack, mem).fits:
             out.append("--kv-bits 4")
         else:
             best4 = largest_fitting_seq(q4, plan.budget_bytes, stack, plan.max_seq, mem)
             if best4:
                 out.append(f"--kv-bits 4 --max-seq {best4}")
-    best = largest_fitting_seq(qg, plan.budget_bytes, stack, plan.max_seq, mem)
+    best = largest_fitting_seq(shape, plan.budget_bytes, stack, plan.max_seq, mem)
     if best:
         out.append(f"--max-seq {best}")
     return out
@@ -219,9 +222,9 @@ def explain_over(qg, plan: MemoryPlan, mem: BoardMemory, stack: int) -> str:
 
 
 def plan_memory(qg: QuantizedGraph | GraphShape, max_seq: int, budget_bytes: int,
-                stack_bytes: int = DEFAULT_STACK_BYTES, board: dict | None = None) -> MemoryPlan:
+                stack_bytes: int = DEFAULT_STACK_BYTES, board=None) -> MemoryPlan:
     """Plan, or raise UserError saying what is over and what would fit."""
-    mem = board_memory(board or {"name": "host"})
+    mem = board_memory(board)
     if max_seq < MIN_SEQ:
         raise UserError(f"--max-seq {max_seq} is too small: use at least {MIN_SEQ}")
     plan = _plan(qg, max_seq, budget_bytes, stack_bytes, mem)
@@ -231,9 +234,9 @@ def plan_memory(qg: QuantizedGraph | GraphShape, max_seq: int, budget_bytes: int
 
 
 def auto_max_seq(qg, context: int, budget_bytes: int, stack_bytes: int = DEFAULT_STACK_BYTES,
-                 board: dict | None = None) -> int:
+                 board=None) -> int:
     """--max-seq auto: the longest context (<= the model's) that fits."""
-    mem = board_memory(board or {"name": "host"})
+    mem = board_memory(board)
     best = largest_fitting_seq(qg, budget_bytes, stack_bytes, context, mem)
     if best is None:
         plan = _plan(qg, MIN_SEQ, budget_bytes, stack_bytes, mem)

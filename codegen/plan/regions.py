@@ -1,4 +1,5 @@
-"""Board memories as data: boards/<name>/board.json "memory_regions".
+"""Board memories as data: boards/<name>/board.json "memory_regions"
+(parsed and validated by board.py).
 
 Each region states what the planner needs to decide placement without
 knowing the chip: address, size, speed class (tcm/sram/flash/qspi/sdram),
@@ -68,32 +69,16 @@ class BoardMemory:
         return next((r for r in self.regions if r.use == "weights"), None)
 
 
-def _int(v) -> int:
-    return int(v, 0) if isinstance(v, str) else int(v)
+def host_memory(name: str = "host") -> BoardMemory:
+    """A board without regions (the host): one unbounded region."""
+    ram = Region("ram", 0, HOST_RAM_BYTES, "sram", "ram", True, False, "arena", "host memory")
+    return BoardMemory(name, (ram,), {p: ("ram",) for p in PLACEMENTS}, "ram")
 
 
-def board_memory(board: dict) -> BoardMemory:
-    """Parse and check a board's memory map; a bad board.json is a bug in
-    tinyllm-gen's data, so it raises AssertionError, not UserError."""
-    raw = board.get("memory_regions")
-    if not raw:
-        ram = Region("ram", 0, HOST_RAM_BYTES, "sram", "ram", True, False, "arena", "host memory")
-        return BoardMemory(board["name"], (ram,), {p: ("ram",) for p in PLACEMENTS}, "ram")
-    regions = tuple(Region(r["name"], _int(r["address"]), _int(r["size"]), r["speed"], r["kind"],
-                           bool(r["dma_reachable"]), bool(r["cacheable"]), r["use"], r.get("note", ""))
-                    for r in raw)
-    names = [r.name for r in regions]
-    assert len(set(names)) == len(names), f"{board['name']}: duplicate region names"
-    for r in regions:
-        assert r.speed in SPEEDS and r.kind in KINDS and r.use in USES, f"{board['name']}: bad region {r}"
-    arena = {r.name: r for r in regions if r.use == "arena"}
-    placement = {p: tuple(board["placement"][p]) for p in PLACEMENTS}
-    for p, order in placement.items():
-        assert order and all(n in arena for n in order), f"{board['name']}: placement {p} names a non-arena region"
-    assert all(arena[n].dma_reachable for n in placement["dma"]), f"{board['name']}: dma placement is not DMA-reachable"
-    stack = board.get("stack_region", placement["hot"][0])
-    assert stack in arena, f"{board['name']}: stack_region {stack} is not an arena region"
-    return BoardMemory(board["name"], regions, placement, stack)
+def board_memory(board) -> BoardMemory:
+    """A board's memory map (board.Board.memory, parsed and checked when the
+    board was loaded); None means the host."""
+    return host_memory() if board is None else board.memory
 
 
 def check_budget(mem: BoardMemory, budget: int) -> None:

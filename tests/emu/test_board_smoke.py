@@ -13,6 +13,7 @@ import pytest
 
 from tinyllm_gen.errors import UserError
 from tinyllm_gen import run
+from tinyllm_gen.board import board_names, load_board
 from tinyllm_gen.resources import firmware_dir
 
 FIRMWARE_DIR = firmware_dir()
@@ -125,7 +126,7 @@ set(TLLM_BOARD_LDFLAGS {ldflags})
 set(TLLM_BOARD_LIBS {libs})
 set(TLLM_LINKER_SCRIPT {linker_script})
 add_executable(fw main.c ${{TLLM_BOARD_SOURCES}})
-target_include_directories(fw PRIVATE ${{TLLM_FIRMWARE_DIR}})
+target_include_directories(fw PRIVATE ${{TLLM_FIRMWARE_DIR}} ${{CMAKE_CURRENT_SOURCE_DIR}})
 target_compile_options(fw PRIVATE ${{TLLM_BOARD_CFLAGS}} -Wall -Wextra -Werror)
 target_link_options(fw PRIVATE ${{TLLM_BOARD_LDFLAGS}})
 target_link_libraries(fw PRIVATE ${{TLLM_BOARD_LIBS}})
@@ -141,8 +142,8 @@ def _cmake_list(items) -> str:
 
 
 def render_linker_script(board_name: str, **variables) -> str:
-    board = run.load_board(board_name)
-    template_path = run.board_dir(board_name) / board["linker_script"]
+    board = load_board(board_name)
+    template_path = board.file(board.linker_script)
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
@@ -150,25 +151,31 @@ def render_linker_script(board_name: str, **variables) -> str:
 
 
 def qemu_link_variables(**overrides) -> dict:
-    board = run.load_board("qemu-mps2-an500")
-    mem = board["memory"]
+    board = load_board("qemu-mps2-an500")
+    code, ram = board.memory.region("code"), board.memory.region("ram")
     variables = dict(
-        flash_origin=mem["flash"]["address"],
-        flash_bytes=mem["flash"]["size"],
-        ram_origin=mem["sram"]["address"],
-        ram_bytes=mem["sram"]["size"],
-        stack_bytes=board["stack_bytes"],
+        flash_origin=f"0x{code.address:08X}",
+        flash_bytes=code.size,
+        ram_origin=f"0x{ram.address:08X}",
+        ram_bytes=ram.size,
+        stack_bytes=board.stack_bytes,
     )
     variables.update(overrides)
     return variables
 
 
+def write_board_config(board, where: Path) -> None:
+    """board_config.h as compile emits it (the defines, without the banner)."""
+    (where / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
+
+
 def build(board_name: str, src: Path, build_dir: Path) -> Path:
     """Configure and build main.c for a board with CMake; return the executable."""
-    board = run.load_board(board_name)
+    board = load_board(board_name)
     linker_script = ""
     args = ["cmake", "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE="]
-    if board["toolchain"] == "arm-none-eabi":
+    write_board_config(board, src)
+    if board.is_arm:
         ld = src / "fw.ld"
         ld.write_text(render_linker_script(board_name, **qemu_link_variables()), encoding="utf-8")
         linker_script = _cmake_list([ld])
@@ -178,10 +185,10 @@ def build(board_name: str, src: Path, build_dir: Path) -> Path:
     (src / "CMakeLists.txt").write_text(
         CMAKELISTS.format(
             firmware_dir=_cmake_list([FIRMWARE_DIR]),
-            sources=_cmake_list(run.board_sources(board_name)),
-            cflags=_cmake_list(board["cflags"]),
-            ldflags=_cmake_list(board["ldflags"]) or '""',
-            libs=_cmake_list(board.get("libs", [])) or '""',
+            sources=_cmake_list(board.source_paths()),
+            cflags=_cmake_list(board.cflags),
+            ldflags=_cmake_list(board.ldflags) or '""',
+            libs=_cmake_list(board.libs) or '""',
             linker_script=linker_script or '""',
         ),
         encoding="utf-8",
@@ -220,15 +227,15 @@ def project(tmp_path: Path):
 
 
 def test_board_names_and_unknown_board():
-    assert run.board_names() == ["host", "qemu-mps2-an500", "stm32h750b-dk", "weact-h750"]
+    assert board_names() == ["host", "qemu-mps2-an500", "stm32h750b-dk", "weact-h750"]
     with pytest.raises(UserError, match="unknown board 'x': choose one of host, qemu-mps2-an500, stm32h750b-dk"):
-        run.load_board("x")
+        load_board("x")
     with pytest.raises(UserError):
-        run.load_board("../boards")
+        load_board("../boards")
 
 
 def test_qemu_command_shape(tmp_path: Path):
-    board = run.load_board("qemu-mps2-an500")
+    board = load_board("qemu-mps2-an500")
     w = tmp_path / "w.bin"
     w.write_bytes(b"\0" * 16)
     r = tmp_path / "r.bin"
@@ -245,7 +252,7 @@ def test_qemu_command_shape(tmp_path: Path):
     assert "-icount" not in run.qemu_command(tmp_path / "fw.elf", board, None, None,
                                              tmp_path / "u.txt", count=False)
     big = tmp_path / "big.bin"
-    big.write_bytes(b"\0" * (board["request"]["max_bytes"] + 1))
+    big.write_bytes(b"\0" * (board.request.max_bytes + 1))
     with pytest.raises(UserError, match="room for 16384 bytes"):
         run.qemu_command(tmp_path / "fw.elf", board, None, big, tmp_path / "u.txt")
 
@@ -255,7 +262,7 @@ def test_linker_template_is_strict():
         render_linker_script("qemu-mps2-an500", flash_origin="0x0")
     a = render_linker_script("qemu-mps2-an500", **qemu_link_variables())
     assert a == render_linker_script("qemu-mps2-an500", **qemu_link_variables())
-    assert "LENGTH = 4194304" in a and "__stack_size__ = 65536;" in a
+    assert "LENGTH = 4194304" in a and f"__stack_size__ = {load_board('qemu-mps2-an500').stack_bytes};" in a
 
 
 # ---------------------------------------------------------------- host
@@ -291,7 +298,7 @@ def test_host_board(project, tmp_path: Path):
 def test_qemu_board(project, tmp_path: Path):
     src, request, request_bin = project
     elf = build("qemu-mps2-an500", src, tmp_path / "build-qemu")
-    board = run.load_board("qemu-mps2-an500")
+    board = load_board("qemu-mps2-an500")
     weights = tmp_path / "weights.bin"
     weights.write_bytes(struct.pack("<I", WEIGHTS_WORD) + bytes(60))
 
@@ -334,7 +341,7 @@ def test_qemu_board(project, tmp_path: Path):
 @pytest.mark.emu
 @needs_arm
 def test_link_fails_when_ram_budget_is_too_small(tmp_path: Path):
-    board = run.load_board("qemu-mps2-an500")
+    board = load_board("qemu-mps2-an500")
     main = tmp_path / "main.c"
     main.write_text(
         '#include "tllm_board.h"\n'
@@ -347,9 +354,10 @@ def test_link_fails_when_ram_budget_is_too_small(tmp_path: Path):
         ld = tmp_path / f"fw-{ram_bytes}.ld"
         ld.write_text(render_linker_script(
             "qemu-mps2-an500", **qemu_link_variables(ram_bytes=ram_bytes, stack_bytes=16384)))
-        cmd = ["arm-none-eabi-gcc", *board["cflags"], "-Wall", "-Wextra", "-Werror",
-               f"-I{FIRMWARE_DIR}", str(main), *map(str, run.board_sources("qemu-mps2-an500")),
-               "--specs=nano.specs", *board["ldflags"], f"-T{ld}",
+        write_board_config(board, tmp_path)
+        cmd = ["arm-none-eabi-gcc", *board.cflags, "-Wall", "-Wextra", "-Werror",
+               f"-I{FIRMWARE_DIR}", f"-I{tmp_path}", str(main), *map(str, board.source_paths()),
+               "--specs=nano.specs", *board.ldflags, f"-T{ld}",
                "-o", str(tmp_path / f"fw-{ram_bytes}.elf"), "-lm"]
         return subprocess.run(cmd, capture_output=True, text=True)
 

@@ -10,7 +10,8 @@ from firmware_harness import GREEDY, TOP_P, assert_identical, build_case, need, 
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.build import image_path, run_firmware
 from tinyllm_gen.protocol import pack_request, parse_output
-from tinyllm_gen.run import load_board, run_qemu
+from tinyllm_gen.board import load_board
+from tinyllm_gen.run import run_qemu
 
 pytestmark = pytest.mark.emu
 
@@ -31,7 +32,7 @@ def test_greedy_build_matches_reference(root, shape, group, board, kernels):
         need("qemu-system-arm")
     built = build_case(root, shape, group, board, kernels=kernels, sampler="greedy")
     assert_identical(built, group, GREEDY)
-    plan = (built.out / "plan.json").read_text()
+    plan = (built.out / "report.json").read_text()
     assert '"sample_idx"' not in plan
     with pytest.raises(UserError, match="compiled with --sampler greedy: run it with --temperature 0"):
         run_firmware(built.out, prompt_for(built.model_dir), 4, TOP_P)

@@ -5,6 +5,7 @@ plan.  Then the linked images run under the Unicorn model of the board
 (run_unicorn.py: the H750's memory map, weights and request in the QSPI
 window, the console USART) and must produce the reference's tokens."""
 import json
+from dataclasses import replace
 import subprocess
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from firmware_harness import GREEDY, TOP_P, assert_identical, build_case, need, prompt_for
 from tinyllm_gen.build import run_firmware
 from tinyllm_gen.errors import UserError
-from tinyllm_gen.run import load_board
+from tinyllm_gen.board import load_board
 from tinyllm_gen.protocol import pack_request
 from tinyllm_gen.run_unicorn import _thumb_widths, run_unicorn
 
@@ -48,7 +49,7 @@ def test_h750_links_with_regions_where_the_plan_says(root, board, kv_bits):
     built = build_case(root, "llama-tied-gqa", 32, board, kv_bits=kv_bits)
     elf = built.out / "build" / "firmware.elf"
     secs = sections(elf)
-    plan = json.loads((built.out / "plan.json").read_text())
+    plan = json.loads((built.out / "report.json").read_text())
     assert secs[".vectors"][1] == 0x08000000
     assert secs[".stack"][1] == 0x20000000 and secs[".stack"][2] == plan["stack_bytes"]
     for r in plan["region_detail"]:
@@ -99,12 +100,12 @@ def test_h750_bringup_from_reset(root, board, chip_read):
     assert res.clock.sysclk_hz() == 480_000_000
     assert res.qspi.mapped is not None and res.qspi.mapped.instr == chip_read and res.qspi.mapped.dmode == 3
     assert res.scb_ccr >> 16 & 3 == 3
-    assert res.usart_brr == round(120_000_000 / b["uart"]["baud"])
+    assert res.usart_brr == round(120_000_000 / b.uart.baud)
     # revision Y silicon has no VOS0: 400 MHz at VOS1, the USART divisor follows
     res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=60,
                       revision="Y")
     assert res.exit_code == 0 and res.violations == [] and res.clock.sysclk_hz() == 400_000_000
-    assert not res.clock.oden and res.usart_brr == round(100_000_000 / b["uart"]["baud"])
+    assert not res.clock.oden and res.usart_brr == round(100_000_000 / b.uart.baud)
 
 
 def test_h750_request_over_the_console_usart(root):
@@ -127,10 +128,9 @@ def test_h750_bad_access_is_a_one_line_error(root, tmp_path):
     need("arm-none-eabi-gcc")
     need("cmake")
     built = build_case(root, "llama-tied-gqa", 32, "weact-h750")
-    board = load_board("weact-h750")
-    for r in board["memory_regions"]:
-        if r["name"] == "qspi":
-            r["size"] = 1 << 20
+    full = load_board("weact-h750")
+    small = tuple(replace(r, size=1 << 20) if r.name == "qspi" else r for r in full.memory.regions)
+    board = replace(full, memory=replace(full.memory, regions=small))
     res = run_unicorn(built.out / "build" / "firmware.elf", board, built.out / "weights.bin", None, timeout_s=30)
     assert res.exit_code is None and "UC_ERR_READ_UNMAPPED" in res.error and "pc=0x08" in res.error
     assert res.qspi.mapped is not None and res.violations == []

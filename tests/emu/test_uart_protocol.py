@@ -7,7 +7,8 @@ import pytest
 from firmware_harness import GREEDY, TOP_P, build_case, need, prompt_for, reference_tokens, N_NEW, SHAPES_CONTEXT
 from tinyllm_gen.build import run_firmware
 from tinyllm_gen.protocol import REQUEST_EXIT_AFTER, pack_request, parse_output
-from tinyllm_gen.run import load_board, qemu_uart_session, talk_serial
+from tinyllm_gen.board import load_board
+from tinyllm_gen.run import qemu_uart_session, talk_serial
 
 pytestmark = pytest.mark.emu
 

@@ -9,21 +9,11 @@ import sys
 import numpy as np
 import pytest
 
+from llama2c_shapes import write_llama2c_v0
+
 
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", *map(str, args)], capture_output=True, text=True)
-
-
-def write_llama2c_v0(path, dim, hidden, layers, heads, kv_heads, vocab, seq):
-    """A tied v0 checkpoint with random float32 weights of the right count."""
-    hd = dim // heads
-    n = (vocab * dim + layers * (2 * dim + dim * dim * 2 + 2 * dim * kv_heads * hd + 3 * dim * hidden)
-         + dim + seq * hd)
-    rng = np.random.default_rng(0)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab, seq))
-        f.write((rng.standard_normal(n, dtype=np.float32) * 0.02).tobytes())
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +79,7 @@ def test_plan_and_compile_agree_for_the_m7_kernels(tmp_path):
                              text=True, check=True).stdout
     planned = _json.loads(run("plan", model, "--board", "qemu-mps2-an500", "--json"))
     run("compile", model, "-o", tmp_path / "out", "--board", "qemu-mps2-an500")
-    compiled = _json.loads((tmp_path / "out" / "plan.json").read_text())
+    compiled = _json.loads((tmp_path / "out" / "report.json").read_text())
     assert planned["total_sram_bytes"] == compiled["total_sram_bytes"]
     assert planned["arena_bytes"] == compiled["arena_bytes"] == compiled["lower_bound_bytes"]
 

@@ -13,7 +13,7 @@ from tinyllm_gen.plan.memory import GraphShape, auto_max_seq, plan_memory
 from tinyllm_gen.plan.placer import overlapping_pairs_regions, place_regions
 from tinyllm_gen.plan.regions import board_memory, check_budget
 from tinyllm_gen.planning import plan_for
-from tinyllm_gen.run import load_board
+from tinyllm_gen.board import load_board
 
 H7 = ("stm32h750b-dk", "weact-h750")
 KIB = 1024

@@ -38,7 +38,7 @@ ALIGN = 16
 @dataclass(frozen=True)
 class BlobEntry:
     name: str
-    kind: str  # "q4.packed" | "q4.scales" | "q4x4" | "f32"
+    kind: str  # "q4.packed" | "q4.scales" | "q4x4" | "f32" | "u32"/"u8" (the vocabulary, vocab.py)
     offset: int
     nbytes: int
 
@@ -57,7 +57,10 @@ class WeightsBlob:
         raise KeyError((name, kind))
 
 
-def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray) -> WeightsBlob:
+def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
+               vocab_text: bytes | None = None, vocab_offsets: np.ndarray | None = None) -> WeightsBlob:
+    """`vocab_text`/`vocab_offsets`: the vocabulary table, when it lives in
+    external flash with the weights (vocab.py) rather than in the image."""
     parts: list[bytes] = []
     entries: list[BlobEntry] = []
     offset = HEADER_BYTES
@@ -93,6 +96,9 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray) -
         put(name, "f32", np.ascontiguousarray(qg.vectors[name], "<f4").tobytes())
     put("rope.cos", "f32", np.ascontiguousarray(rope_cos, "<f4").tobytes())
     put("rope.sin", "f32", np.ascontiguousarray(rope_sin, "<f4").tobytes())
+    if vocab_text is not None:
+        put("vocab", "u32", np.ascontiguousarray(vocab_offsets, "<u4").tobytes())
+        put("vocab", "u8", vocab_text)
     parts.append(b"\0" * ((-offset) % ALIGN))
     payload = b"".join(parts)
     total = HEADER_BYTES + len(payload)

@@ -25,6 +25,7 @@ from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .board import Board, load_board
 from .verify import verify_graph
+from .vocab import check_vocab_fits, vocab_in_weights, vocabulary_of
 
 DEFAULT_RAM_BUDGET = 512 * 1024
 
@@ -123,7 +124,10 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     qg = quantize(model, opts, board)
     planned = plan_for(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board)  # shared with `plan`
     plan = planned.plan
-    program = lower(qg, plan, opts.sampler)
+    vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
+    external_vocab = vocab_in_weights(board, vocab)  # too big for the code flash: into the weights blob
+    program = lower(qg, plan, opts.sampler, vocab if external_vocab else None)
+    check_vocab_fits(board, vocab, len(program.blob.data))
     limit = board.weights.max_bytes
     if limit is not None and len(program.blob.data) > limit:
         raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "

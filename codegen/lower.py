@@ -250,11 +250,12 @@ class Program:
         return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset, p.region) for p in self.plan.buffers]
 
 
-def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full") -> Program:
+def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None) -> Program:
     c = qg.config
     greedy = sampler == "greedy"
     cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
-    blob = build_blob(qg, cos, sin)
+    # vocab: a vocab.Vocabulary to keep in the weights blob (external flash), or None
+    blob = build_blob(qg, cos, sin, vocab.text if vocab else None, vocab.offsets if vocab else None)
 
     def buf(name: str) -> BufferRef:
         p = plan.buffer(name)

@@ -24,6 +24,7 @@ from ..quant.kv import kv_layout
 from .filters import FILTERS
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
 from ..board import Board
+from ..vocab import vocabulary_of
 from ..resources import firmware_dir, templates_dir
 from .regions import arena_regions, linker_variables
 
@@ -75,7 +76,7 @@ def _calls_with_layer_marks(program: Program) -> list[dict]:
 
 
 def _vocab(tokenizer: Tokenizer, vocab_size: int) -> tuple[list[bytes], list[list[int]]]:
-    pieces = [tokenizer.token_bytes(i) if i < tokenizer.vocab_size else b"" for i in range(vocab_size)]
+    pieces = vocabulary_of(tokenizer, vocab_size).pieces
     offsets = [0]
     for p in pieces:
         offsets.append(offsets[-1] + len(p))
@@ -100,7 +101,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     vector_refs = [{"name": e.name, "offset": e.offset, "count": e.nbytes // 4} for e in vectors]
     external = board.weights.storage == "external"
     option_text = " ".join(f"{k}={options[k]}" for k in sorted(options))
-    vocab_chunks, vocab_rows = _vocab(tokenizer, c.vocab_size)
+    vocab_external = any(e.name == "vocab" for e in program.blob.entries)  # in external flash (vocab.py)
+    vocab_chunks, vocab_rows = _vocab(tokenizer, c.vocab_size) if not vocab_external else ([], [])
 
     ctx = {
         "version": __version__, "abi_version": ABI_VERSION, "model_sha256": program.blob.sha256,
@@ -118,7 +120,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
                       for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1", "calls": _calls_with_layer_marks(program),
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
-        "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "weights_file": "../weights.bin",
+        "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "vocab_external": vocab_external,
+        "vocab_offsets_at": program.blob.entry("vocab", "u32").offset if vocab_external else 0,
+        "vocab_text_at": program.blob.entry("vocab", "u8").offset if vocab_external else 0, "weights_file": "../weights.bin",
         "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,

@@ -256,8 +256,10 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_board_option
 @_quant_options
 @_sampler_option
+@click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,
+              help="The scheme to plan for (per-channel: static int8 scratch instead of the int4 streams).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, as_json):
+def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from .frontends import load_model
@@ -274,7 +276,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
 
     # the same kernel set compile would pick: it decides the activation scratch
     shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, b),
-                       sampler=sampler)
+                       "per-channel" if quant == "per-channel" else "rtn", sampler)
     res = plan_for(shape, opts.max_seq, opts.ram_budget, b)
     check_weights(res, opts.board)
     if as_json:

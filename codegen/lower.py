@@ -1,11 +1,15 @@
-"""Lowering: QuantizedGraph + MemoryPlan -> Program (ordered kernel calls).
+"""Lowering: QuantizedGraph -> LoweredStep -> (plan) -> Program.
 
 Each graph node becomes one or two calls of the firmware's kernel interface
-with typed argument records; buffers come from the plan, constants from the
-weights blob.  The emitter only prints what is here: it makes no decisions.
+with typed argument records.  `lower_step` makes every decision once: which
+calls, which buffers (declared with type, size and kind), which fusions.
+The planner derives buffers and live ranges from those calls
+(plan/lifetimes.py) and places them; `bind` writes the planned offsets and
+the weights blob's offsets back.  The emitter only prints what is here.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Union
 
@@ -15,9 +19,9 @@ from . import exact
 from .blob import WeightsBlob, build_blob
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
-from .plan.lifetimes import logits_rows
+from .plan.lifetimes import GEN_STATE_BYTES, logits_rows, request_bytes
 from .fusion import fused_gate_up, fused_norm_outputs
-from .quant.formats import QuantizedGraph
+from .quant.formats import QuantizedGraph, n_groups, x16_stream_bytes
 from .quant.kv import kv_layout
 from .reference import rope_tables
 
@@ -250,119 +254,267 @@ class Program:
         return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset, p.region) for p in self.plan.buffers]
 
 
-def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None) -> Program:
-    c = qg.config
+@dataclass(frozen=True)
+class BufferDecl:
+    """A run-time buffer a lowered step needs, before planning: what the
+    planner places.  `span` pins a live range the calls do not show:
+    "always" (KV cache, tokens, generation state: the whole generation),
+    "sampler" (after the last call), "start" (before the first call: a
+    UART request is parsed before the first step); None = the calls that
+    use it, plus the sampler for the logits."""
+
+    name: str
+    ctype: str
+    count: int
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | request
+    span: str | None = None
+
+
+@dataclass(frozen=True)
+class LoweredStep:
+    """The decode step as kernel calls whose buffers are symbolic
+    (BufferRef offset -1, region "") and whose weights are named but not yet
+    in a blob (offsets -1).  The planner derives every buffer and live range
+    from it (plan/lifetimes.lifetimes_of); `bind` then writes the planned
+    offsets and the blob's offsets back (analysis -> algorithm -> transform)."""
+
+    config: ModelConfig
+    calls: tuple[KernelCall, ...]
+    decls: tuple[BufferDecl, ...]  # every buffer, in order of first use
+    logits: BufferRef
+    max_seq: int
+    group_size: int
+    kv_bits: int
+    kernels: str
+    greedy: bool
+
+    def decl(self, name: str) -> BufferDecl:
+        for d in self.decls:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+
+def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
+    """QuantizedGraph (or plan.memory.GraphShape: no weights quantized, for
+    `tinyllm-gen plan`) -> LoweredStep.  Every decision about which buffers
+    exist is made here, once: the plan and the emitted C both follow it."""
+    g, c = src.graph, src.config
     greedy = sampler == "greedy"
-    cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
-    # vocab: a vocab.Vocabulary to keep in the weights blob (external flash), or None
-    blob = build_blob(qg, cos, sin, vocab.text if vocab else None, vocab.offsets if vocab else None)
+    m7 = src.kernels == "cortex-m7"
+    per_channel = src.method == "per-channel"
+    static = src.static if isinstance(src, QuantizedGraph) else {}
+    decls: dict[str, BufferDecl] = {}
+    value_buf: dict[str, BufferRef] = {}
+    last_read: dict[str, int] = {}
+    for i, node in enumerate(g.nodes):
+        for v in node.inputs:
+            last_read[v] = i
+
+    def new(name: str, ctype: str, count: int, kind: str, span: str | None = None) -> BufferRef:
+        assert name not in decls, f"buffer {name} declared twice"
+        decls[name] = BufferDecl(name, ctype, count, kind, span)
+        return BufferRef(name, ctype, count, -1, "")
 
     def buf(name: str) -> BufferRef:
-        p = plan.buffer(name)
-        return BufferRef(name, p.request.ctype, p.request.count, p.offset, p.region)
+        d = decls[name]
+        return BufferRef(d.name, d.ctype, d.count, -1, "")
 
     def val(value: str) -> BufferRef:
-        return buf(plan.lifetimes.value_buffer[value])
+        return value_buf[value]
 
-    def q4(name: str) -> Q4Ref:
-        t = qg.q4[name]
-        if qg.kernels == "cortex-m7" and qg.method != "per-channel":
-            return Q4Ref(name, t.rows, t.cols, t.group_size, blob.entry(name, "q4x4").offset, 0, "q4x4")
-        return Q4Ref(name, t.rows, t.cols, t.group_size,
-                     blob.entry(name, "q4.packed").offset, blob.entry(name, "q4.scales").offset)
+    def out_value(node: Node, rows: int | None = None, kind: str = "activation") -> BufferRef:
+        r = new(node.output, "float", rows if rows is not None else g.values[node.output][0], kind)
+        value_buf[node.output] = r
+        return r
 
-    def vec(name: str) -> VectorRef:
-        e = blob.entry(name, "f32")
-        return VectorRef(name, e.nbytes // 4, e.offset)
+    def linear_out(node: Node) -> BufferRef:
+        """A linear's output; the classifier's is the logits (read by the
+        sampler after the step, or one argmax chunk in a greedy build)."""
+        if node.output == g.output:
+            return out_value(node, logits_rows(c, sampler), "logits")
+        return out_value(node)
+
+    def in_place(node: Node, i: int) -> BufferRef:
+        """rope, add and silu_mul overwrite their first input: the output
+        value is that buffer (the C kernels work in place)."""
+        src_v = node.inputs[0]
+        if last_read[src_v] != i:
+            raise AssertionError(f"{node.op} -> {node.output}: its input {src_v} is read later, "
+                                 "but the kernel works in place")
+        value_buf[node.output] = value_buf[src_v]
+        return value_buf[src_v]
+
+    # Weights are named, not read: shapes come from the values a node maps
+    # between, so a graph built from a config alone (no weights) lowers too.
+    def q4(node: Node) -> Q4Ref:
+        rows, cols = ((c.vocab_size, c.dim) if node.op == "embedding" else
+                      (g.values[node.output][0], g.values[node.inputs[0]][0]))
+        layout = "q4x4" if m7 and not per_channel else "q4"
+        return Q4Ref(node.inputs[1], rows, cols, src.group_size, -1, -1, layout)
+
+    def vec(name: str, count: int) -> VectorRef:
+        return VectorRef(name, count, -1)
+
+    def stream(value: str) -> BufferRef:  # a value that exists only as an int16 stream
+        return new(value + ".x16", "uint8_t", x16_stream_bytes(g.values[value][0], src.group_size), "scratch")
 
     calls: list[KernelCall] = []
     quantized: set[str] = set()
-    fused = fused_norm_outputs(qg)
-    gate_up = fused_gate_up(qg)
+    fused = fused_norm_outputs(src)
+    gate_up = fused_gate_up(src)
     fused_up = {f.up for f in gate_up.values()}
     fused_act = {f.act: f for f in gate_up.values()}
 
     def emit(args: KernelArgs, node: Node, label: str | None = None) -> None:
         calls.append(KernelCall(args, node.layer, label or node.label))
 
-    for node in qg.graph.nodes:
+    for i, node in enumerate(g.nodes):
         ins = node.inputs
         if node.op == "embedding":
-            emit(EmbedQ4(q4(ins[1]), val(node.output)), node)
+            emit(EmbedQ4(q4(node), out_value(node)), node)
         elif node.op == "rmsnorm" and node.output in fused:
             quantized.add(node.output)
-            emit(RmsNormX16(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), qg.group_size,
-                            buf(node.output + ".x16")), node)
+            emit(RmsNormX16(val(ins[0]), vec(ins[1], c.dim), c.dim, np.float32(node.attrs["eps"]), src.group_size,
+                            stream(node.output)), node)
         elif node.op == "rmsnorm":
-            emit(RmsNorm(val(ins[0]), vec(ins[1]), c.dim, np.float32(node.attrs["eps"]), val(node.output)), node)
+            emit(RmsNorm(val(ins[0]), vec(ins[1], c.dim), c.dim, np.float32(node.attrs["eps"]), out_value(node)), node)
         elif node.op == "linear" and node.output in fused_up:
             continue  # computed by the gate's combined matvec
         elif node.op == "linear" and node.output in gate_up:
             pair = gate_up[node.output]
             if ins[0] not in quantized:
                 quantized.add(ins[0])
-                emit(QuantizeX16(val(ins[0]), qg.graph.values[ins[0]][0], qg.group_size, buf(ins[0] + ".x16")),
+                emit(QuantizeX16(val(ins[0]), g.values[ins[0]][0], src.group_size, stream(ins[0])),
                      node, label=f"quantize {ins[0]}")
-            t = qg.q4[pair.w_gate]
-            combined = Q4Ref(pair.combined, 2 * t.rows, t.cols, t.group_size, blob.entry(pair.combined, "q4x4").offset,
-                             0, "q4x4")
-            emit(MatvecQ4x4(combined, buf(ins[0] + ".x16"), None, val(node.output)), node, label="ffn.w_gate+w_up")
+            gu = new(pair.gate + ".gu", "float", 2 * g.values[pair.gate][0], "activation")
+            value_buf[node.output] = gu
+            combined = Q4Ref(pair.combined, 2 * g.values[pair.gate][0], g.values[ins[0]][0], src.group_size, -1, -1,
+                             "q4x4")
+            emit(MatvecQ4x4(combined, buf(ins[0] + ".x16"), None, gu), node, label="ffn.w_gate+w_up")
         elif node.op == "silu_mul" and node.output in fused_act:
             quantized.add(node.output)
-            emit(SiluMulPairsX16(val(ins[0]), qg.graph.values[node.output][0], qg.group_size,
-                                 buf(node.output + ".x16")), node)
-        elif node.op == "linear" and qg.method == "per-channel":
-            src, st = ins[0], qg.static[node.output]
-            if src not in quantized:
-                quantized.add(src)
-                emit(QuantizeStaticS8(val(src), qg.graph.values[src][0], exact.inverse_scale(st.in_scale),
-                                      buf(src + ".s8")), node, label=f"quantize {src}")
-            fc = FcS4PcRef(node.output, q4(ins[1]), blob.entry(node.output, "s4pc.bias").offset,
-                           blob.entry(node.output, "s4pc.multipliers").offset,
-                           blob.entry(node.output, "s4pc.shifts").offset, st.out_scale)
-            emit(FcS4PerChannel(fc, buf(src + ".s8"), buf(node.output + ".s8out"), val(node.output)), node)
+            emit(SiluMulPairsX16(val(ins[0]), g.values[node.output][0], src.group_size, stream(node.output)), node)
+        elif node.op == "linear" and per_channel:
+            src_v, st = ins[0], static.get(node.output)
+            if src_v not in quantized:
+                quantized.add(src_v)
+                inv = exact.inverse_scale(st.in_scale) if st is not None else np.float32(1)  # GraphShape: no scales
+                emit(QuantizeStaticS8(val(src_v), g.values[src_v][0], inv,
+                                      new(src_v + ".s8", "int8_t", g.values[src_v][0], "scratch")),
+                     node, label=f"quantize {src_v}")
+            fc = FcS4PcRef(node.output, q4(node), -1, -1, -1, st.out_scale if st is not None else np.float32(1))
+            s8out = new(node.output + ".s8out", "int8_t", g.values[node.output][0], "scratch")
+            emit(FcS4PerChannel(fc, buf(src_v + ".s8"), s8out, linear_out(node)), node)
         elif node.op == "linear":
-            src = ins[0]
-            n, m7 = qg.graph.values[src][0], qg.kernels == "cortex-m7"
-            if src not in quantized:  # one int8 copy shared by every linear reading src
-                quantized.add(src)
-                q = (QuantizeX16(val(src), n, qg.group_size, buf(src + ".x16")) if m7 else
-                     QuantizeI8(val(src), n, qg.group_size, buf(src + ".q8"), buf(src + ".qs")))
-                emit(q, node, label=f"quantize {src}")
-            bias = vec(ins[2]) if len(ins) > 2 else None
-            mv = (MatvecQ4x4(q4(ins[1]), buf(src + ".x16"), bias, val(node.output)) if m7 else
-                  MatvecQ4(q4(ins[1]), buf(src + ".q8"), buf(src + ".qs"), bias, val(node.output)))
-            if greedy and node.output == qg.graph.output:
+            src_v = ins[0]
+            n = g.values[src_v][0]
+            if src_v not in quantized:  # one int8 copy shared by every linear reading src
+                quantized.add(src_v)
+                q = (QuantizeX16(val(src_v), n, src.group_size, stream(src_v)) if m7 else
+                     QuantizeI8(val(src_v), n, src.group_size, new(src_v + ".q8", "int8_t", n, "scratch"),
+                                new(src_v + ".qs", "float", n_groups(n, src.group_size), "scratch")))
+                emit(q, node, label=f"quantize {src_v}")
+            bias = vec(ins[2], g.values[node.output][0]) if len(ins) > 2 else None
+            out = linear_out(node)
+            mv = (MatvecQ4x4(q4(node), buf(src_v + ".x16"), bias, out) if m7 else
+                  MatvecQ4(q4(node), buf(src_v + ".q8"), buf(src_v + ".qs"), bias, out))
+            if greedy and node.output == g.output:
                 mv = ArgmaxClassifier(mv, logits_rows(c, sampler))
             emit(mv, node)
         elif node.op == "rope":
-            _require_inplace(plan, node)
-            emit(Rope(val(ins[0]), int(node.attrs["n_heads"]), int(node.attrs["head_dim"])), node)
+            emit(Rope(in_place(node, i), int(node.attrs["n_heads"]), int(node.attrs["head_dim"])), node)
         elif node.op == "attention":
-            lay = f"l{node.attrs['layer']}"
-            refs = (int(node.attrs["layer"]), val(ins[0]), val(ins[1]), val(ins[2]),
-                    buf(lay + ".k_cache"), buf(lay + ".v_cache"), buf(lay + ".k_scale"), buf(lay + ".v_scale"),
-                    buf(lay + ".att.q8"), buf(lay + ".att.scores"), val(node.output))
-            group = kv_layout(c, 4).group if qg.kv_bits == 4 else 0
-            emit(Attention(*refs, kv_bits=qg.kv_bits, group=group), node)
+            layer = int(node.attrs["layer"])
+            lay, kv = f"l{layer}", kv_layout(c, src.kv_bits)
+            caches = [new(f"{lay}.{part}_cache", kv.ctype, max_seq * kv.bytes_per_pos, "kv", "always")
+                      for part in ("k", "v")]
+            scales = [new(f"{lay}.{part}_scale", "float", max_seq * kv.scales_per_pos, "kv", "always")
+                      for part in ("k", "v")]
+            q8 = new(lay + ".att.query_i8", "int8_t", c.head_dim, "scratch")  # not ".att.q8": the output value "l<i>.att" has that quantized copy
+            scores = new(lay + ".att.scores", "float", max_seq, "scratch")
+            group = kv_layout(c, 4).group if src.kv_bits == 4 else 0
+            emit(Attention(layer, val(ins[0]), val(ins[1]), val(ins[2]), caches[0], caches[1], scales[0], scales[1],
+                           q8, scores, out_value(node), kv_bits=src.kv_bits, group=group), node)
         elif node.op == "add":
-            _require_inplace(plan, node)
-            emit(Add(val(ins[0]), val(ins[1]), qg.graph.values[node.output][0]), node)
+            emit(Add(in_place(node, i), val(ins[1]), g.values[node.output][0]), node)
         elif node.op == "silu_mul":
-            _require_inplace(plan, node)
-            emit(SiluMul(val(ins[0]), val(ins[1]), qg.graph.values[node.output][0]), node)
+            emit(SiluMul(in_place(node, i), val(ins[1]), g.values[node.output][0]), node)
         else:
             raise AssertionError(f"no lowering for op {node.op}")
+    new("tokens", "uint16_t", max_seq, "tokens", "always")
+    new("gen_state", "uint8_t", GEN_STATE_BYTES, "state", "always")
+    if not greedy:
+        new("sample_idx", "uint16_t", c.vocab_size, "sampler", "sampler")
+    new("request", "uint8_t", request_bytes(max_seq), "request", "start")
+    return LoweredStep(c, tuple(calls), tuple(decls.values()), val(g.output), max_seq, src.group_size, src.kv_bits,
+                       src.kernels, greedy)
+
+
+def _refs(obj):
+    """Every BufferRef inside a call's argument record (nested records too)."""
+    if isinstance(obj, BufferRef):
+        yield obj
+    elif dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            yield from _refs(getattr(obj, f.name))
+
+
+def buffers_of(call: KernelCall) -> list[BufferRef]:
+    return list(_refs(call.args))
+
+
+def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGraph) -> Program:
+    """Write the plan's offsets and the blob's offsets into the step's calls."""
+    planned = {p.name: p for p in plan.buffers}
+    missing = sorted(set(d.name for d in step.decls) ^ set(planned))
+    if missing:
+        raise AssertionError(f"the plan and the lowered step disagree on buffers: {missing[:5]}")
+
+    def q4ref(r: Q4Ref) -> Q4Ref:
+        if r.layout == "q4x4":
+            rows, cols, group = (r.rows, r.cols, r.group) if r.name not in qg.q4 else \
+                (qg.q4[r.name].rows, qg.q4[r.name].cols, qg.q4[r.name].group_size)
+            return Q4Ref(r.name, rows, cols, group, blob.entry(r.name, "q4x4").offset, 0, "q4x4")
+        t = qg.q4[r.name]
+        return Q4Ref(r.name, t.rows, t.cols, t.group_size, blob.entry(r.name, "q4.packed").offset,
+                     blob.entry(r.name, "q4.scales").offset)
+
+    def transform(obj):
+        if isinstance(obj, BufferRef):
+            p = planned[obj.name]
+            assert (p.request.ctype, p.request.count) == (obj.ctype, obj.count), obj.name
+            return BufferRef(obj.name, obj.ctype, obj.count, p.offset, p.region)
+        if isinstance(obj, Q4Ref):
+            return q4ref(obj)
+        if isinstance(obj, VectorRef):
+            e = blob.entry(obj.name, "f32")
+            return VectorRef(obj.name, e.nbytes // 4, e.offset)
+        if isinstance(obj, FcS4PcRef):
+            return FcS4PcRef(obj.name, q4ref(obj.weight), blob.entry(obj.name, "s4pc.bias").offset,
+                             blob.entry(obj.name, "s4pc.multipliers").offset,
+                             blob.entry(obj.name, "s4pc.shifts").offset, obj.out_scale)
+        if dataclasses.is_dataclass(obj):
+            return dataclasses.replace(obj, **{f.name: transform(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
+        return obj
+
+    calls = tuple(KernelCall(transform(call.args), call.layer, call.label) for call in step.calls)
+    cos, sin = blob.entry("rope.cos", "f32"), blob.entry("rope.sin", "f32")
+    c = step.config
     return Program(
-        config=c, calls=tuple(calls), plan=plan, blob=blob, logits=val(qg.graph.output),
-        rope_cos=vec("rope.cos"), rope_sin=vec("rope.sin"), attention_scale=exact.attention_scale(c.head_dim),
-        group_size=qg.group_size, kv_bits=qg.kv_bits, kernels=qg.kernels, greedy=greedy,
+        config=c, calls=calls, plan=plan, blob=blob, logits=transform(step.logits),
+        rope_cos=VectorRef("rope.cos", cos.nbytes // 4, cos.offset), rope_sin=VectorRef("rope.sin", sin.nbytes // 4, sin.offset),
+        attention_scale=exact.attention_scale(c.head_dim), group_size=step.group_size, kv_bits=step.kv_bits,
+        kernels=step.kernels, greedy=step.greedy,
     )
 
 
-def _require_inplace(plan: MemoryPlan, node: Node) -> None:
-    """The C kernels for these ops work in place; the planner must have
-    given the output the input's buffer."""
-    vb = plan.lifetimes.value_buffer
-    if vb[node.output] != vb[node.inputs[0]]:
-        raise AssertionError(f"{node.op} -> {node.output} is not in place; the planner must alias it")
+def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None) -> Program:
+    """QuantizedGraph + its MemoryPlan -> Program.  The plan was made from
+    lower_step on the same graph and options (plan/lifetimes.py); bind checks
+    that both name the same buffers.  vocab: a vocab.Vocabulary to keep in
+    the weights blob (external flash), or None."""
+    c = qg.config
+    cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
+    blob = build_blob(qg, cos, sin, vocab.text if vocab else None, vocab.offsets if vocab else None)
+    return bind(lower_step(qg, plan.max_seq, sampler), plan, blob, qg)

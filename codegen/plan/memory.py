@@ -32,7 +32,7 @@ class GraphShape:
     graph: Graph
     group_size: int
     kv_bits: int
-    kernels: str = "portable"  # decides the activation scratch (lifetimes.activation_scratch)
+    kernels: str = "portable"  # decides the activation scratch and the fusions (lower.lower_step)
     method: str = "rtn"  # "per-channel" adds static int8 scratch instead
     sampler: str = "full"  # "greedy": no logits vector, no sampler scratch (lifetimes.ARGMAX_CHUNK_ROWS)
 
@@ -127,7 +127,7 @@ class MemoryPlan:
 
 
 def _plan(qg, max_seq: int, budget: int, stack: int, mem: BoardMemory) -> MemoryPlan:
-    lt = find_lifetimes(qg, max_seq)
+    lt = find_lifetimes(qg if isinstance(qg, GraphShape) else shape_of(qg), max_seq)
     reserve = stack + RUNTIME_STATIC_BYTES
     capacity = {r.name: r.size - CANARY_BYTES - (reserve if r.name == mem.stack_region else 0)
                 for r in mem.arena_regions}

@@ -23,12 +23,18 @@ from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
 from .filters import FILTERS
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
-from ..resources import boards_dir, firmware_dir, templates_dir
+from ..resources import boards_dir, cmake_dir, firmware_dir, templates_dir
 from .regions import arena_regions, board_file, linker_variables
 
 ABI_VERSION = 2
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
-RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+# OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
+# model-bound files), plus the console main the OUT's own firmware adds.
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
+                   "tllm_main.c", "tllm_weights.c")
+RUNTIME_HEADERS = ("tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
+                   "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+# OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
+CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
 
 
@@ -143,6 +149,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     for name in RUNTIME_SOURCES + RUNTIME_HEADERS:
         files[f"runtime/{name}"] = (firmware_dir() / name).read_bytes()
     files["cmake/arm-none-eabi.cmake"] = (firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_bytes()
+    for name in CMAKE_FILES:
+        files[f"cmake/{name}"] = (cmake_dir() / name).read_bytes()
     board_dir = boards_dir() / board["name"]
     for name in board["sources"]:
         files[f"board/{name}"] = board_file(board, name).read_bytes()
@@ -152,7 +160,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
             board_file(board, board["linker_script"]).read_text())
         files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", board=board, sources=sorted(k for k in files if k.endswith((".c", ".S"))),
+        "CMakeLists.txt.j2", board=board, board_sources=sorted(k for k in files if k.startswith("board/") and k.endswith(".c")),
         has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board["toolchain"] == "arm-none-eabi")
     kind, _, tok_path = tokenizer.source.partition(":")
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]

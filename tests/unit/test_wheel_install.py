@@ -2,7 +2,8 @@
 into a clean venv (no checkout on sys.path, no PYTHONPATH, run from a temp
 directory), it compiles, builds and runs the bundled model for the host with
 the runtime, templates, boards and CMake functions it carries, and gives the
-reference's tokens.  About 20 s, most of it pip installing the dependencies
+reference's tokens; a user's CMake project finds the installed package with
+find_package(TinyLLM) and generates the model at build time.  About 20 s, most of it pip installing the dependencies
 (from the pip cache or the configured indexes)."""
 from __future__ import annotations
 
@@ -82,3 +83,22 @@ def test_wheel_installs_and_builds_the_bundled_model(tmp_path):
     ref = json.loads(subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "reference", model, *args],
                                     capture_output=True, text=True, check=True).stdout)
     assert run["generated_ids"] == ref["generated_ids"] and len(ref["generated_ids"]) == 20
+
+    # A user's CMake project against the installed package: find_package + tinyllm_generate_model.
+    cmake_dir = where[-1]
+    assert cmake_dir.endswith("cmake") and (Path(cmake_dir) / "TinyLLMConfig.cmake").is_file()
+    user = tmp_path / "user"
+    user.mkdir()
+    shutil.copy2(REPO / "tests" / "c" / "api_generate.c", user / "main.c")
+    (user / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.20)\nproject(user C ASM)\n"
+        "find_package(TinyLLM CONFIG REQUIRED)\n"
+        f"tinyllm_generate_model(TARGET story MODEL \"{model}\" BOARD host)\n"
+        "add_executable(user main.c)\ntarget_link_libraries(user PRIVATE story)\n")
+    for cmd in (["cmake", "-S", user, "-B", user / "build", f"-DTinyLLM_DIR={cmake_dir}",
+                 f"-DTINYLLM_GEN_EXECUTABLE={cli}", "-DCMAKE_BUILD_TYPE=Release"],
+                ["cmake", "--build", user / "build"]):
+        proc = _run(cmd, work)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = _run([user / "build" / "user", 20, 0.8, 0.9, 42, *run["prompt_ids"]], work, check=True).stdout.split()
+    assert [int(t) for t in got] == ref["generated_ids"]

@@ -28,9 +28,11 @@ from .regions import arena_regions, board_file, linker_variables
 
 ABI_VERSION = 2
 # OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
-# model-bound files), plus the console main the OUT's own firmware adds.
+# model-bound files), plus the console protocol the OUT's own firmware adds to its board code
+# (CONSOLE_SOURCES: not part of the library a user's firmware links).
+CONSOLE_SOURCES = ("tllm_main.c",)
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
-                   "tllm_main.c", "tllm_weights.c")
+                   "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
                    "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
@@ -159,8 +161,11 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board_file(board, board["linker_script"]).read_text())
         files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
+    # The console firmware: board code and the console protocol around the model library.
+    firmware_sources = (sorted(k for k in files if k.startswith("board/") and k.endswith(".c"))
+                        + [f"runtime/{name}" for name in CONSOLE_SOURCES])
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", board=board, board_sources=sorted(k for k in files if k.startswith("board/") and k.endswith(".c")),
+        "CMakeLists.txt.j2", board=board, firmware_sources=firmware_sources,
         has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board["toolchain"] == "arm-none-eabi")
     kind, _, tok_path = tokenizer.source.partition(":")
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]

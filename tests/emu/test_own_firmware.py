@@ -36,7 +36,7 @@ CPU = "-mcpu=cortex-m7 -mthumb -mfpu=fpv5-d16 -mfloat-abi=hard"
 
 
 def _need() -> None:
-    for tool in ("cmake", "arm-none-eabi-gcc", "arm-none-eabi-objdump", "qemu-system-arm"):
+    for tool in ("cmake", "ctest", "arm-none-eabi-gcc", "arm-none-eabi-objdump", "qemu-system-arm"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (apt-get install cmake gcc-arm-none-eabi "
                         "libnewlib-arm-none-eabi qemu-system-arm)")
@@ -192,3 +192,13 @@ def test_fast_math_is_refused_naming_the_fix(root, expected):
     proc = _cmake(EXAMPLE, root / "fast-math-targets", "-DOWN_FW_FETCHCONTENT=ON", f"-DOWN_FW_MODEL_OUT={expected['out']}",
                   f"-DCMAKE_C_FLAGS={CPU} -ffast-math", check=False)
     assert proc.returncode != 0 and "compiled with -ffast-math" in proc.stdout + proc.stderr
+
+
+def test_ctest_emu_label(root, generator):
+    """The repository's own CTest emu tier: configured with the Cortex-M7 toolchain file."""
+    build = root / "ctest-emu"
+    _cmake(REPO, build, f"-DTINYLLM_GEN_EXECUTABLE={generator}", "-DCMAKE_BUILD_TYPE=Release")
+    proc = subprocess.run(["ctest", "--test-dir", str(build), "-L", "emu", "--output-on-failure"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "emu.api_matches_reference.sampled" in proc.stdout and "100% tests passed" in proc.stdout

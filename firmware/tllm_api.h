@@ -9,11 +9,14 @@
  *         return 0;                              // non-zero stops the generation
  *     }
  *
- *     if (tllm_init(NULL) != TLLM_OK) fail(tllm_status_message(...), tllm_error_detail());
+ *     tllm_status s = tllm_init(NULL);             // or a tllm_config with a clock
+ *     if (s != TLLM_OK) my_log(tllm_status_message(s), tllm_error_detail());
  *     tllm_gen_request rq = { .prompt_ids = ids, .n_prompt = n, .max_new_tokens = 64,
  *                             .temperature = 0.8f, .top_p = 0.9f, .seed = 42 };
  *     tllm_result res;
- *     tllm_status s = tllm_generate(&rq, on_token, NULL, &res);
+ *     s = tllm_generate(&rq, on_token, NULL, &res); // res.stop_reason, res.n_generated, ...
+ *
+ * examples/own-firmware/main.c is a complete one.
  *
  * Prompt ids come from the model's tokenizer on the host (`tinyllm-gen
  * reference MODEL --prompt "..." --json` prints them as prompt_ids); the

@@ -23,9 +23,9 @@
 #                      library because the engine calls into the generated model: every model's
 #                      static library carries the runtime's objects, so no link order can leave the
 #                      engine's calls into the model unresolved.
-#   <TARGET>           STATIC library: the generated model (src/*.c, src/tllm_weights.S when the
-#                      board links the weights in), the model-bound runtime files (weights check,
-#                      per-channel layers) and tinyllm::runtime. Properties TINYLLM_OUT (the OUT
+#   <TARGET>           STATIC library: the generated model (src/tllm_model.c, src/tllm_vocab.c;
+#                      src/tllm_weights.S when the board links the weights in), the model-bound
+#                      runtime files (weights check, per-channel layers) and tinyllm::runtime. Properties TINYLLM_OUT (the OUT
 #                      tree) and TINYLLM_WEIGHTS (OUT/weights.bin: flash it at the board's weights
 #                      address when the weights are external).
 #
@@ -114,6 +114,15 @@ function(tinyllm_add_model)
                         "src/tllm_model.c): run `tinyllm-gen compile MODEL -o ${out}` first, or use "
                         "tinyllm_generate_model to compile the model at build time")
   endif()
+  # A tree from a newer generator may have sources this file does not know about.
+  file(GLOB present RELATIVE "${out}" "${out}/src/*.c")
+  foreach(f IN LISTS present)
+    if(NOT f IN_LIST TINYLLM_MODEL_SOURCES)
+      message(FATAL_ERROR "tinyllm_add_model: ${out}/${f} is not a source this TinyLLM.cmake knows "
+                          "(${TINYLLM_MODEL_SOURCES}): the tree comes from another tinyllm-gen version; "
+                          "include its own ${out}/cmake/TinyLLM.cmake, or recompile it with this one")
+    endif()
+  endforeach()
   set(linked_weights OFF)
   if(EXISTS "${out}/src/tllm_weights.S")
     set(linked_weights ON)

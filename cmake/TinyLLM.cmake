@@ -25,9 +25,9 @@
 #                      engine's calls into the model unresolved.
 #   <TARGET>           STATIC library: the generated model (src/tllm_model.c, src/tllm_vocab.c;
 #                      src/tllm_weights.S when the board links the weights in), the model-bound
-#                      runtime files (weights check, per-channel layers) and tinyllm::runtime. Properties TINYLLM_OUT (the OUT
-#                      tree) and TINYLLM_WEIGHTS (OUT/weights.bin: flash it at the board's weights
-#                      address when the weights are external).
+#                      runtime files (weights check, per-channel layers) and tinyllm::runtime.
+#                      Properties TINYLLM_OUT (the OUT tree) and TINYLLM_WEIGHTS (OUT/weights.bin:
+#                      flash it at the board's weights address when the weights are external).
 #
 # CPU flags (-mcpu, -mfpu, -mfloat-abi, -mthumb) are not set here: they come from your toolchain
 # file or CMAKE_C_FLAGS, and must be the same for your code, the runtime and the model (one ABI).

@@ -13,12 +13,12 @@ from functools import lru_cache
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-KINDS = ("templates", "firmware", "boards")
+KINDS = ("templates", "firmware", "boards", "cmake")
 
 
 @lru_cache(maxsize=None)
 def resource_dir(kind: str) -> Path:
-    """The directory holding one kind of resource: templates, firmware or boards."""
+    """The directory holding one kind of resource: templates, firmware, boards or cmake."""
     if kind not in KINDS:
         raise ValueError(f"unknown resource kind {kind!r}: one of {', '.join(KINDS)}")
     for candidate in (PACKAGE_DIR / kind, PACKAGE_DIR.parent / kind):
@@ -37,6 +37,11 @@ def firmware_dir() -> Path:
 
 def boards_dir() -> Path:
     return resource_dir("boards")
+
+
+def cmake_dir() -> Path:
+    """The CMake functions (TinyLLM.cmake) a user's project and every OUT tree include."""
+    return resource_dir("cmake")
 
 
 def package_file(relative: str) -> Path:

@@ -9,6 +9,8 @@
 #ifndef TLLM_CMSIS_H
 #define TLLM_CMSIS_H
 
+#include "tllm_numerics.h" /* first: the float rules, see there */
+
 #include <stdint.h>
 
 typedef struct {

@@ -8,6 +8,8 @@
 #ifndef TLLM_KERNELS_H
 #define TLLM_KERNELS_H
 
+#include "tllm_numerics.h" /* first: the float rules, see there */
+
 #include <stdint.h>
 
 /* A Q4 matrix in the "q4_rowmajor_lo_first" layout (quant/formats.py):

@@ -6,6 +6,8 @@
 #ifndef TLLM_KERNELS_M7_H
 #define TLLM_KERNELS_M7_H
 
+#include "tllm_numerics.h" /* first: the float rules, see there */
+
 #include <stdint.h>
 
 typedef struct {

@@ -1,7 +1,6 @@
-/* The generation state machine and the console protocol.
- *
- *   IDLE -> PREFILL (one model step per prompt token)
- *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
+/* The console firmware: the request protocol over memory or the UART, and
+ * the console lines, around the generation engine (tllm_engine.c, the same
+ * tllm_api.h a user's own main calls).
  *
  * Console lines (parsed by codegen/protocol.py; the text itself is printed by
  * the board from the vocabulary in flash):
@@ -20,13 +19,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tllm_api.h"
 #include "tllm_board.h"
 #include "tllm_model_api.h"
 #include "tllm_request.h"
-#include "tllm_sampler.h"
 
 enum { EXIT_OK = 0, EXIT_BAD_REQUEST = 3, EXIT_BAD_WEIGHTS = 4, EXIT_CANARY = 5 };
-enum { STOP_RUNNING = 0, STOP_EOS = 1, STOP_MAX = 2, STOP_CONTEXT = 3 };
 
 static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
 
@@ -72,29 +70,37 @@ int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const 
     return 0;
 }
 
-/* Phase marker for the instruction-count plugin (bench/tllm_icount.c): an
- * out-of-line empty function whose address the plugin watches. Called before
- * and after every model step and after every sampling, a few instructions
- * each. */
-__attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
-
-static int is_eos(int32_t tok) {
-    for (uint32_t i = 0; i < tllm_model.n_eos; i++)
-        if (tllm_model.eos_ids[i] == tok) return 1;
-    return 0;
-}
-
 static const char *reason_name(uint32_t r) {
-    return r == STOP_EOS ? "eos" : r == STOP_CONTEXT ? "context" : "max_tokens";
+    return r == TLLM_STOP_EOS ? "eos" : r == TLLM_STOP_CONTEXT ? "context" : "max_tokens";
 }
 
+/* A wire request (tllm_request.h) as the engine's request: the ids are
+ * decoded into the model's token buffer, where the engine wants them (a
+ * prompt too long for the context is refused by the check before any id is
+ * read, so at most max_seq are decoded). */
+static tllm_gen_request to_gen_request(const tllm_request *rq) {
+    uint16_t *ids = tllm_model_tokens();
+    const uint32_t n = rq->n_prompt < tllm_model.max_seq ? rq->n_prompt : 0u;
+    for (uint32_t i = 0; i < n; i++) ids[i] = tllm_request_id(rq, i);
+    tllm_gen_request g;
+    g.prompt_ids = ids;
+    g.n_prompt = rq->n_prompt;
+    g.max_new_tokens = rq->max_new_tokens;
+    g.temperature = rq->temperature;
+    g.top_p = rq->top_p;
+    g.seed = rq->seed;
+    return g;
+}
+
+/* The request checks done as a request arrives; the greedy-only refusal
+ * comes later, from the generation itself (as the protocol always had it:
+ * such a request still counts for its exit flag). */
 static int check_request(const tllm_request *rq, const char **why) {
-    if (rq->n_prompt == 0) { *why = "empty prompt"; return -1; }
-    if (rq->n_prompt >= tllm_model.max_seq) { *why = "prompt does not fit the context"; return -1; }
-    for (uint32_t i = 0; i < rq->n_prompt; i++)
-        if (tllm_request_id(rq, i) >= tllm_model.vocab_size) { *why = "prompt id out of vocabulary"; return -1; }
-    if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) { *why = "bad sampling options"; return -1; }
-    return 0;
+    const tllm_gen_request g = to_gen_request(rq);
+    const tllm_status s = tllm_check_request(&g);
+    if (s == TLLM_OK || s == TLLM_ERR_GREEDY_ONLY) return 0;
+    *why = tllm_status_message(s);
+    return -1;
 }
 
 static void print_text(const uint16_t *tokens, uint32_t from, uint32_t to) {
@@ -133,19 +139,25 @@ static int bad_request(const char *why) {
     return EXIT_BAD_REQUEST;
 }
 
+static int print_token(const tllm_token *tok, void *user) {
+    (void)user;
+    puts_("@TLLM tok ");
+    put_u64(tok->index);
+    puts_(" ");
+    put_u64((uint64_t)tok->id);
+    puts_(" ");
+    put_u64(tok->cost);
+    puts_(" \"");
+    put_escaped(tok->text, tok->text_len);
+    puts_("\"\n");
+    return 0;
+}
+
 /* Runs one generation; returns the exit status it earned. */
 static int generate(const tllm_request *req) {
-    const tllm_request rq = *req;
-    if (tllm_model.greedy_only && rq.temperature != 0.0f)
-        return bad_request("this firmware decodes greedily only (compiled with --sampler greedy): send temperature 0");
-    tllm_gen_state *st = tllm_model_state();
-    uint16_t *tokens = tllm_model_tokens();
-    memset(st, 0, sizeof *st);
-    st->phase = TLLM_IDLE;
-    st->n_prompt = rq.n_prompt;
-    st->max_new = rq.max_new_tokens;
-    tllm_sampler_init(&st->sampler, rq.temperature, rq.top_p, rq.seed);
-    for (uint32_t i = 0; i < rq.n_prompt; i++) tokens[i] = tllm_request_id(&rq, i);
+    const tllm_gen_request rq = to_gen_request(req);
+    const tllm_status refused = tllm_check_request(&rq);
+    if (refused != TLLM_OK) return bad_request(tllm_status_message(refused));
 
     puts_("@TLLM begin n_prompt=");
     put_u64(rq.n_prompt);
@@ -155,74 +167,17 @@ static int generate(const tllm_request *req) {
     put_u64(tllm_model.max_seq);
     puts_("\n");
 
-    float *logits = 0;
-    uint64_t t_token = 0;
-    st->t_start = tllm_board_instret();
-    st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
-    st->stop_reason = st->max_new ? STOP_RUNNING : STOP_MAX;
-    while (st->phase != TLLM_DONE) {
-        switch (st->phase) {
-        case TLLM_PREFILL:
-            tllm_mark();
-            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos);
-            tllm_mark();
-            st->pos++;
-            if (st->pos == st->n_prompt) {
-                st->t_prefill = tllm_board_instret();
-                t_token = st->t_prefill;
-                st->phase = TLLM_SAMPLE;
-            }
-            break;
-        case TLLM_SAMPLE:
-            st->token = logits ? tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size,
-                                             tllm_model_sample_idx())
-                               : tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
-            tllm_mark();
-            tokens[st->pos] = (uint16_t)st->token;
-            st->n_generated++;
-            st->phase = TLLM_EMIT;
-            break;
-        case TLLM_EMIT: {
-            const uint64_t now = tllm_board_instret();
-            uint32_t n;
-            const uint8_t *b = tllm_vocab_bytes(st->token, &n);
-            puts_("@TLLM tok ");
-            put_u64(st->n_generated - 1);
-            puts_(" ");
-            put_u64((uint64_t)st->token);
-            puts_(" ");
-            put_u64(now - t_token);
-            puts_(" \"");
-            put_escaped(b, n);
-            puts_("\"\n");
-            if (is_eos(st->token)) st->stop_reason = STOP_EOS;
-            else if (st->n_generated >= st->max_new) st->stop_reason = STOP_MAX;
-            else if (st->pos + 1 >= tllm_model.max_seq) st->stop_reason = STOP_CONTEXT;
-            st->phase = st->stop_reason ? TLLM_DONE : TLLM_DECODE;
-            t_token = tllm_board_instret(); /* printing is not the model's cost */
-            break;
-        }
-        case TLLM_DECODE:
-            tllm_mark();
-            logits = tllm_model_step(st->token, (int32_t)st->pos);
-            tllm_mark();
-            st->pos++;
-            st->phase = TLLM_SAMPLE;
-            break;
-        default:
-            st->phase = TLLM_DONE;
-            break;
-        }
-    }
+    tllm_result res;
+    (void)tllm_generate(&rq, print_token, 0, &res); /* a broken arena canary is reported below */
 
     puts_("@TLLM end reason=");
-    puts_(reason_name(st->stop_reason));
+    puts_(reason_name(res.stop_reason));
     puts_(" n=");
-    put_u64(st->n_generated);
+    put_u64(res.n_generated);
     puts_(" prefill_instructions=");
-    put_u64(st->t_prefill - st->t_start);
+    put_u64(res.prefill_cost);
     puts_("\n@TLLM text-begin\n");
-    print_text(tokens, 0, st->n_prompt + st->n_generated);
+    print_text(res.tokens, 0, res.n_prompt + res.n_generated);
     puts_("\n@TLLM text-end\n");
     return report_canaries() ? EXIT_OK : EXIT_CANARY;
 }
@@ -250,10 +205,11 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
 
 int tllm_main(void) {
     const char *why = 0;
-    tllm_model_canary_arm();
-    if (tllm_weights_check(&why) != 0) {
+    tllm_config config;
+    config.clock = tllm_board_instret;
+    if (tllm_init(&config) != TLLM_OK) {
         puts_("@TLLM error weights: ");
-        puts_(why);
+        puts_(tllm_error_detail());
         puts_("\n");
         return EXIT_BAD_WEIGHTS;
     }

@@ -3,6 +3,8 @@
 #ifndef TLLM_MATH_H
 #define TLLM_MATH_H
 
+#include "tllm_numerics.h" /* first: the float rules, see there */
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

@@ -2,6 +2,8 @@
 #ifndef TLLM_SAMPLER_H
 #define TLLM_SAMPLER_H
 
+#include "tllm_numerics.h" /* first: the float rules, see there */
+
 #include <stdint.h>
 
 typedef struct {

@@ -25,12 +25,20 @@ from .filters import FILTERS
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
 from ..board import Board
 from ..vocab import vocabulary_of
-from ..resources import firmware_dir, templates_dir
+from ..resources import cmake_dir, firmware_dir, templates_dir
 from .regions import arena_regions, linker_variables
 
 ABI_VERSION = 3  # 3: tllm_model_info.eos_ids points at every EOS id (was 4 inline)
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c")
-RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+# OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
+# model-bound files), plus the console protocol the OUT's own firmware adds to its board code
+# (CONSOLE_SOURCES: not part of the library a user's firmware links).
+CONSOLE_SOURCES = ("tllm_main.c",)
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
+                   "tllm_weights.c") + CONSOLE_SOURCES
+RUNTIME_HEADERS = ("tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
+                   "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+# OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
+CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
 
 
@@ -144,6 +152,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     for name in RUNTIME_SOURCES + RUNTIME_HEADERS:
         files[f"runtime/{name}"] = (firmware_dir() / name).read_bytes()
     files["cmake/arm-none-eabi.cmake"] = (firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_bytes()
+    for name in CMAKE_FILES:
+        files[f"cmake/{name}"] = (cmake_dir() / name).read_bytes()
     for name in board.sources:
         files[f"board/{name}"] = board.file(name).read_bytes()
     files["board/board.json"] = (board.directory / "board.json").read_bytes()
@@ -152,8 +162,11 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board.file(board.linker_script).read_text())
         files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
+    # The console firmware: board code and the console protocol around the model library.
+    firmware_sources = (sorted(k for k in files if k.startswith("board/") and k.endswith(".c"))
+                        + [f"runtime/{name}" for name in CONSOLE_SOURCES])
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", sources=sorted(k for k in files if k.endswith((".c", ".S"))),
+        "CMakeLists.txt.j2", firmware_sources=firmware_sources,
         has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board.is_arm)
     kind, _, tok_path = tokenizer.source.partition(":")
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]

@@ -1,0 +1,177 @@
+/* The generation engine behind tllm_api.h: one state machine, used by the
+ * console firmware (tllm_main.c) and by a user's own main alike.
+ *
+ *   IDLE -> PREFILL (one model step per prompt token)
+ *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
+ *
+ * The state lives in the planned arena (tllm_gen_state), so a generation
+ * allocates nothing.  No board function is called here: the clock comes in
+ * through tllm_config, the text goes out through the token callback. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tllm_api.h"
+#include "tllm_model_api.h"
+#include "tllm_sampler.h"
+
+static uint64_t (*engine_clock)(void);
+static int engine_ready;
+static const char *engine_detail; /* NULL: nothing to add */
+
+static uint64_t now(void) { return engine_clock ? engine_clock() : 0u; }
+
+/* Phase marker for the instruction-count plugin (bench/tllm_icount.c): an
+ * out-of-line empty function whose address the plugin watches. Called before
+ * and after every model step and after every sampling, a few instructions
+ * each. */
+__attribute__((noinline)) void tllm_mark(void);
+__attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
+
+static int is_eos(int32_t tok) {
+    for (uint32_t i = 0; i < tllm_model.n_eos; i++)
+        if (tllm_model.eos_ids[i] == tok) return 1;
+    return 0;
+}
+
+tllm_status tllm_init(const tllm_config *config) {
+    engine_clock = config ? config->clock : 0;
+    engine_ready = 0;
+    engine_detail = 0;
+    tllm_model_canary_arm();
+    if (tllm_weights_check(&engine_detail) != 0) return TLLM_ERR_WEIGHTS;
+    engine_ready = 1;
+    return TLLM_OK;
+}
+
+const char *tllm_error_detail(void) { return engine_detail ? engine_detail : ""; }
+
+const tllm_model_desc *tllm_info(void) {
+    static tllm_model_desc desc;
+    desc.vocab_size = tllm_model.vocab_size;
+    desc.max_seq = tllm_model.max_seq;
+    desc.greedy_only = tllm_model.greedy_only;
+    desc.abi_version = TLLM_ABI_VERSION;
+    return &desc;
+}
+
+const uint8_t *tllm_token_text(int32_t id, uint32_t *len) {
+    static const uint8_t empty[1] = {0};
+    uint32_t n = 0;
+    const uint8_t *b = (id >= 0 && (uint32_t)id < tllm_model.vocab_size) ? tllm_vocab_bytes(id, &n) : empty;
+    if (len) *len = n;
+    return b;
+}
+
+const char *tllm_status_message(tllm_status status) {
+    switch (status) {
+    case TLLM_OK: return "ok";
+    case TLLM_ERR_ARGUMENT: return "NULL request, result or prompt_ids";
+    case TLLM_ERR_NOT_READY: return "tllm_init has not succeeded";
+    case TLLM_ERR_WEIGHTS: return "weights blob missing, stale or corrupt";
+    case TLLM_ERR_EMPTY_PROMPT: return "empty prompt";
+    case TLLM_ERR_PROMPT_TOO_LONG: return "prompt does not fit the context";
+    case TLLM_ERR_TOKEN_ID: return "prompt id out of vocabulary";
+    case TLLM_ERR_SAMPLING: return "bad sampling options";
+    case TLLM_ERR_GREEDY_ONLY:
+        return "this firmware decodes greedily only (compiled with --sampler greedy): send temperature 0";
+    case TLLM_ERR_CANARY: return "arena guard word overwritten";
+    }
+    return "unknown status";
+}
+
+tllm_status tllm_check_request(const tllm_gen_request *rq) {
+    if (!rq) return TLLM_ERR_ARGUMENT;
+    if (rq->n_prompt == 0) return TLLM_ERR_EMPTY_PROMPT;
+    if (rq->n_prompt >= tllm_model.max_seq) return TLLM_ERR_PROMPT_TOO_LONG;
+    if (!rq->prompt_ids) return TLLM_ERR_ARGUMENT;
+    for (uint32_t i = 0; i < rq->n_prompt; i++)
+        if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
+    if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) return TLLM_ERR_SAMPLING;
+    if (tllm_model.greedy_only && rq->temperature != 0.0f) return TLLM_ERR_GREEDY_ONLY;
+    return TLLM_OK;
+}
+
+tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callback, void *user,
+                          tllm_result *result) {
+    if (!engine_ready) return TLLM_ERR_NOT_READY;
+    const tllm_status ok = tllm_check_request(req);
+    if (ok != TLLM_OK) return ok;
+    const tllm_gen_request rq = *req;
+    tllm_gen_state *st = tllm_model_state();
+    uint16_t *tokens = tllm_model_tokens();
+    memset(st, 0, sizeof *st);
+    st->phase = TLLM_IDLE;
+    st->n_prompt = rq.n_prompt;
+    st->max_new = rq.max_new_tokens;
+    tllm_sampler_init(&st->sampler, rq.temperature, rq.top_p, rq.seed);
+    /* The console decodes its request straight into the token buffer. */
+    if (rq.prompt_ids != tokens) memmove(tokens, rq.prompt_ids, rq.n_prompt * sizeof tokens[0]);
+
+    float *logits = 0;
+    uint64_t t_token = 0;
+    int stop_asked = 0;
+    st->t_start = now();
+    st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
+    st->stop_reason = st->max_new ? 0u : (uint32_t)TLLM_STOP_MAX_TOKENS;
+    while (st->phase != TLLM_DONE) {
+        switch (st->phase) {
+        case TLLM_PREFILL:
+            tllm_mark();
+            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos);
+            tllm_mark();
+            st->pos++;
+            if (st->pos == st->n_prompt) {
+                st->t_prefill = now();
+                t_token = st->t_prefill;
+                st->phase = TLLM_SAMPLE;
+            }
+            break;
+        case TLLM_SAMPLE:
+            st->token = logits ? tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size,
+                                             tllm_model_sample_idx())
+                               : tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
+            tllm_mark();
+            tokens[st->pos] = (uint16_t)st->token;
+            st->n_generated++;
+            st->phase = TLLM_EMIT;
+            break;
+        case TLLM_EMIT: {
+            const uint64_t t = now();
+            if (callback) {
+                tllm_token tok;
+                tok.index = st->n_generated - 1;
+                tok.id = st->token;
+                tok.text = tllm_vocab_bytes(st->token, &tok.text_len);
+                tok.cost = t - t_token;
+                stop_asked = callback(&tok, user) != 0;
+            }
+            if (is_eos(st->token)) st->stop_reason = TLLM_STOP_EOS;
+            else if (st->n_generated >= st->max_new) st->stop_reason = TLLM_STOP_MAX_TOKENS;
+            else if (st->pos + 1 >= tllm_model.max_seq) st->stop_reason = TLLM_STOP_CONTEXT;
+            else if (stop_asked) st->stop_reason = TLLM_STOP_CALLBACK;
+            st->phase = st->stop_reason ? TLLM_DONE : TLLM_DECODE;
+            t_token = now(); /* the callback's time is not the model's cost */
+            break;
+        }
+        case TLLM_DECODE:
+            tllm_mark();
+            logits = tllm_model_step(st->token, (int32_t)st->pos);
+            tllm_mark();
+            st->pos++;
+            st->phase = TLLM_SAMPLE;
+            break;
+        default:
+            st->phase = TLLM_DONE;
+            break;
+        }
+    }
+    if (result) {
+        result->stop_reason = st->stop_reason;
+        result->n_prompt = st->n_prompt;
+        result->n_generated = st->n_generated;
+        result->prefill_cost = st->t_prefill - st->t_start;
+        result->tokens = tokens;
+    }
+    return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
+}

@@ -5,18 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
+from .gguf import is_gguf, load_gguf
 from .hf import ImportedModel, load_hf
 from .llama2c import load_llama2c
 from .onnx_model import find_onnx, load_onnx
 from .tokenizer import Tokenizer
 
-__all__ = ["ImportedModel", "Tokenizer", "load_hf", "load_llama2c", "load_model", "load_onnx"]
+__all__ = ["ImportedModel", "Tokenizer", "load_gguf", "load_hf", "load_llama2c", "load_model", "load_onnx"]
 
 
 def load_model(path: Path, tokenizer: Path | None = None) -> ImportedModel:
     """A directory is a Hugging Face `save_pretrained` folder, or an ONNX
     export (one *.onnx and its config.json, no safetensors); a `.onnx` file
-    is that export; any other file is a llama2.c `.bin` checkpoint.
+    is that export; a `.gguf` file (or one starting with the GGUF magic) is
+    a llama.cpp model; any other file is a llama2.c `.bin` checkpoint.
     Pointing at a file inside an HF folder (config.json, *.safetensors)
     means that folder."""
     path = Path(path)
@@ -28,6 +30,8 @@ def load_model(path: Path, tokenizer: Path | None = None) -> ImportedModel:
     if path.is_file():
         if path.name == "config.json" or path.suffix == ".safetensors":
             return load_hf(path.parent, tokenizer)
+        if is_gguf(path):
+            return load_gguf(path, tokenizer)
         return load_llama2c(path, tokenizer)
     if not path.exists():
         raise UserError(f"{path}: no such file or directory; pass a Hugging Face model directory "

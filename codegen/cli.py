@@ -412,6 +412,20 @@ def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hi
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 
 
+@cli.command("convert")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True,
+              help="Output Hugging Face model directory (new or empty).")
+def convert_cmd(model, out):
+    """Write a GGUF model as a Hugging Face folder (float32 safetensors, config, tokenizer)."""
+    from .convert import convert
+
+    m = convert(model, out)
+    c = m.graph.config
+    click.echo(f"wrote {out}: {c.arch}, {c.n_params():,} parameters as float32, "
+               f"tokenizer {'yes' if m.tokenizer is not None else 'no'}")
+
+
 def main(argv=None) -> None:
     try:
         rc = cli.main(args=argv, prog_name="tinyllm-gen", standalone_mode=False)

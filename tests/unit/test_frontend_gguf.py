@@ -343,3 +343,57 @@ def test_smollm2_fp32_greedy_answer_matches_transformers(smol, smol_model):
         hf_ids = hm.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                              max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
     assert ours == hf_ids and len(ours) == 8
+
+
+# -------------------------------------------------------------------- convert
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("key,qtype", [("llama", "Q4_1"), ("qwen2", "Q8_0"), ("phi3", "F32")])
+def test_convert_writes_a_folder_transformers_and_we_load_identically(tiny, tmp_path, key, qtype, capsys):
+    import torch
+    import transformers as tf
+
+    from tinyllm_gen.cli import main
+
+    path = gguf_file(tiny, key, qtype, add_bos=False)
+    out = tmp_path / "hf"
+    with pytest.raises(SystemExit) as e:
+        main(["convert", str(path), "-o", str(out)])
+    assert e.value.code == 0 and "wrote" in capsys.readouterr().out
+    g, h = load_model(path), load_model(out)
+    assert h.source.startswith("hf:") and g.graph.config == h.graph.config
+    for name in g.graph.weights:  # bit for bit: float32 keeps the dequantized values exactly
+        np.testing.assert_array_equal(h.graph.weights[name], g.graph.weights[name], err_msg=name)
+    np.testing.assert_array_equal(our_logits(h), our_logits(g))
+    assert (h.tokenizer.add_bos, h.tokenizer.chat_template) == (False, g.tokenizer.chat_template)
+    for s in TEXTS:
+        assert h.tokenizer.encode(s) == g.tokenizer.encode(s), s
+
+    hm = tf.AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    with torch.no_grad():
+        ref = hm(torch.tensor([IDS])).logits[0].double().numpy()
+    got = our_logits(g)
+    assert np.abs(got - ref).max() <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    ht = tf.AutoTokenizer.from_pretrained(str(out))
+    for s in TEXTS:
+        assert ht.encode(s) == g.tokenizer.encode(s), s
+    msgs = [{"role": "user", "content": "hi"}]
+    assert ht.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == \
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_convert_is_atomic(tiny, tmp_path, capsys):
+    from tinyllm_gen.convert import convert
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="not an empty directory"):
+        convert(gguf_file(tiny, "llama", "F32"), busy)
+    assert [p.name for p in busy.iterdir()] == ["keep.txt"]
+    src = gguf_file(tiny, "llama", "F32").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(src[: len(src) // 2])
+    with pytest.raises(UserError, match="truncated"):
+        convert(tmp_path / "cut.gguf", tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "cut.gguf"]

@@ -69,7 +69,7 @@ def is_gguf(path: Path) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class QuantBlocks:
     """One tensor's llama.cpp blocks exactly as stored, rows in canonical
     (Hugging Face) order.  `shape` is the float tensor's numpy shape (rows,

@@ -128,6 +128,22 @@ def test_f32_gguf_equals_the_safetensors_it_came_from(tiny, key):
         np.testing.assert_array_equal(g.weights[name], h.weights[name], err_msg=name)
 
 
+def test_dispatch_by_suffix_magic_and_folder(tiny, tmp_path):
+    """model.gguf, a GGUF without the suffix (the magic decides), and a folder
+    with one *.gguf and no config.json all load the same model."""
+    import shutil
+
+    src = gguf_file(tiny, "llama", "Q8_0")
+    (tmp_path / "dl").mkdir()
+    shutil.copy(src, tmp_path / "dl" / "model.gguf")
+    shutil.copy(src, tmp_path / "model.bin")
+    ref = load_model(src).graph.weights["layers.1.wk"]
+    for p in (tmp_path / "dl", tmp_path / "model.bin"):
+        m = load_model(p)
+        assert m.source.startswith("gguf:")
+        np.testing.assert_array_equal(m.graph.weights["layers.1.wk"], ref)
+
+
 def test_raw_blocks_are_the_files_bytes_in_canonical_row_order(tiny):
     import gguf
 

@@ -53,6 +53,19 @@ class _MaxSeq(click.ParamType):
 
 MAX_SEQ = _MaxSeq()
 
+_chat_option = click.option(
+    "--chat", is_flag=True,
+    help="Wrap --prompt as one user turn of the model's ChatML chat template, plus the assistant's start.")
+
+
+def _prompt_ids(tok, prompt: str, chat: bool) -> list[int]:
+    """The prompt's ids: BOS as the model says (add_bos), or its chat template's turn."""
+    if chat:
+        from .frontends.chat import chat_prompt_ids
+
+        return chat_prompt_ids(tok, prompt)
+    return tok.encode(prompt)
+
 
 def _quant_options(f):
     f = click.option("--ram-budget", default="512K", show_default=True, help="RAM budget (bytes, K or M suffix).")(f)
@@ -181,14 +194,15 @@ def flash_cmd(out, dry_run, openocd):
               "(as to a real board).")
 @click.option("--serial", "serial_url", default=None,
               help="A flashed board's serial port (/dev/ttyACM0, or a pyserial URL such as socket://host:port).")
-def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url):
+@_chat_option
+def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, chat):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
     from .sampler import SamplingOptions
 
     tok = load_out_tokenizer(out, read_manifest(out))
-    ids = tok.encode(prompt)
+    ids = _prompt_ids(tok, prompt, chat)
     fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout,
                       transport=transport, serial_url=serial_url)
     o = fw.output
@@ -215,8 +229,9 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
 @_quant_options
 @_scheme_options
 @click.option("--fp32", is_flag=True, help="Run the float model instead of the quantized one.")
+@_chat_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32):
+              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
     from .frontends import load_model
@@ -236,7 +251,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
         max_seq, _ = resolve_seq(GraphShape(m.graph, opts.group_size, opts.kv_bits), "auto",
                                  parse_size(ram_budget), load_board(opts.board))
     seq = resolve_max_seq(m, max_seq)
-    ids = tok.encode(prompt)
+    ids = _prompt_ids(tok, prompt, chat)
     if len(ids) >= seq:
         raise UserError(f"the prompt is {len(ids)} tokens but the context is {seq}: shorten the prompt "
                         "or raise --max-seq")
@@ -248,7 +263,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
         click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
                                "text": text, "stop_reason": gen.stop_reason}))
     else:
-        click.echo(prompt + text)
+        click.echo(text if chat else prompt + text)
 
 
 @cli.command("plan")
@@ -404,6 +419,20 @@ def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hi
         quant_eval_tokens=quant_eval_tokens)
     result = compress(teacher, out, data, opts, eval_data, progress=not as_json)
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
+
+
+@cli.command("convert")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True,
+              help="Output Hugging Face model directory (new or empty).")
+def convert_cmd(model, out):
+    """Write a GGUF model as a Hugging Face folder (float32 safetensors, config, tokenizer)."""
+    from .convert import convert
+
+    m = convert(model, out)
+    c = m.graph.config
+    click.echo(f"wrote {out}: {c.arch}, {c.n_params():,} parameters as float32, "
+               f"tokenizer {'yes' if m.tokenizer is not None else 'no'}")
 
 
 def main(argv=None) -> None:

@@ -24,7 +24,7 @@ from ..build import image_path, read_manifest
 from ..resources import firmware_dir, package_file
 from ..errors import UserError
 from ..protocol import pack_request, parse_output
-from ..board import load_board
+from ..board import Board, load_board
 from ..sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 
@@ -119,32 +119,70 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
 
 def matvec_shapes(config: dict) -> list[tuple[int, int]]:
     """The distinct (rows, cols) of the model's matmuls (without the
-    classifier, whose vocabulary-sized rows exceed the micro buffers)."""
+    classifier: the decode bench measures it, and its vocabulary-sized rows
+    would need megabytes of micro-benchmark buffers)."""
     dim, hidden = config["dim"], config["hidden_dim"]
     q, kv = config["n_heads"] * config["head_dim"], config["n_kv_heads"] * config["head_dim"]
     # 256x256: the reference shape the kernel targets are quoted at
     return sorted({(q, dim), (kv, dim), (dim, q), (hidden, dim), (dim, hidden), (256, 256)})
 
 
+def micro_buffers(shapes: list[tuple[int, int]], group: int) -> dict[str, int]:
+    """micro.c's buffer sizes for these shapes (the largest need of any one
+    shape per buffer, as fill() lays the operands out), as its -D defines."""
+    def q4x4_bytes(r: int, c: int) -> int:  # per 4-row tile and group: 4 words per 8 weights, 4 scales
+        return (r + 3) // 4 * sum(16 * ((min(group, c - g0) + 7) // 8) + 16 for g0 in range(0, c, group))
+
+    return {
+        "TLLM_BENCH_MAX_ROWS": max(r for r, _ in shapes),
+        "TLLM_BENCH_MAX_COLS": max(c for _, c in shapes),
+        "TLLM_BENCH_MAX_ELEMS": max(r * c for r, c in shapes),
+        "TLLM_BENCH_Q4_BYTES": max(r * ((c + 1) // 2) for r, c in shapes),
+        "TLLM_BENCH_SCALES": max(r * -(-c // group) for r, c in shapes),
+        "TLLM_BENCH_Q4X4_BYTES": max(q4x4_bytes(r, c) for r, c in shapes) + 1024,
+    }
+
+
+def _micro_ram(board: Board, buffers: dict[str, int], cmsis_nn: bool) -> tuple[int, int]:
+    """(origin, bytes) of the micro benchmark's RAM: the data RAM when its
+    buffers fit there, else the 16 MiB external window (free here: the micro
+    benchmark loads no weights; QEMU counts instructions the same anywhere)."""
+    b = buffers
+    need = (b["TLLM_BENCH_Q4_BYTES"] + 4 * b["TLLM_BENCH_SCALES"] + b["TLLM_BENCH_Q4X4_BYTES"]
+            + b["TLLM_BENCH_MAX_ELEMS"] * (4 + (1 if cmsis_nn else 0))
+            + 16 * (b["TLLM_BENCH_MAX_COLS"] + b["TLLM_BENCH_MAX_ROWS"]) + 256 * 1024)  # vectors, stack, slack
+    ram = board.memory.region(board.memory.stack_region)
+    external = board.memory.weights_region()  # PSRAM on QEMU
+    for region in (ram, external):
+        if need <= region.size:
+            return region.address, region.size
+    raise UserError(f"kernel bench needs {need:,} B of buffers (up to {b['TLLM_BENCH_MAX_ELEMS']:,} weights "
+                    f"in one shape), more than the {external.size:,} B the emulator has: "
+                    "bench smaller shapes")
+
+
 def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> list[KernelFigure]:
-    """Build and run bench/micro.c for these shapes on the QEMU board."""
+    """Build and run bench/micro.c for these shapes on the QEMU board, its
+    buffers sized for the largest of them (micro_buffers)."""
     board = load_board("qemu-mps2-an500")
     for r, c in shapes:
-        if r > 256 or c > 256:
-            raise UserError(f"kernel bench shape {r}x{c} exceeds the 256x256 micro-benchmark buffers")
+        if not (0 < r < 65536 and 0 < c < 65536):
+            raise UserError(f"kernel bench shape {r}x{c}: rows and columns must be 1..65535")
+    buffers = micro_buffers(shapes, group)
+    ram_origin, ram_bytes = _micro_ram(board, buffers, cmsis_nn is not None)
     with tempfile.TemporaryDirectory(prefix="tllm-micro-") as tmp:
         t = Path(tmp)
         sources = [str(MICRO_SOURCE), str(firmware_dir() / "tllm_kernels.c"), str(firmware_dir() / "tllm_kernels_m7.c")]
         sources += [str(p) for p in board.source_paths()]
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
         code = next(r for r in board.memory.regions if r.use == "code")
-        ram = board.memory.region(board.memory.stack_region)
         (t / "linker.ld").write_text(lds.render(flash_origin=f"0x{code.address:08X}", flash_bytes=code.size,
-                                                ram_origin=f"0x{ram.address:08X}", ram_bytes=2 * 1024 * 1024,
+                                                ram_origin=hex(ram_origin), ram_bytes=ram_bytes,
                                                 stack_bytes=16384))
         (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
         defines = [f"TLLM_BENCH_GROUP={group}",
                    "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]
+        defines += [f"{k}={v}" for k, v in buffers.items()]
         cmsis_sources, cmsis_includes = [], []
         if cmsis_nn is not None:
             root = Path(cmsis_nn)

@@ -24,23 +24,33 @@
 #ifndef TLLM_BENCH_GROUP
 #define TLLM_BENCH_GROUP 32
 #endif
-#define MAX_ROWS 256
-#define MAX_COLS 256
+/* Buffer sizes: bench.py computes them from the shapes (micro_buffers());
+ * the defaults fit every shape up to 256x256. */
+#ifndef TLLM_BENCH_MAX_ROWS
+#define TLLM_BENCH_MAX_ROWS 256
+#define TLLM_BENCH_MAX_COLS 256
+#define TLLM_BENCH_MAX_ELEMS (256 * 256)
+#define TLLM_BENCH_Q4_BYTES (256 * 256 / 2)
+#define TLLM_BENCH_SCALES (256 * (256 / 8))
+#define TLLM_BENCH_Q4X4_BYTES (256 * 256 / 2 + 256 * (256 / 8) * 4 + 1024)
+#endif
+#define MAX_ROWS TLLM_BENCH_MAX_ROWS
+#define MAX_COLS TLLM_BENCH_MAX_COLS
 
 static const uint16_t SHAPES[][2] = {TLLM_BENCH_SHAPES};
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
-static uint8_t q4_packed[MAX_ROWS * MAX_COLS / 2];
-static float q4_scales[MAX_ROWS * (MAX_COLS / 8)];
-static uint8_t q4x4[MAX_ROWS * MAX_COLS / 2 + MAX_ROWS * (MAX_COLS / 8) * 4 + 1024] __attribute__((aligned(4)));
-static float w_f32[MAX_ROWS * MAX_COLS];
+static uint8_t q4_packed[TLLM_BENCH_Q4_BYTES];
+static float q4_scales[TLLM_BENCH_SCALES];
+static uint8_t q4x4[TLLM_BENCH_Q4X4_BYTES] __attribute__((aligned(4)));
+static float w_f32[TLLM_BENCH_MAX_ELEMS];
 static float x[MAX_COLS];
 static int8_t xq[MAX_COLS];
-static float xs[MAX_COLS / 8];
+static float xs[MAX_COLS / 8 + 1];
 static uint8_t x16[MAX_COLS * 2 + (MAX_COLS / 8) * 8 + 64] __attribute__((aligned(4)));
 static float out_a[MAX_ROWS + 4], out_b[MAX_ROWS + 4], out_f[MAX_ROWS];
 #ifdef TLLM_BENCH_CMSIS_NN
-static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[MAX_ROWS * MAX_COLS];
+static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[TLLM_BENCH_MAX_ELEMS];
 static int32_t bias_s32[MAX_ROWS];
 #endif
 

@@ -169,8 +169,17 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "CMakeLists.txt.j2", firmware_sources=firmware_sources,
         has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board.is_arm)
     kind, _, tok_path = tokenizer.source.partition(":")
+    if tokenizer.hf_json is not None:  # built in memory (a GGUF's metadata): OUT gets it as tokenizer.json
+        kind = "hf"
+        files["tokenizer/tokenizer.json"] = tokenizer.hf_json.encode()
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]
-    files[tok_name] = Path(tok_path).read_bytes()
+    if tok_name not in files:
+        files[tok_name] = Path(tok_path).read_bytes()
+    if kind == "hf" and (not tokenizer.add_bos or tokenizer.chat_template):
+        # what `run OUT` needs beyond tokenizer.json: no BOS (SmolLM2), --chat's template
+        files["tokenizer/tokenizer_config.json"] = (json.dumps(
+            {"add_bos_token": tokenizer.add_bos, "chat_template": tokenizer.chat_template},
+            indent=2, sort_keys=True) + "\n").encode()
     manifest = {
         "tokenizer": {"file": tok_name, "kind": kind, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
                       "vocab_size": c.vocab_size},

@@ -60,7 +60,8 @@ class Tokenizer:
 
     Build with `from_hf_json` or `from_llama2c`, not directly."""
 
-    __slots__ = ("_vocab_size", "_bos", "_eos", "_bytes", "_encode", "_decode", "_source")
+    __slots__ = ("_vocab_size", "_bos", "_eos", "_bytes", "_encode", "_decode", "_source",
+                 "_add_bos", "_chat_template", "_hf_json")
 
     def __init__(
         self,
@@ -71,6 +72,9 @@ class Tokenizer:
         encode: Callable[[str], list[int]],
         decode: Callable[[list[int]], str],
         source: str,
+        add_bos: bool = True,
+        chat_template: str | None = None,
+        hf_json: str | None = None,
     ):
         object.__setattr__(self, "_vocab_size", len(token_bytes))
         object.__setattr__(self, "_bos", bos_id)
@@ -79,6 +83,12 @@ class Tokenizer:
         object.__setattr__(self, "_encode", encode)
         object.__setattr__(self, "_decode", decode)
         object.__setattr__(self, "_source", source)
+        # add_bos: whether a prompt starts with BOS (GGUF tokenizer.ggml.add_bos_token,
+        # tokenizer_config.json add_bos_token); chat_template: the model's Jinja chat
+        # template, if any; hf_json: a tokenizer.json built in memory (GGUF), for emit.
+        object.__setattr__(self, "_add_bos", bool(add_bos))
+        object.__setattr__(self, "_chat_template", chat_template)
+        object.__setattr__(self, "_hf_json", hf_json)
 
     def __setattr__(self, name, value):  # "frozen": tokenizers are shared between stages
         raise AttributeError("Tokenizer is immutable")
@@ -99,11 +109,26 @@ class Tokenizer:
     def source(self) -> str:
         return self._source
 
+    @property
+    def add_bos(self) -> bool:
+        return self._add_bos
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    @property
+    def hf_json(self) -> str | None:
+        return self._hf_json
+
     def __repr__(self) -> str:
         return f"Tokenizer({self._source}, vocab_size={self._vocab_size})"
 
-    def encode(self, text: str, bos: bool = True) -> list[int]:
+    def encode(self, text: str, bos: bool | None = None) -> list[int]:
+        """`bos=None` follows the model (`add_bos`); True/False force it."""
         ids = self._encode(text)
+        if bos is None:
+            bos = self._add_bos
         if bos and self._bos is not None:
             ids = [self._bos] + ids
         return ids
@@ -149,6 +174,7 @@ class Tokenizer:
             named = _tokenizer_config_ids(path.parent / "tokenizer_config.json", tok)
             bos_id = named[0] if bos_id is None else bos_id
             eos_id = named[1] if eos_id is None else eos_id
+        add_bos, chat_template = _tokenizer_config_chat(path.parent / "tokenizer_config.json")
 
         byte_level = _uses_byte_level(spec)
         added = tok.get_added_tokens_decoder()  # id -> AddedToken
@@ -175,7 +201,8 @@ class Tokenizer:
             return tok.decode(ids, skip_special_tokens=True)
 
         return cls(token_bytes=tuple(pieces), bos_id=bos_id, eos_id=eos_id,
-                   encode=encode, decode=decode, source=f"hf:{path}")
+                   encode=encode, decode=decode, source=f"hf:{path}",
+                   add_bos=add_bos, chat_template=chat_template)
 
     # ------------------------------------------------------------- llama2.c
 
@@ -329,3 +356,17 @@ def _tokenizer_config_ids(path: Path, tok) -> tuple[int | None, int | None]:
         return tok.token_to_id(v) if isinstance(v, str) else None
 
     return tid("bos_token"), tid("eos_token")
+
+
+def _tokenizer_config_chat(path: Path) -> tuple[bool, str | None]:
+    """add_bos_token (default True: BOS before every prompt, as before) and
+    chat_template from tokenizer_config.json."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True, None
+    if not isinstance(cfg, dict):
+        return True, None
+    add_bos = cfg.get("add_bos_token", True)
+    template = cfg.get("chat_template")
+    return (add_bos if isinstance(add_bos, bool) else True), (template if isinstance(template, str) else None)

@@ -154,6 +154,9 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     parsed = parse_output(result.output)
     if result.timed_out:
         raise UserError(f"firmware run timed out after {timeout_s:.0f} s; fewer --max-new-tokens or a longer --timeout")
+    if parsed.crc_errors:
+        raise UserError(f"{parsed.crc_errors} console line(s) from the firmware failed their CRC (a noisy or "
+                        "mis-set serial link?); run again, or check the baud rate and the cable")
     if result.exit_code != 0:
         what = parsed.error or EXIT_CODES.get(result.exit_code, "see the console output")
         raise UserError(f"firmware exited with status {result.exit_code}: {what}")

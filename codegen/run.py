@@ -206,24 +206,50 @@ READY_PREFIX = b"@TLLM ready"
 DONE_PREFIX = b"@TLLM done status="
 
 
-def talk_serial(port, request_bin: bytes, timeout_s: float) -> tuple[int | None, str]:
-    """The UART request protocol (firmware/tllm_main.c) over an open pyserial
-    port: wait for "@TLLM ready", send the request, read until
-    "@TLLM done status=N". Returns (N or None on timeout, console text)."""
+def talk_serial(port, request_bin: bytes, timeout_s: float, wait_ready: bool = True,
+                on_line=None) -> tuple[int | None, str]:
+    """The UART request protocol (firmware/tllm_main.c, tllm_frame.c) over an
+    open pyserial port: wait for "@TLLM ready" (unless ``wait_ready`` is
+    false: the firmware is known to be waiting), send the request, read until
+    the "@TLLM done status=N req=CRC" line that names this request (done lines
+    of frames the firmware refused before it, such as junk on the line, are
+    skipped with their output). ``on_line(text)`` sees each console line as it
+    arrives. Returns (N or None on timeout, console text of this request)."""
+    from .protocol import parse_done, request_crc
+
+    mine = request_crc(request_bin)
     deadline = time.monotonic() + timeout_s
     text = bytearray()
+    pending = b""
     sent = False
+
+    def send():
+        port.write(request_bin)
+        port.flush()
+
+    if not wait_ready:
+        send()
+        sent = True
     while time.monotonic() < deadline:
-        line = port.readline()
-        if not line:
+        chunk = port.readline()
+        if not chunk:
             continue
+        pending += chunk
+        if not pending.endswith(b"\n"):
+            continue  # readline() returned at its timeout: the rest of the line is still coming
+        line, pending = pending, b""
         text += line
+        if on_line is not None and sent:
+            on_line(line.decode("utf-8", errors="replace").rstrip("\n"))
         if not sent and line.startswith(READY_PREFIX):
-            port.write(request_bin)
-            port.flush()
+            send()
             sent = True
+            text = bytearray(line)
         elif line.startswith(DONE_PREFIX):
-            return int(line[len(DONE_PREFIX):].strip() or b"0"), text.decode("utf-8", errors="replace")
+            done = parse_done(line.decode("utf-8", errors="replace"))
+            if done is not None and sent and done[1] == mine:
+                return done[0], text.decode("utf-8", errors="replace")
+            text = bytearray()  # another frame's status (junk, a frame dropped before ours): ours is to come
         elif line.startswith(b"@TLLM error") and not sent:
             break
     return None, text.decode("utf-8", errors="replace")

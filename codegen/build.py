@@ -119,11 +119,14 @@ class FirmwareRun:
 
 
 def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
-                 timeout_s: float = 600, transport: str = "memory", serial_url: str | None = None) -> FirmwareRun:
+                 timeout_s: float = 600, transport: str = "memory", serial_url: str | None = None,
+                 on_line=None) -> FirmwareRun:
     """transport "memory": the request is placed in the board's request block
     (QEMU -device loader, or argv on the host); "uart": it is sent over the
     console UART as to a real board (QEMU via a loopback socket, the host via
-    stdin); serial_url: a real, already flashed board."""
+    stdin); serial_url: a real, already flashed board.  ``on_line(text)``
+    sees each console line as it arrives (live over a UART, under Unicorn and
+    on the host; after the run for QEMU with the memory transport)."""
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
@@ -140,17 +143,21 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     uart = transport == "uart" or serial_url is not None
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
     if serial_url is not None:
-        result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s)
+        result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s, on_line=on_line)
     elif board.get("run", {}).get("emulator") == "unicorn":
         result = run_unicorn_board(image, board, out / "weights.bin", request, request.read_bytes() if uart else b"",
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, on_line=on_line)
     elif board["toolchain"] == "host":
         result = run_host(image, None if uart else request, timeout_s=timeout_s,
-                          stdin_bytes=request.read_bytes() if uart else None)
+                          stdin_bytes=request.read_bytes() if uart else None, on_line=on_line)
     elif uart:
-        result = run_qemu_serial(image, board, out / "weights.bin", request.read_bytes(), timeout_s=timeout_s)
+        result = run_qemu_serial(image, board, out / "weights.bin", request.read_bytes(), timeout_s=timeout_s,
+                                 on_line=on_line)
     else:
         result = run_qemu(image, board, out / "weights.bin", request, timeout_s=timeout_s)
+        if on_line is not None:
+            for line in result.output.split("\n"):
+                on_line(line)
     parsed = parse_output(result.output)
     if result.timed_out:
         raise UserError(f"firmware run timed out after {timeout_s:.0f} s; fewer --max-new-tokens or a longer --timeout")

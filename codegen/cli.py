@@ -397,6 +397,72 @@ def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hi
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 
 
+def _backend_options(f):
+    f = click.option("--timeout", type=float, default=600, show_default=True,
+                     help="Seconds one generation may take before the device counts as failed.")(f)
+    f = click.option("--serial", "serial_url", default=None,
+                     help="A flashed board's serial port (/dev/ttyACM0 or a pyserial URL); without it, the host "
+                     "build, QEMU or Unicorn run the firmware, one run per request.")(f)
+    f = click.option("--chat-template", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+                     help="A Jinja chat template file (default: the tokenizer's, else plain User:/Assistant: lines).")(f)
+    return f
+
+
+@cli.command("serve")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port.")
+@click.option("--queue", "queue_size", type=click.IntRange(1), default=4, show_default=True,
+              help="Requests that may wait for the device; one more gets 429.")
+@click.option("--model-name", default=None, help="The model id clients use (default: OUT's directory name).")
+@click.option("--verbose", is_flag=True, help="Log every HTTP request on stderr.")
+@_backend_options
+def serve_cmd(out, host, port, queue_size, model_name, verbose, timeout, serial_url, chat_template):
+    """An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models) in front of the
+    firmware: a board over --serial, else QEMU, Unicorn or the host build."""
+    from .backends import ModelInfo, open_backend
+    from .serve import make_server, serve_forever
+
+    info = ModelInfo.load(out, model_name, chat_template.read_text() if chat_template else None)
+    server = make_server(info, open_backend(out, serial_url, timeout), host, port, queue_size, quiet=not verbose)
+    h, p = server.server_address[:2]
+    click.echo(f"serving {info.model_id} from {out} ({server.device.backend.name}) on http://{h}:{p}/v1 "
+               f"(queue {queue_size}); Ctrl-C stops", err=True)
+    try:
+        serve_forever(server)
+    except KeyboardInterrupt:
+        pass
+
+
+@cli.command("chat")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--max-new-tokens", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True)
+@click.option("--system", default=None, help="A system message to start the conversation with.")
+@click.option("--timing", type=click.Choice(["none", "summary", "tokens"]), default="summary", show_default=True,
+              help="After each reply on stderr: nothing, one line, or each token's count from the board's counter.")
+@_backend_options
+def chat_cmd(out, max_new_tokens, temperature, top_p, seed, system, timing, timeout, serial_url, chat_template):
+    """Chat with the firmware in the terminal: one line of standard input per turn, the reply printed
+    token by token as the device emits it (/reset forgets the conversation, /exit or end of input quits)."""
+    from .backends import ModelInfo, open_backend
+    from .chat import ChatOptions, run_chat
+    from .sampler import SamplingOptions
+
+    info = ModelInfo.load(out, None, chat_template.read_text() if chat_template else None)
+    if info.greedy_only and temperature > 0:
+        raise UserError(f"{out} was compiled with --sampler greedy: chat with --temperature 0")
+    backend = open_backend(out, serial_url, timeout)
+    try:
+        rc = run_chat(info, backend, ChatOptions(max_new_tokens, SamplingOptions(temperature, top_p, seed), system,
+                                                 timing))
+    finally:
+        backend.close()
+    sys.exit(rc)
+
+
 def main(argv=None) -> None:
     try:
         rc = cli.main(args=argv, prog_name="tinyllm-gen", standalone_mode=False)

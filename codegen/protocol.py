@@ -100,6 +100,26 @@ _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
 _END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)$")
 
 
+@dataclass(frozen=True)
+class TokenLine:
+    """One "@TLLM tok" line: the index of the token in the generation, its id,
+    the board's count for it (instructions; cycles on a board) and its bytes."""
+    index: int
+    id: int
+    count: int
+    text: bytes
+
+
+def parse_token_line(line: str) -> TokenLine | None:
+    """The token of a CRC-clean "@TLLM tok" line, else None (for streaming:
+    one line at a time as it arrives)."""
+    body, ok = check_line(line.rstrip("\r\n"))
+    m = _TOK.match(body) if ok is not False else None
+    if not m:
+        return None
+    return TokenLine(int(m.group(1)), int(m.group(2)), int(m.group(3)), _unescape(m.group(4)))
+
+
 def _unescape(s: str) -> bytes:
     out, i = bytearray(), 0
     while i < len(s):

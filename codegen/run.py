@@ -179,12 +179,15 @@ def run_qemu(
 
 
 def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60,
-             stdin_bytes: bytes | None = None) -> RunResult:
+             stdin_bytes: bytes | None = None, on_line=None) -> RunResult:
     """Run a host-board executable, passing the request file as argv[1], or
-    (stdin_bytes) the request on standard input, the host's console UART."""
+    (stdin_bytes) the request on standard input, the host's console UART.
+    ``on_line(text)`` sees each console line as the program prints it."""
     cmd = [str(Path(exe).absolute())]
     if request_bin is not None:
         cmd.append(str(Path(request_bin).absolute()))
+    if on_line is not None:
+        return _run_host_streaming(cmd, stdin_bytes, timeout_s, on_line)
     try:
         proc = subprocess.run(
             cmd,
@@ -198,6 +201,31 @@ def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60,
     except subprocess.TimeoutExpired as e:
         return RunResult(TIMEOUT_EXIT_CODE, _decode(e.stdout), True, cmd, _decode(e.stderr))
     return RunResult(proc.returncode, _decode(proc.stdout), False, cmd, _decode(proc.stderr))
+
+
+def _run_host_streaming(cmd: list[str], stdin_bytes: bytes | None, timeout_s: float, on_line) -> RunResult:
+    import threading
+
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        if stdin_bytes is not None:
+            proc.stdin.write(stdin_bytes)
+            proc.stdin.close()
+        out = bytearray()
+        for line in proc.stdout:
+            out += line
+            on_line(_decode(line).rstrip("\n"))
+        err = proc.stderr.read()
+        code = proc.wait()
+    finally:
+        timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+        timer.cancel()
+    if timed_out:
+        return RunResult(TIMEOUT_EXIT_CODE, _decode(bytes(out)), True, cmd, _decode(err))
+    return RunResult(code, _decode(bytes(out)), False, cmd, _decode(err))
 
 
 # ---------------------------------------------------------------- serial
@@ -255,7 +283,8 @@ def talk_serial(port, request_bin: bytes, timeout_s: float, wait_ready: bool = T
     return None, text.decode("utf-8", errors="replace")
 
 
-def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: int = 115200) -> RunResult:
+def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: int = 115200,
+               on_line=None) -> RunResult:
     """Run one request on a board that is already flashed and waiting
     (a /dev/tty* device, or any pyserial URL such as socket://host:port)."""
     import serial
@@ -266,7 +295,7 @@ def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: i
         raise UserError(f"cannot open serial port {url}: {e}; check the port name and that the board is connected") \
             from None
     with port:
-        status, text = talk_serial(port, request_bin, timeout_s)
+        status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
     return RunResult(status if status is not None else TIMEOUT_EXIT_CODE, text, status is None, [url])
 
 
@@ -315,10 +344,10 @@ def qemu_uart_session(elf: Path, board: dict, weights_bin: Path | None, count: b
 
 
 def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bin: bytes,
-                    timeout_s: float = 600) -> RunResult:
+                    timeout_s: float = 600, on_line=None) -> RunResult:
     """One request over the UART, the way a host talks to a real board."""
     with qemu_uart_session(elf, board, weights_bin) as (port, proc):
-        status, text = talk_serial(port, request_bin, timeout_s)
+        status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
         code = proc.wait(timeout=30) if status is not None else TIMEOUT_EXIT_CODE
     return RunResult(code, text, status is None, list(proc.args))
 
@@ -327,14 +356,14 @@ def run_qemu_serial(elf: Path, board: dict, weights_bin: Path | None, request_bi
 
 
 def run_unicorn_board(elf: Path, board: dict, weights_bin: Path | None, request_bin: Path,
-                      uart_request: bytes = b"", timeout_s: float = 600) -> RunResult:
+                      uart_request: bytes = b"", timeout_s: float = 600, on_line=None) -> RunResult:
     """Run STM32H750 firmware under the Unicorn model (run_unicorn.py): the
     request in its block next to the weights, or (uart_request) sent over
     the console USART instead."""
     from .run_unicorn import run_unicorn
 
     res = run_unicorn(elf, board, weights_bin, None if uart_request else request_bin, uart_rx=uart_request,
-                      timeout_s=timeout_s)
+                      timeout_s=timeout_s, on_line=on_line)
     command = ["unicorn", board["name"], str(elf)]
     if res.error:
         why = f" ({'; '.join(res.violations)})" if res.violations else ""

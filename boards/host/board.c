@@ -61,6 +61,9 @@ void tllm_board_write(const char *buf, size_t n)
 {
     if (n != 0) {
         fwrite(buf, 1, n, stdout);
+        if (memchr(buf, '\n', n) != NULL) {
+            fflush(stdout); /* a host reading the pipe sees each line as it is printed */
+        }
     }
 }
 

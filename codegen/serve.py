@@ -259,6 +259,8 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             short = "error"
         self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # an unparsable request line: still answer with a status line
         err = ApiError(code, message or short)
         try:
             self._send_json(code, err.body(), {"Connection": "close"})

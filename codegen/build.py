@@ -120,13 +120,15 @@ class FirmwareRun:
 
 def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
                  timeout_s: float = 600, transport: str = "memory", serial_url: str | None = None,
-                 on_line=None) -> FirmwareRun:
+                 on_line=None, emulator: str = "auto") -> FirmwareRun:
     """transport "memory": the request is placed in the board's request block
     (QEMU -device loader, or argv on the host); "uart": it is sent over the
     console UART as to a real board (QEMU via a loopback socket, the host via
     stdin); serial_url: a real, already flashed board.  ``on_line(text)``
     sees each console line as it arrives (live over a UART, under Unicorn and
-    on the host; after the run for QEMU with the memory transport)."""
+    on the host; after the run for QEMU with the memory transport).
+    ``emulator`` "renode" runs an STM32H750 build under Renode (run_renode.py)
+    instead of the board's usual runner ("auto")."""
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
@@ -142,7 +144,13 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     request = out / "build" / "request.bin"
     uart = transport == "uart" or serial_url is not None
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
-    if serial_url is not None:
+    if emulator == "renode":
+        from .run_renode import run_renode
+
+        if serial_url is not None or transport != "memory":
+            raise UserError("--emulator renode takes the request in memory: drop --serial and --transport uart")
+        result = run_renode(out, board, request, timeout_s=timeout_s, on_line=on_line)
+    elif serial_url is not None:
         result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s, on_line=on_line)
     elif board.get("run", {}).get("emulator") == "unicorn":
         result = run_unicorn_board(image, board, out / "weights.bin", request, request.read_bytes() if uart else b"",

@@ -173,7 +173,10 @@ def flash_cmd(out, dry_run, openocd):
               "(as to a real board).")
 @click.option("--serial", "serial_url", default=None,
               help="A flashed board's serial port (/dev/ttyACM0, or a pyserial URL such as socket://host:port).")
-def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url):
+@click.option("--emulator", type=click.Choice(["auto", "renode"]), default="auto", show_default=True,
+              help="auto: the board's runner (host, QEMU, Unicorn); renode: an STM32H750 build under Renode "
+              "(`renode` or `renode-run` on PATH).")
+def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, emulator):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
@@ -182,7 +185,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
     tok = load_out_tokenizer(out, read_manifest(out))
     ids = tok.encode(prompt)
     fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout,
-                      transport=transport, serial_url=serial_url)
+                      transport=transport, serial_url=serial_url, emulator=emulator)
     o = fw.output
     if as_json:
         click.echo(json.dumps({

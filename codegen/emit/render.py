@@ -26,6 +26,12 @@ from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset
 from ..resources import boards_dir, firmware_dir, templates_dir
 from .regions import arena_regions, board_file, linker_variables
 
+
+def renode_files_for(board: dict, request_capacity: int) -> dict[str, bytes]:
+    from ..run_renode import renode_files, supports
+
+    return renode_files(board, request_capacity) if supports(board) else {}
+
 ABI_VERSION = 2
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_main.c", "tllm_weights.c", "tllm_frame.c")
 RUNTIME_HEADERS = ("tllm_board.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h", "tllm_frame.h")
@@ -147,6 +153,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     for name in board["sources"]:
         files[f"board/{name}"] = board_file(board, name).read_bytes()
     files["board/board.json"] = (board_dir / "board.json").read_bytes()
+    files.update(renode_files_for(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
     if board.get("linker_script"):
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board_file(board, board["linker_script"]).read_text())

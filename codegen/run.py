@@ -307,26 +307,44 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
+def qemu_uart_command(elf: Path, board: dict, weights_bin: Path | None, port_no: int, count: bool = True) -> list[str]:
+    """QEMU with UART0 as a TCP server on 127.0.0.1:port_no (the CPU starts
+    when the first client connects; QEMU listens again after a disconnect)."""
+    cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
+    at = cmd.index("-serial")
+    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
+    return cmd
+
+
 @contextmanager
 def qemu_uart_session(elf: Path, board: dict, weights_bin: Path | None, count: bool = True):
     """QEMU with UART0 on a loopback TCP socket (the CPU starts once we
     connect); yields (pyserial port, QEMU process). A host talks to it
     exactly as to a real board."""
+    with qemu_uart_server(elf, board, weights_bin, count, connect=True) as (port, proc):
+        yield port, proc
+
+
+@contextmanager
+def qemu_uart_server(elf: Path, board: dict, weights_bin: Path | None, count: bool = True, connect: bool = False):
+    """QEMU with UART0 on a loopback TCP socket. With ``connect``, yields
+    (pyserial port, process); without, yields (its socket:// URL, process)
+    once it listens, for a client of its own (``serve --serial URL``): the
+    firmware then runs, and its "@TLLM ready" went to the probe connection."""
     import serial
 
     program = board.get("emulator", {}).get("program", "qemu-system-arm")
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     port_no = _free_tcp_port()
-    cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
-    at = cmd.index("-serial")
-    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
+    url = f"socket://127.0.0.1:{port_no}"
+    cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         port = None
         for _ in range(200):  # QEMU listens once it has started
             try:
-                port = serial.serial_for_url(f"socket://127.0.0.1:{port_no}", timeout=0.5)
+                port = serial.serial_for_url(url, timeout=0.5)
                 break
             except serial.SerialException:
                 if proc.poll() is not None:
@@ -335,8 +353,12 @@ def qemu_uart_session(elf: Path, board: dict, weights_bin: Path | None, count: b
         if port is None:
             out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
             raise UserError(f"QEMU did not open its serial socket: {_decode(out).strip()[-200:]}")
-        with port:
-            yield port, proc
+        if connect:
+            with port:
+                yield port, proc
+        else:
+            port.close()
+            yield url, proc
     finally:
         if proc.poll() is None:
             proc.kill()

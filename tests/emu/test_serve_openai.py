@@ -302,3 +302,38 @@ def test_device_failure_gets_503(server):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_serial_backend_keeps_one_session(built):
+    """serve --serial: a persistent session with one board (QEMU's UART0 on a
+    socket standing in for it); requests one after another, streamed and
+    not, over the same connection, without the exit flag."""
+    from tinyllm_gen.backends import SerialBackend
+    from tinyllm_gen.run import load_board, qemu_uart_server
+
+    info = ModelInfo.load(built.out, "tiny")
+    with qemu_uart_server(built.out / "build" / "firmware.elf", load_board("qemu-mps2-an500"),
+                          built.out / "weights.bin", count=False) as (url, qemu):
+        backend = SerialBackend(url, timeout_s=60)
+        srv = _start(info, backend)
+        try:
+            c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="unused",
+                              max_retries=0, timeout=60)
+            prompt = "Once upon a time there was a cat"
+            want = ref(built, info.tokenizer.encode(prompt))
+            for stream in (False, True, False):
+                if stream:
+                    chunks = list(c.completions.create(model="tiny", prompt=prompt, max_tokens=N, stream=True))
+                    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+                else:
+                    r = c.completions.create(model="tiny", prompt=prompt, max_tokens=N)
+                    assert r.model_extra["x_tinyllm"]["generated_ids"] == want
+                    assert r.model_extra["x_tinyllm"]["backend"] == "serial"
+                    text = r.choices[0].text
+                assert text == text_of(info, want)
+            assert qemu.poll() is None  # still serving: no request carried the exit flag
+            assert srv.device.served == 3
+        finally:
+            srv.shutdown()
+            srv.server_close()
+            srv.device.close()

@@ -191,8 +191,13 @@ class ModelInfo:
 
 
 def find_chat_template(out: Path, manifest: dict) -> str | None:
-    """The tokenizer's chat template, if OUT carries one: `chat_template` in a
+    """The tokenizer's chat template, if OUT carries one: the manifest's
+    tokenizer entry (`chat_template`, for a tokenizer that brings its own, as
+    a GGUF's `tokenizer.chat_template`), else `chat_template` in a
     tokenizer_config.json beside the tokenizer file, or in tokenizer.json."""
+    given = manifest["tokenizer"].get("chat_template")
+    if isinstance(given, str) and given.strip():
+        return given
     tok_file = Path(out) / manifest["tokenizer"]["file"]
     for path in (tok_file.parent / "tokenizer_config.json", tok_file):
         if path.suffix != ".json" or not path.is_file():

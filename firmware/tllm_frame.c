@@ -124,6 +124,9 @@ void tllm_frame_init(tllm_frame_reader *r, uint8_t *buf, uint32_t cap) {
     r->timeout_ms = TLLM_FRAME_TIMEOUT_MS;
 }
 
+/* Junk counts saturate rather than wrap (a line spewing noise for hours). */
+static uint32_t add_sat(uint32_t a, uint32_t b) { return a > UINT32_MAX - b ? UINT32_MAX : a + b; }
+
 /* Drops buf[0..k) for the smallest k >= from where what is left could still
  * be the start of a frame (a prefix of the magic, or the whole magic). */
 static void resync(tllm_frame_reader *r, uint32_t from) {
@@ -135,7 +138,7 @@ static void resync(tllm_frame_reader *r, uint32_t from) {
     if (k > r->have) k = r->have;
     memmove(r->buf, r->buf + k, r->have - k);
     r->have -= k;
-    r->skipped += k;
+    r->skipped = add_sat(r->skipped, k);
 }
 
 static void frame_error(const char *what, uint32_t got, uint32_t want) {
@@ -178,7 +181,7 @@ int tllm_frame_read(tllm_frame_reader *r, uint32_t *total) {
         const int rc = tllm_board_read_byte(&c, r->have ? r->timeout_ms : 0u);
         if (rc < 0) return TLLM_FRAME_NO_INPUT;
         if (rc > 0) {
-            r->skipped += r->have;
+            r->skipped = add_sat(r->skipped, r->have);
             r->have = 0;
             continue;
         }
@@ -205,7 +208,7 @@ int tllm_frame_read(tllm_frame_reader *r, uint32_t *total) {
     }
     if (r->skipped || r->have > len) {
         con_puts("@TLLM note frame: skipped ");
-        con_put_u32(r->skipped + (r->have - len));
+        con_put_u32(add_sat(r->skipped, r->have - len));
         con_puts(" bytes around the request\n");
     }
     /* Bytes past the frame are dropped: the request buffer is reused by the

@@ -230,3 +230,34 @@ def test_request_crc_matches_zlib(expected):
     body = bytearray(request)
     struct.pack_into("<I", body, REQUEST_CRC_OFFSET, 0)
     assert request_crc(request) == zlib.crc32(body)
+
+
+def test_host_build_recovers_on_stdin(tmp_path):
+    """The same frame reader in the host build, its console UART on stdin:
+    junk, a bit-flipped frame, a false magic, then two good requests (the
+    last with the exit flag) in one stream; the good ones get the reference's tokens."""
+    import subprocess
+
+    from tinyllm_gen.build import image_path
+    from tinyllm_gen.protocol import REQUEST_EXIT_AFTER
+
+    need("cmake")
+    built = build_case(tmp_path, "llama-tied-gqa", 32, "host")
+    ids = prompt_for(built.model_dir)
+    ref = reference_tokens(built.model_dir, 32, ids, GREEDY, SHAPES_CONTEXT)[:N]
+    flipped = bytearray(pack_request(ids, N, GREEDY))
+    flipped[44] ^= 0x10
+    stream = (b"\x00junk TL" + bytes(flipped) + b"TLRQ\xff\xff\xff\xff" + pack_request(ids, N, GREEDY)
+              + pack_request(ids, N, GREEDY, REQUEST_EXIT_AFTER))
+    proc = subprocess.run([str(image_path(built.out, {"toolchain": "host"}))], input=stream, capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode("utf-8", errors="replace")  # the story text is raw token bytes
+    lines = [check_line(ln)[0] for ln in out.splitlines()]
+    assert "@TLLM error frame: crc mismatch" in lines
+    assert any(ln.startswith("@TLLM error frame: bad length 4294967295") for ln in lines)
+    dones = [parse_done(ln) for ln in lines if ln.startswith("@TLLM done")]
+    good = request_crc(pack_request(ids, N, GREEDY))
+    assert [d[0] for d in dones] == [3, 3, 0, 0] and dones[2][1] == good
+    runs = out.split("@TLLM begin")[1:]
+    assert len(runs) == 2 and all(parse_output("@TLLM begin" + r).generated_ids == ref for r in runs)

@@ -427,7 +427,11 @@ def serve_cmd(out, host, port, queue_size, model_name, verbose, timeout, serial_
     from .serve import make_server, serve_forever
 
     info = ModelInfo.load(out, model_name, chat_template.read_text() if chat_template else None)
-    server = make_server(info, open_backend(out, serial_url, timeout), host, port, queue_size, quiet=not verbose)
+    try:
+        server = make_server(info, open_backend(out, serial_url, timeout), host, port, queue_size,
+                             quiet=not verbose)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port") from None
     h, p = server.server_address[:2]
     click.echo(f"serving {info.model_id} from {out} ({server.device.backend.name}) on http://{h}:{p}/v1 "
                f"(queue {queue_size}); Ctrl-C stops", err=True)

@@ -489,11 +489,9 @@ def make_server(info: ModelInfo, backend: Backend, host: str = "127.0.0.1", port
                 queue_size: int = 4, max_body: int = MAX_BODY_BYTES, quiet: bool = True) -> Server:
     """A ready (bound, not yet serving) server; ``port`` 0 picks a free one
     (``server.server_address``). ``server.device`` owns the backend."""
-    device = Device(backend, queue_size)
-    handler = type("TinyllmHandler", (Handler,), {"info": info, "device": device, "max_body": max_body,
-                                                  "quiet": quiet})
-    server = Server((host, port), handler)
-    server.device = device
+    handler = type("TinyllmHandler", (Handler,), {"info": info, "max_body": max_body, "quiet": quiet})
+    server = Server((host, port), handler)  # bind first: a port in use starts no worker
+    handler.device = server.device = Device(backend, queue_size)
     return server
 
 

@@ -164,6 +164,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: dict, options: Mapp
     kind, _, tok_path = tokenizer.source.partition(":")
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]
     files[tok_name] = Path(tok_path).read_bytes()
+    tok_config = Path(tok_path).parent / "tokenizer_config.json"
+    if kind == "hf" and tok_config.is_file():  # its chat_template is what `serve` and `chat` render with
+        files["tokenizer/tokenizer_config.json"] = tok_config.read_bytes()
     manifest = {
         "tokenizer": {"file": tok_name, "kind": kind, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
                       "vocab_size": c.vocab_size},

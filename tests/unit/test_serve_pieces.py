@@ -89,3 +89,19 @@ def test_parse_done():
     assert parse_done(with_crc("@TLLM done status=0 req=0000abcd")) == (0, 0xABCD)
     assert parse_done(with_crc("@TLLM done status=3 req=none")) == (3, None)
     assert parse_done(with_crc("@TLLM done status=3 req=none").replace("=3", "=0")) is None
+
+
+def test_compiled_out_carries_the_models_chat_template(tmp_path):
+    from tinyllm_gen.backends import ModelInfo, chat_prompt_ids, chat_stops
+    from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
+
+    from tinymodels import make_hf_model
+
+    model = make_hf_model(tmp_path / "m", context=64, seed=5)
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
+    out = tmp_path / "out"
+    write_tree(compile_path(model, CompileOptions(board="host")).tree, out)
+    info = ModelInfo.load(out)
+    assert info.chat_template == CHATML and chat_stops(info) == ()
+    msgs = [{"role": "user", "content": "hi"}]
+    assert chat_prompt_ids(info, msgs) == info.tokenizer.encode(render_chat(msgs, CHATML))

@@ -176,17 +176,34 @@ def flash_cmd(out, dry_run, openocd):
 @click.option("--emulator", type=click.Choice(["auto", "renode"]), default="auto", show_default=True,
               help="auto: the board's runner (host, QEMU, Unicorn); renode: an STM32H750 build under Renode "
               "(`renode` or `renode-run` on PATH).")
-def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, emulator):
+@click.option("--renode-check", is_flag=True,
+              help="STM32H750 builds: add this request and the tokens it gave to OUT/renode/tllm.robot, so "
+              "`renode-test` checks that Renode gives the same.")
+def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, emulator,
+        renode_check):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
     from .sampler import SamplingOptions
 
     tok = load_out_tokenizer(out, read_manifest(out))
+    if renode_check:
+        from .run import load_board
+        from .run_renode import renode_board
+
+        renode_board(load_board(read_manifest(out)["board"]))  # an STM32H750 build, before running
     ids = tok.encode(prompt)
     fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout,
                       transport=transport, serial_url=serial_url, emulator=emulator)
     o = fw.output
+    if renode_check:
+        from .run_renode import write_check
+
+        runner = "a board" if serial_url else "Renode" if emulator == "renode" else fw.result.command[0]
+        robot = write_check(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), o.generated_ids,
+                            o.stop_reason or "max_tokens", source=f"what {runner} gave (`tinyllm-gen run`)")
+        click.echo(f"wrote {robot}: `renode-test {robot}` checks Renode gives these {len(o.generated_ids)} tokens",
+                   err=True)
     if as_json:
         click.echo(json.dumps({
             "prompt": prompt, "prompt_ids": ids, "generated_ids": o.generated_ids,

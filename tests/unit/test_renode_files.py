@@ -254,3 +254,12 @@ def test_robot_passes_under_renode_test(tmp_path):
     proc = subprocess.run(["renode-test", str(robot)], capture_output=True, text=True, timeout=1800,
                           cwd=Path(built.out))
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_run_renode_check_on_a_qemu_build_is_refused_before_running(tmp_path):
+    model = make_hf_model(tmp_path / "m", context=64, seed=5)
+    out = tmp_path / "q"
+    write_tree(compile_path(model, CompileOptions(board="qemu-mps2-an500")).tree, out)
+    proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "run", str(out), "--renode-check"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "has no Renode platform" in proc.stderr

@@ -263,3 +263,22 @@ def test_run_renode_check_on_a_qemu_build_is_refused_before_running(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "run", str(out), "--renode-check"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "has no Renode platform" in proc.stderr
+
+
+@pytest.mark.emu
+def test_renode_check_from_a_unicorn_run_holds_the_reference_tokens(tmp_path):
+    pytest.importorskip("unicorn")
+    from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference_tokens
+    from tinyllm_gen.backends import ModelInfo
+
+    need("arm-none-eabi-gcc")
+    built = build_case(tmp_path, "llama-tied-gqa", 32, "weact-h750")
+    proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "run", str(built.out), "--prompt",
+                           "Once upon a time", "--max-new-tokens", "5", "--renode-check"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    ids = ModelInfo.load(built.out).tokenizer.encode("Once upon a time")
+    want = reference_tokens(built.model_dir, 32, ids, GREEDY, SHAPES_CONTEXT)[:5]
+    robot = (built.out / "renode" / "tllm.robot").read_text()
+    assert [int(t) for _, t in re.findall(r"\^@TLLM tok (\d+) (\d+) ", robot)] == want
+    assert f"@TLLM begin n_prompt={len(ids)} max_new=5" in robot

@@ -240,9 +240,9 @@ def test_tokens_under_renode_are_the_reference(tmp_path):
     assert fw.output.canary_ok
 
 
-@needs_renode
 @pytest.mark.emu
-@pytest.mark.skipif(shutil.which("renode-test") is None, reason="renode-test is not on PATH")
+@pytest.mark.skipif(shutil.which("renode-test") is None,
+                    reason=f"renode-test is not on PATH; {renode_missing_reason()}")
 def test_robot_passes_under_renode_test(tmp_path):
     from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, prompt_for, reference_tokens
 

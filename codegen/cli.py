@@ -195,17 +195,37 @@ def flash_cmd(out, dry_run, openocd):
 @click.option("--serial", "serial_url", default=None,
               help="A flashed board's serial port (/dev/ttyACM0, or a pyserial URL such as socket://host:port).")
 @_chat_option
-def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, chat):
+@click.option("--emulator", type=click.Choice(["auto", "renode"]), default="auto", show_default=True,
+              help="auto: the board's runner (host, QEMU, Unicorn); renode: an STM32H750 build under Renode "
+              "(`renode` or `renode-run` on PATH).")
+@click.option("--renode-check", is_flag=True,
+              help="STM32H750 builds: add this request and the tokens it gave to OUT/renode/tllm.robot, so "
+              "`renode-test` checks that Renode gives the same.")
+def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, chat, emulator,
+        renode_check):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
     from .sampler import SamplingOptions
 
     tok = load_out_tokenizer(out, read_manifest(out))
+    if renode_check:
+        from .board import load_board
+        from .run_renode import renode_board
+
+        renode_board(load_board(read_manifest(out)["board"]))  # an STM32H750 build, before running
     ids = _prompt_ids(tok, prompt, chat)
     fw = run_firmware(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), timeout_s=timeout,
-                      transport=transport, serial_url=serial_url)
+                      transport=transport, serial_url=serial_url, emulator=emulator)
     o = fw.output
+    if renode_check:
+        from .run_renode import write_check
+
+        runner = "a board" if serial_url else "Renode" if emulator == "renode" else fw.result.command[0]
+        robot = write_check(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), o.generated_ids,
+                            o.stop_reason or "max_tokens", source=f"what {runner} gave (`tinyllm-gen run`)")
+        click.echo(f"wrote {robot}: `renode-test {robot}` checks Renode gives these {len(o.generated_ids)} tokens",
+                   err=True)
     if as_json:
         click.echo(json.dumps({
             "prompt": prompt, "prompt_ids": ids, "generated_ids": o.generated_ids,
@@ -433,6 +453,76 @@ def convert_cmd(model, out):
     c = m.graph.config
     click.echo(f"wrote {out}: {c.arch}, {c.n_params():,} parameters as float32, "
                f"tokenizer {'yes' if m.tokenizer is not None else 'no'}")
+
+
+def _backend_options(f):
+    f = click.option("--timeout", type=float, default=600, show_default=True,
+                     help="Seconds one generation may take before the device counts as failed.")(f)
+    f = click.option("--serial", "serial_url", default=None,
+                     help="A flashed board's serial port (/dev/ttyACM0 or a pyserial URL); without it, the host "
+                     "build, QEMU or Unicorn run the firmware, one run per request.")(f)
+    f = click.option("--chat-template", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+                     help="A Jinja chat template file (default: the tokenizer's, else plain User:/Assistant: lines).")(f)
+    return f
+
+
+@cli.command("serve")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: any free port.")
+@click.option("--queue", "queue_size", type=click.IntRange(1), default=4, show_default=True,
+              help="Requests that may wait for the device; one more gets 429.")
+@click.option("--model-name", default=None, help="The model id clients use (default: OUT's directory name).")
+@click.option("--verbose", is_flag=True, help="Log every HTTP request on stderr.")
+@_backend_options
+def serve_cmd(out, host, port, queue_size, model_name, verbose, timeout, serial_url, chat_template):
+    """An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models) in front of the
+    firmware: a board over --serial, else QEMU, Unicorn or the host build."""
+    from .backends import ModelInfo, open_backend
+    from .serve import make_server, serve_forever
+
+    info = ModelInfo.load(out, model_name, chat_template.read_text() if chat_template else None)
+    try:
+        server = make_server(info, open_backend(out, serial_url, timeout), host, port, queue_size,
+                             quiet=not verbose)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port") from None
+    h, p = server.server_address[:2]
+    click.echo(f"serving {info.model_id} from {out} ({server.device.backend.name}) on http://{h}:{p}/v1 "
+               f"(queue {queue_size}); Ctrl-C stops", err=True)
+    try:
+        serve_forever(server)
+    except KeyboardInterrupt:
+        pass
+
+
+@cli.command("chat")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--max-new-tokens", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True)
+@click.option("--system", default=None, help="A system message to start the conversation with.")
+@click.option("--timing", type=click.Choice(["none", "summary", "tokens"]), default="summary", show_default=True,
+              help="After each reply on stderr: nothing, one line, or each token's count from the board's counter.")
+@_backend_options
+def chat_cmd(out, max_new_tokens, temperature, top_p, seed, system, timing, timeout, serial_url, chat_template):
+    """Chat with the firmware in the terminal: one line of standard input per turn, the reply printed
+    token by token as the device emits it (/reset forgets the conversation, /exit or end of input quits)."""
+    from .backends import ModelInfo, open_backend
+    from .chat import ChatOptions, run_chat
+    from .sampler import SamplingOptions
+
+    info = ModelInfo.load(out, None, chat_template.read_text() if chat_template else None)
+    if info.greedy_only and temperature > 0:
+        raise UserError(f"{out} was compiled with --sampler greedy: chat with --temperature 0")
+    backend = open_backend(out, serial_url, timeout)
+    try:
+        rc = run_chat(info, backend, ChatOptions(max_new_tokens, SamplingOptions(temperature, top_p, seed), system,
+                                                 timing))
+    finally:
+        backend.close()
+    sys.exit(rc)
 
 
 def main(argv=None) -> None:

@@ -1,17 +1,34 @@
 """The host <-> firmware protocol: the request we hand the firmware and the
-console lines it prints back (firmware/tllm_request.h, firmware/tllm_main.c)."""
+console lines it prints back (firmware/tllm_request.h, firmware/tllm_frame.h,
+firmware/tllm_main.c).
+
+Framing and error recovery (the firmware side is firmware/tllm_frame.c):
+
+* a request is one frame: magic "TLRQ", total length, body, and a CRC32
+  (zlib.crc32) over all of it with the CRC field counted as zero;
+* the firmware hunts for the magic byte by byte, checks the length against
+  its request buffer before reading on, drops a partial frame after a
+  silence of TLLM_FRAME_TIMEOUT_MS (its own clock), checks the CRC, and after
+  any error resynchronises on the next magic in what it has received;
+* every console line that starts with "@TLLM" ends in " crc=XXXXXXXX", the
+  CRC32 of the line before that suffix; :func:`check_line` verifies it and
+  :func:`parse_output` skips (and counts) lines that fail;
+* "@TLLM done status=N req=XXXXXXXX" names the request (its CRC field) the
+  status belongs to, "req=none" a frame dropped before its CRC arrived."""
 from __future__ import annotations
 
 import re
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
 from .sampler import SamplingOptions
 
 REQUEST_MAGIC = b"TLRQ"
-REQUEST_VERSION = 1
-REQUEST_HEADER = struct.Struct("<4sIIIIffQI")  # 40 bytes, see tllm_request.h
+REQUEST_VERSION = 2
+REQUEST_HEADER = struct.Struct("<4sIHHIIffQI")  # 40 bytes, see tllm_request.h
+REQUEST_CRC_OFFSET = 36
 assert REQUEST_HEADER.size == 40
 
 EXIT_CODES = {0: "ok", 3: "bad request", 4: "weights blob mismatch", 5: "arena or stack canary broken",
@@ -27,9 +44,41 @@ def pack_request(prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampl
     ids = struct.pack(f"<{len(prompt_ids)}H", *prompt_ids)
     total = REQUEST_HEADER.size + len(ids)
     total += (-total) % 4
-    head = REQUEST_HEADER.pack(REQUEST_MAGIC, total, REQUEST_VERSION, len(prompt_ids), max_new_tokens,
-                               sampling.temperature, sampling.top_p, sampling.seed, flags)
-    return (head + ids).ljust(total, b"\0")
+    head = REQUEST_HEADER.pack(REQUEST_MAGIC, total, REQUEST_VERSION, flags, len(prompt_ids), max_new_tokens,
+                               sampling.temperature, sampling.top_p, sampling.seed, 0)
+    body = (head + ids).ljust(total, b"\0")
+    return body[:REQUEST_CRC_OFFSET] + struct.pack("<I", zlib.crc32(body)) + body[REQUEST_CRC_OFFSET + 4:]
+
+
+def request_crc(request: bytes) -> int:
+    """The CRC field of a packed request (what "@TLLM done ... req=" names)."""
+    return struct.unpack_from("<I", request, REQUEST_CRC_OFFSET)[0]
+
+
+_CRC_SUFFIX = re.compile(r" crc=([0-9a-f]{8})$")
+
+
+def check_line(line: str) -> tuple[str, bool | None]:
+    """A console line without its " crc=" suffix, and whether the CRC holds
+    (None: the line has none, as lines from older firmware)."""
+    m = _CRC_SUFFIX.search(line)
+    if not m:
+        return line, None
+    body = line[:m.start()]
+    return body, zlib.crc32(body.encode("utf-8", errors="surrogateescape")) == int(m.group(1), 16)
+
+
+_DONE = re.compile(r"^@TLLM done status=(\d+)(?: req=([0-9a-f]{8}|none))?$")
+
+
+def parse_done(line: str) -> tuple[int, int | None] | None:
+    """(status, request CRC or None) of a CRC-clean "@TLLM done" line."""
+    body, ok = check_line(line.rstrip("\r\n"))
+    m = _DONE.match(body) if ok is not False else None
+    if not m:
+        return None
+    req = m.group(2)
+    return int(m.group(1)), (int(req, 16) if req and req != "none" else None)
 
 
 @dataclass(frozen=True)
@@ -44,10 +93,31 @@ class FirmwareOutput:
     error: str | None
     stack_peak: int | None = None  # bytes of stack used (0: the board cannot measure)
     canary_regions: dict | None = None  # region -> intact
+    crc_errors: int = 0  # "@TLLM" lines whose crc= suffix did not match (skipped)
 
 
 _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
 _END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)$")
+
+
+@dataclass(frozen=True)
+class TokenLine:
+    """One "@TLLM tok" line: the index of the token in the generation, its id,
+    the board's count for it (instructions; cycles on a board) and its bytes."""
+    index: int
+    id: int
+    count: int
+    text: bytes
+
+
+def parse_token_line(line: str) -> TokenLine | None:
+    """The token of a CRC-clean "@TLLM tok" line, else None (for streaming:
+    one line at a time as it arrives)."""
+    body, ok = check_line(line.rstrip("\r\n"))
+    m = _TOK.match(body) if ok is not False else None
+    if not m:
+        return None
+    return TokenLine(int(m.group(1)), int(m.group(2)), int(m.group(3)), _unescape(m.group(4)))
 
 
 def _unescape(s: str) -> bytes:
@@ -77,7 +147,13 @@ def parse_output(console: str) -> FirmwareOutput:
     reason = prefill = canary = error = stack_peak = canary_regions = None
     text_lines: list[str] | None = None
     text = ""
+    crc_errors = 0
     for line in console.split("\n"):
+        if line.startswith("@TLLM"):  # the story text between text-begin/end has no such lines
+            line, ok = check_line(line)
+            if ok is False:
+                crc_errors += 1
+                continue
         if text_lines is not None:
             if line == "@TLLM text-end":
                 text = "\n".join(text_lines)
@@ -101,4 +177,5 @@ def parse_output(console: str) -> FirmwareOutput:
             canary_regions = {k: v == "ok" for k, v in regions.items()} or None
         elif line.startswith("@TLLM error "):
             error = line[len("@TLLM error "):]
-    return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions)
+    return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions,
+                          crc_errors)

@@ -143,12 +143,15 @@ def run_qemu(
 
 
 def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60,
-             stdin_bytes: bytes | None = None) -> RunResult:
+             stdin_bytes: bytes | None = None, on_line=None) -> RunResult:
     """Run a host-board executable, passing the request file as argv[1], or
-    (stdin_bytes) the request on standard input, the host's console UART."""
+    (stdin_bytes) the request on standard input, the host's console UART.
+    ``on_line(text)`` sees each console line as the program prints it."""
     cmd = [str(Path(exe).absolute())]
     if request_bin is not None:
         cmd.append(str(Path(request_bin).absolute()))
+    if on_line is not None:
+        return _run_host_streaming(cmd, stdin_bytes, timeout_s, on_line)
     try:
         proc = subprocess.run(
             cmd,
@@ -164,36 +167,88 @@ def run_host(exe: Path, request_bin: Path | None, timeout_s: float = 60,
     return RunResult(proc.returncode, _decode(proc.stdout), False, cmd, _decode(proc.stderr))
 
 
+def _run_host_streaming(cmd: list[str], stdin_bytes: bytes | None, timeout_s: float, on_line) -> RunResult:
+    import threading
+
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        if stdin_bytes is not None:
+            proc.stdin.write(stdin_bytes)
+            proc.stdin.close()
+        out = bytearray()
+        for line in proc.stdout:
+            out += line
+            on_line(_decode(line).rstrip("\n"))
+        err = proc.stderr.read()
+        code = proc.wait()
+    finally:
+        timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+        timer.cancel()
+    if timed_out:
+        return RunResult(TIMEOUT_EXIT_CODE, _decode(bytes(out)), True, cmd, _decode(err))
+    return RunResult(code, _decode(bytes(out)), False, cmd, _decode(err))
+
+
 # ---------------------------------------------------------------- serial
 
 READY_PREFIX = b"@TLLM ready"
 DONE_PREFIX = b"@TLLM done status="
 
 
-def talk_serial(port, request_bin: bytes, timeout_s: float) -> tuple[int | None, str]:
-    """The UART request protocol (firmware/tllm_main.c) over an open pyserial
-    port: wait for "@TLLM ready", send the request, read until
-    "@TLLM done status=N". Returns (N or None on timeout, console text)."""
+def talk_serial(port, request_bin: bytes, timeout_s: float, wait_ready: bool = True,
+                on_line=None) -> tuple[int | None, str]:
+    """The UART request protocol (firmware/tllm_main.c, tllm_frame.c) over an
+    open pyserial port: wait for "@TLLM ready" (unless ``wait_ready`` is
+    false: the firmware is known to be waiting), send the request, read until
+    the "@TLLM done status=N req=CRC" line that names this request (done lines
+    of frames the firmware refused before it, such as junk on the line, are
+    skipped with their output). ``on_line(text)`` sees each console line as it
+    arrives. Returns (N or None on timeout, console text of this request)."""
+    from .protocol import parse_done, request_crc
+
+    mine = request_crc(request_bin)
     deadline = time.monotonic() + timeout_s
     text = bytearray()
+    pending = b""
     sent = False
+
+    def send():
+        port.write(request_bin)
+        port.flush()
+
+    if not wait_ready:
+        send()
+        sent = True
     while time.monotonic() < deadline:
-        line = port.readline()
-        if not line:
+        chunk = port.readline()
+        if not chunk:
             continue
+        pending += chunk
+        if not pending.endswith(b"\n"):
+            continue  # readline() returned at its timeout: the rest of the line is still coming
+        line, pending = pending, b""
         text += line
+        if on_line is not None and sent:
+            on_line(line.decode("utf-8", errors="replace").rstrip("\n"))
         if not sent and line.startswith(READY_PREFIX):
-            port.write(request_bin)
-            port.flush()
+            send()
             sent = True
+            text = bytearray(line)
         elif line.startswith(DONE_PREFIX):
-            return int(line[len(DONE_PREFIX):].strip() or b"0"), text.decode("utf-8", errors="replace")
+            done = parse_done(line.decode("utf-8", errors="replace"))
+            if done is not None and sent and done[1] == mine:
+                return done[0], text.decode("utf-8", errors="replace")
+            text = bytearray()  # another frame's status (junk, a frame dropped before ours): ours is to come
         elif line.startswith(b"@TLLM error") and not sent:
             break
     return None, text.decode("utf-8", errors="replace")
 
 
-def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: int = 115200) -> RunResult:
+def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: int = 115200,
+               on_line=None) -> RunResult:
     """Run one request on a board that is already flashed and waiting
     (a /dev/tty* device, or any pyserial URL such as socket://host:port)."""
     import serial
@@ -204,7 +259,7 @@ def run_serial(url: str, request_bin: bytes, timeout_s: float = 600, baudrate: i
         raise UserError(f"cannot open serial port {url}: {e}; check the port name and that the board is connected") \
             from None
     with port:
-        status, text = talk_serial(port, request_bin, timeout_s)
+        status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
     return RunResult(status if status is not None else TIMEOUT_EXIT_CODE, text, status is None, [url])
 
 
@@ -216,26 +271,44 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
+def qemu_uart_command(elf: Path, board: dict, weights_bin: Path | None, port_no: int, count: bool = True) -> list[str]:
+    """QEMU with UART0 as a TCP server on 127.0.0.1:port_no (the CPU starts
+    when the first client connects; QEMU listens again after a disconnect)."""
+    cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
+    at = cmd.index("-serial")
+    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
+    return cmd
+
+
 @contextmanager
 def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: bool = True):
     """QEMU with UART0 on a loopback TCP socket (the CPU starts once we
     connect); yields (pyserial port, QEMU process). A host talks to it
     exactly as to a real board."""
+    with qemu_uart_server(elf, board, weights_bin, count, connect=True) as (port, proc):
+        yield port, proc
+
+
+@contextmanager
+def qemu_uart_server(elf: Path, board: dict, weights_bin: Path | None, count: bool = True, connect: bool = False):
+    """QEMU with UART0 on a loopback TCP socket. With ``connect``, yields
+    (pyserial port, process); without, yields (its socket:// URL, process)
+    once it listens, for a client of its own (``serve --serial URL``): the
+    firmware then runs, and its "@TLLM ready" went to the probe connection."""
     import serial
 
     program = board.emulator.program if board.emulator else "qemu-system-arm"
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     port_no = _free_tcp_port()
-    cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
-    at = cmd.index("-serial")
-    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
+    url = f"socket://127.0.0.1:{port_no}"
+    cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         port = None
         for _ in range(200):  # QEMU listens once it has started
             try:
-                port = serial.serial_for_url(f"socket://127.0.0.1:{port_no}", timeout=0.5)
+                port = serial.serial_for_url(url, timeout=0.5)
                 break
             except serial.SerialException:
                 if proc.poll() is not None:
@@ -244,8 +317,12 @@ def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: 
         if port is None:
             out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
             raise UserError(f"QEMU did not open its serial socket: {_decode(out).strip()[-200:]}")
-        with port:
-            yield port, proc
+        if connect:
+            with port:
+                yield port, proc
+        else:
+            port.close()
+            yield url, proc
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -253,10 +330,10 @@ def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: 
 
 
 def run_qemu_serial(elf: Path, board: Board, weights_bin: Path | None, request_bin: bytes,
-                    timeout_s: float = 600) -> RunResult:
+                    timeout_s: float = 600, on_line=None) -> RunResult:
     """One request over the UART, the way a host talks to a real board."""
     with qemu_uart_session(elf, board, weights_bin) as (port, proc):
-        status, text = talk_serial(port, request_bin, timeout_s)
+        status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
         code = proc.wait(timeout=30) if status is not None else TIMEOUT_EXIT_CODE
     return RunResult(code, text, status is None, list(proc.args))
 
@@ -265,14 +342,14 @@ def run_qemu_serial(elf: Path, board: Board, weights_bin: Path | None, request_b
 
 
 def run_unicorn_board(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path,
-                      uart_request: bytes = b"", timeout_s: float = 600) -> RunResult:
+                      uart_request: bytes = b"", timeout_s: float = 600, on_line=None) -> RunResult:
     """Run STM32H750 firmware under the Unicorn model (run_unicorn.py): the
     request in its block next to the weights, or (uart_request) sent over
     the console USART instead."""
     from .run_unicorn import run_unicorn
 
     res = run_unicorn(elf, board, weights_bin, None if uart_request else request_bin, uart_rx=uart_request,
-                      timeout_s=timeout_s)
+                      timeout_s=timeout_s, on_line=on_line)
     command = ["unicorn", board.name, str(elf)]
     if res.error:
         why = f" ({'; '.join(res.violations)})" if res.violations else ""

@@ -107,7 +107,7 @@ def _thumb_widths(code: bytes) -> int:
 
 
 def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path | None,
-                uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V") -> UnicornResult:
+                uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V", on_line=None) -> UnicornResult:
     """Boot ``elf`` on a Unicorn model of ``board`` (an STM32H750 board) and
     run it to its "@TLLM exit" line; ``revision`` is the silicon DBGMCU
     reports ("V": 480 MHz parts, "Y": the early 400 MHz ones)."""
@@ -196,6 +196,8 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
         if value & 0xFF == 0x0A:
             line_start = console.out.rfind(b"\n", 0, len(console.out) - 1) + 1
             line = bytes(console.out[line_start:-1])
+            if on_line is not None:
+                on_line(line.decode("utf-8", errors="replace"))
             if line.startswith(EXIT_PREFIX):
                 console.exit_code = int(line[len(EXIT_PREFIX):] or b"0")
                 _mu.emu_stop()

@@ -42,6 +42,12 @@ size_t tllm_board_stack_peak(void);
  * ended. Used for requests sent over the UART. */
 int tllm_board_read(uint8_t *buf, size_t n);
 
+/* One console byte, waiting at most timeout_ms milliseconds by the board's
+ * own clock (0: as long as it takes). 0: *c holds the byte; 1: timed out;
+ * 2: a byte was lost (receiver overrun); -1: the board has no console input
+ * or it ended. The request frame reader (tllm_frame.c) uses it. */
+int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms);
+
 /* Stop with an exit status the host can read (semihosting on QEMU). */
 void tllm_board_exit(int code) __attribute__((noreturn));
 

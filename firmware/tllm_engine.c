@@ -112,6 +112,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
     uint64_t t_token = 0;
     int stop_asked = 0;
     st->t_start = now();
+    st->t_prefill = st->t_start; /* max_new_tokens 0: no prefill ran, prefill_cost 0 (it used to wrap) */
     st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
     st->stop_reason = st->max_new ? 0u : (uint32_t)TLLM_STOP_MAX_TOKENS;
     while (st->phase != TLLM_DONE) {

@@ -21,12 +21,13 @@
 
 #include "tllm_api.h"
 #include "tllm_board.h"
+#include "tllm_frame.h"
 #include "tllm_model_api.h"
 #include "tllm_request.h"
 
 enum { EXIT_OK = 0, EXIT_BAD_REQUEST = 3, EXIT_BAD_WEIGHTS = 4, EXIT_CANARY = 5 };
 
-static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
+static void puts_(const char *s) { tllm_console_write(s, strlen(s)); }
 
 static void put_u64(uint64_t v) {
     char buf[21];
@@ -49,7 +50,7 @@ static void put_escaped(const uint8_t *s, uint32_t n) {
         else if (c == '"' || c == '\\') e[1] = (char)c;
         else if (c < 0x20 || c >= 0x7f) { e[1] = 'x'; e[2] = hex[c >> 4]; e[3] = hex[c & 15]; len = 4; }
         else { e[0] = (char)c; len = 1; }
-        tllm_board_write(e, len);
+        tllm_console_write(e, len);
     }
 }
 
@@ -58,14 +59,19 @@ int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const 
     if (!buf || len < TLLM_REQUEST_HEADER_BYTES) { *why = "no request"; return -1; }
     memcpy(w, buf, sizeof w);
     if (w[0] != TLLM_REQUEST_MAGIC) { *why = "bad request magic"; return -1; }
-    if (w[2] != TLLM_REQUEST_VERSION) { *why = "request version mismatch"; return -1; }
-    if (w[1] > len || TLLM_REQUEST_HEADER_BYTES + 2u * w[3] > w[1]) { *why = "truncated request"; return -1; }
+    if ((w[2] & 0xFFFFu) != TLLM_REQUEST_VERSION) { *why = "request version mismatch"; return -1; }
+    /* (w[1] - header) / 2 >= n_prompt, never header + 2 * n_prompt: that can wrap */
+    if (w[1] > len || w[1] < TLLM_REQUEST_HEADER_BYTES || (w[1] - TLLM_REQUEST_HEADER_BYTES) / 2u < w[3]) {
+        *why = "truncated request";
+        return -1;
+    }
+    if (tllm_request_crc(buf, w[1]) != w[9]) { *why = "request crc mismatch"; return -1; }
     out->n_prompt = w[3];
     out->max_new_tokens = w[4];
     memcpy(&out->temperature, &w[5], 4);
     memcpy(&out->top_p, &w[6], 4);
     out->seed = (uint64_t)w[7] | ((uint64_t)w[8] << 32);
-    out->flags = w[9];
+    out->flags = w[2] >> 16;
     out->ids = buf + TLLM_REQUEST_HEADER_BYTES;
     return 0;
 }
@@ -107,7 +113,7 @@ static void print_text(const uint16_t *tokens, uint32_t from, uint32_t to) {
     for (uint32_t i = from; i < to; i++) {
         uint32_t n;
         const uint8_t *b = tllm_vocab_bytes(tokens[i], &n);
-        tllm_board_write((const char *)b, n);
+        tllm_console_write((const char *)b, n);
     }
 }
 
@@ -183,8 +189,10 @@ static int generate(const tllm_request *req) {
 }
 
 /* A request over the console UART (codegen/run.py run_serial): announce
- * readiness, read the 8-byte head ('TLRQ', total length), then the rest into
- * the planned request buffer. */
+ * readiness, then read one frame into the planned request buffer
+ * (tllm_frame.c: resync on the magic, timeout, length and CRC checks). */
+static tllm_frame_reader uart_frames;
+
 static int read_uart_request(tllm_request *rq, int *exit_after) {
     uint8_t *buf = tllm_model_request_buffer();
     const uint32_t cap = tllm_model_request_capacity();
@@ -193,11 +201,10 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
     puts_("@TLLM ready max_request=");
     put_u64(cap);
     puts_("\n");
-    if (tllm_board_read(buf, 8) != 0) return -2; /* the board has no console input */
-    memcpy(&total, buf + 4, 4);
-    if (memcmp(buf, "TLRQ", 4) != 0 || total < TLLM_REQUEST_HEADER_BYTES || total > cap)
-        return bad_request("bad request head (magic or length)");
-    if (tllm_board_read(buf + 8, total - 8u) != 0) return bad_request("request cut short");
+    if (uart_frames.buf != buf) tllm_frame_init(&uart_frames, buf, cap);
+    const int got = tllm_frame_read(&uart_frames, &total);
+    if (got == TLLM_FRAME_NO_INPUT) return -2; /* the board has no console input */
+    if (got != TLLM_FRAME_OK) return EXIT_BAD_REQUEST;
     if (tllm_request_parse(buf, total, rq, &why) != 0 || check_request(rq, &why) != 0) return bad_request(why);
     *exit_after = (rq->flags & TLLM_REQUEST_EXIT_AFTER) != 0;
     return 0;
@@ -227,9 +234,7 @@ int tllm_main(void) {
         const int got = read_uart_request(&rq, &exit_after);
         if (got == -2) return bad_request("no request in memory and no console input");
         const int status = got != 0 ? got : generate(&rq);
-        puts_("@TLLM done status=");
-        put_u64((uint64_t)status);
-        puts_("\n");
+        tllm_frame_done(&uart_frames, status);
         if (exit_after || status == EXIT_CANARY) return status;
         tllm_model_canary_arm();
     }

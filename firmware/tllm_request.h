@@ -4,15 +4,19 @@
  *   off  size  field
  *     0     4  magic "TLRQ"
  *     4     4  total length in bytes (header + ids, padded to 4)
- *     8     4  version (TLLM_REQUEST_VERSION)
+ *     8     2  version (TLLM_REQUEST_VERSION)
+ *    10     2  flags: bit 0 = exit after this generation (UART requests)
  *    12     4  n_prompt: prompt token ids that follow the header
  *    16     4  max_new_tokens
  *    20     4  temperature (float32; 0 = greedy)
  *    24     4  top_p (float32, in (0, 1])
  *    28     8  seed (uint64)
- *    36     4  flags: bit 0 = exit after this generation (UART requests)
+ *    36     4  CRC32 (zlib.crc32) of all total bytes, this field counted as 0
  *    40  2*n   prompt ids (uint16)
- */
+ *
+ * Version 2 moved the flags next to the version to make room for the CRC
+ * (the header stays 40 bytes, so the planned request buffer still holds the
+ * longest prompt). Over the UART this is one frame (tllm_frame.h). */
 #ifndef TLLM_REQUEST_H
 #define TLLM_REQUEST_H
 
@@ -20,8 +24,9 @@
 #include <stdint.h>
 
 #define TLLM_REQUEST_MAGIC 0x51524C54u /* "TLRQ" read little-endian */
-#define TLLM_REQUEST_VERSION 1u
+#define TLLM_REQUEST_VERSION 2u
 #define TLLM_REQUEST_HEADER_BYTES 40u
+#define TLLM_REQUEST_CRC_OFFSET 36u
 #define TLLM_REQUEST_EXIT_AFTER 0x1u
 
 typedef struct {

@@ -5,10 +5,13 @@
  * The request file (optional) is read into a static buffer; text goes to
  * stdout; the exit status is tllm_main()'s return value.  The host cannot
  * count instructions, so tllm_board_instret() is always 0. */
+#define _POSIX_C_SOURCE 200809L /* poll, read */
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "board_config.h" /* generated from board.json: the request block */
 #include "tllm_board.h"
@@ -58,14 +61,33 @@ void tllm_board_write(const char *buf, size_t n)
 {
     if (n != 0) {
         fwrite(buf, 1, n, stdout);
+        if (memchr(buf, '\n', n) != NULL) {
+            fflush(stdout); /* a host reading the pipe sees each line as it is printed */
+        }
     }
 }
 
-/* Console input is stdin: a request piped in when no request file is given. */
-int tllm_board_read(uint8_t *buf, size_t n)
+/* Console input is stdin (unbuffered reads of fd 0, so the timeout below
+ * sees every byte): a request piped in when no request file is given. */
+int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms)
 {
     fflush(stdout);
-    return fread(buf, 1, n, stdin) == n ? 0 : -1;
+    struct pollfd p = {0, POLLIN, 0};
+    const int ready = poll(&p, 1, timeout_ms != 0u ? (int)timeout_ms : -1);
+    if (ready == 0) {
+        return 1;
+    }
+    return ready > 0 && read(0, c, 1) == 1 ? 0 : -1;
+}
+
+int tllm_board_read(uint8_t *buf, size_t n)
+{
+    for (size_t i = 0; i < n; ++i) {
+        if (tllm_board_read_byte(&buf[i], 0u) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int tllm_board_can_count(void)

@@ -119,6 +119,25 @@ int tllm_board_read(uint8_t *buf, size_t n)
     return 0;
 }
 
+/* One byte with a timeout counted in TIMER0 ticks (25 MHz: emulated time
+ * under -icount, host time without it); the UART model holds bytes back
+ * while RXFULL is set, so none are lost. */
+int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms)
+{
+    if (!uart_ready) {
+        uart_init();
+    }
+    const uint64_t limit = (uint64_t)timeout_ms * (PCLK_HZ / 1000u) * TLLM_INSTR_PER_TICK;
+    const uint64_t start = tllm_board_instret();
+    while (!(UART_STATE & UART_STATE_RXFULL)) {
+        if (timeout_ms != 0u && tllm_board_instret() - start >= limit) {
+            return 1;
+        }
+    }
+    *c = (uint8_t)UART_DATA;
+    return 0;
+}
+
 const uint8_t *tllm_board_request(size_t *len)
 {
     const volatile uint32_t *hdr = (const volatile uint32_t *)TLLM_REQUEST_ADDR;

@@ -101,6 +101,26 @@ int tllm_board_read(uint8_t *buf, size_t n)
     return 0;
 }
 
+/* One byte with a timeout in DWT cycles of the core clock (4 x the APB
+ * clock bringup.c set up; the reset clock before it). */
+int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms)
+{
+    const uint32_t core_hz = tllm_bringup_pclk_hz ? 4u * tllm_bringup_pclk_hz : TLLM_UART_KERNEL_HZ;
+    const uint64_t limit = (uint64_t)timeout_ms * (core_hz / 1000u);
+    const uint64_t start = tllm_board_instret();
+    while (!(USART_ISR & USART_ISR_RXNE)) {
+        if (USART_ISR & USART_ISR_ORE) {
+            USART_ICR = USART_ICR_ORECF;
+            return 2;
+        }
+        if (timeout_ms != 0u && tllm_board_instret() - start >= limit) {
+            return 1;
+        }
+    }
+    *c = (uint8_t)USART_RDR;
+    return 0;
+}
+
 int tllm_board_can_count(void)
 {
     return 1;

@@ -28,15 +28,23 @@ from ..vocab import vocabulary_of
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from .regions import arena_regions, linker_variables
 
+
+
+def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
+    from ..run_renode import renode_files, supports
+
+    return renode_files(board, request_capacity) if supports(board) else {}
+
+
 ABI_VERSION = 3  # 3: tllm_model_info.eos_ids points at every EOS id (was 4 inline)
 # OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
 # model-bound files), plus the console protocol the OUT's own firmware adds to its board code
 # (CONSOLE_SOURCES: not part of the library a user's firmware links).
-CONSOLE_SOURCES = ("tllm_main.c",)
+CONSOLE_SOURCES = ("tllm_main.c", "tllm_frame.c")
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
                    "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
-                   "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h")
+                   "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h", "tllm_frame.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -158,6 +166,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files[f"board/{name}"] = board.file(name).read_bytes()
     files["board/board.json"] = (board.directory / "board.json").read_bytes()
     files["board/board_config.h"] = render("board_config.h.j2")
+    files.update(renode_files_for(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
     if board.linker_script:
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board.file(board.linker_script).read_text())
@@ -175,7 +184,10 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     tok_name = {"hf": "tokenizer/tokenizer.json", "llama2c": "tokenizer/tokenizer.bin"}[kind]
     if tok_name not in files:
         files[tok_name] = Path(tok_path).read_bytes()
-    if kind == "hf" and (not tokenizer.add_bos or tokenizer.chat_template):
+    tok_config = Path(tok_path).parent / "tokenizer_config.json"
+    if kind == "hf" and tok_config.is_file():  # its chat_template is what `serve` and `chat` render with
+        files["tokenizer/tokenizer_config.json"] = tok_config.read_bytes()
+    elif kind == "hf" and (not tokenizer.add_bos or tokenizer.chat_template):
         # what `run OUT` needs beyond tokenizer.json: no BOS (SmolLM2), --chat's template
         files["tokenizer/tokenizer_config.json"] = (json.dumps(
             {"add_bos_token": tokenizer.add_bos, "chat_template": tokenizer.chat_template},

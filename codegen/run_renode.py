@@ -1,0 +1,269 @@
+"""STM32H750 builds under Renode: the platform overlay, the .resc script and
+the Robot test every STM32H750 build carries in OUT/renode/, and the runner
+behind `tinyllm-gen run OUT --emulator renode`.
+
+Renode (1.15.1, the last release built with Mono) is in no package registry:
+the runner uses `renode` on PATH, else `renode-run` (PyPI; it downloads
+Renode when first used: `pip install 'tinyllm-gen[renode]'`), else says in
+one line that neither is there. Nothing of Renode is part of this project.
+
+What the overlay adds to Renode's stock `platforms/cpus/stm32h743.repl`
+(facts from renode/renode and renode/renode-infrastructure at 1.15.1):
+
+* the H750's internal flash (128 KiB) and the SRAM sizes from board.json;
+  every address is checked against where the stock platform has that memory;
+* the QUADSPI window at the board's address (0x90000000): memory of its own
+  (STM32H7_QuadSPI ignores transfers in memory-mapped mode) that is also the
+  underlying memory of a `SPI.Micron_MT25Q` attached to `qspi` (the stock qspi
+  has none, and 1.15.1 throws a NullReferenceException on the first command);
+  the .resc loads the weights blob into it and a request into the request block;
+* PWR (`h750_pwr.py`, a Python peripheral the .resc registers: the stock
+  platform only tags PWR, so CSR1 reads 0 and ACTVOSRDY never comes);
+  DBGMCU_IDC reads revision V (else bringup.c takes the 400 MHz path);
+  a DWT, whose CYCCNT the firmware reads for its counts and its frame timeout.
+
+The board-specific Renode data (the stock platform, its names for the
+memories and USARTs, the flash model) lives here until board.json carries it."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+
+from . import __version__
+from .board import Board
+from .errors import UserError
+from .resources import boards_dir
+
+RENODE_VERSION = "1.15.1"
+STOCK_PLATFORM = "platforms/cpus/stm32h743.repl"
+RENODE_DIR = "renode"  # inside OUT
+TEMPLATES = {"stm32h750.repl": "stm32h750.repl.j2", "h750_pwr.py": "h750_pwr.py.j2", "tllm.resc": "tllm.resc.j2",
+             "tllm.robot": "tllm.robot.j2"}
+CHECK_REQUEST = "check_request.bin"
+
+# Where the stock platform (Renode 1.15.1) has each memory board.json names:
+# region -> (the platform's name for it, its address).
+STOCK_MEMORIES = {
+    "itcm": ("itcm", 0x00000000), "dtcm": ("dtcm", 0x20000000), "axi": ("axiSram", 0x24000000),
+    "sram1": ("sram1", 0x30000000), "sram2": ("sram2", 0x30020000), "sram3": ("sram3", 0x30040000),
+    "sram4": ("sram4", 0x38000000), "flash": ("flash1", 0x08000000),
+}
+STOCK_UARTS = {"USART1": ("usart1", 0x40011000), "USART2": ("usart2", 0x40004400), "USART3": ("usart3", 0x40004800),
+               "UART4": ("uart4", 0x40004C00), "UART5": ("uart5", 0x40005000), "USART6": ("usart6", 0x40011400)}
+QSPI_FLASH_MODEL = "SPI.Micron_MT25Q"  # the one QSPI NOR model in 1.15.1; it logs the W25Q64's own commands
+PWR_ADDRESS = 0x58024800
+DBGMCU_ADDRESS = 0x5C001000
+CORE_HZ = 480_000_000  # bringup.c on revision V: PLL1 at 480 MHz
+REVISION = "V"
+RENODE_HINT = ("install Renode 1.15.1 (https://github.com/renode/renode/releases: no package registry has it) "
+               "and put `renode` on PATH, or `pip install 'tinyllm-gen[renode]'` for renode-run, which "
+               "downloads it")
+
+
+def supports(board: Board) -> bool:
+    """STM32H750 boards (the family boards/stm32h750-common serves)."""
+    return board.common_dir == "stm32h750-common"
+
+
+def _hex(v: int) -> str:
+    return f"0x{v:08X}"
+
+
+
+
+@dataclass(frozen=True)
+class RenodeBoard:
+    """What the Renode files say about one board, all from board.json."""
+    name: str
+    uart: str  # the platform's name for the console USART
+    flash: dict
+    rams: list[dict]
+    qspi: dict
+    weights_address: str
+    request_address: str
+    request_max: int
+
+
+def renode_board(board: Board) -> RenodeBoard:
+    if not supports(board):
+        raise UserError(f"board '{board.name}' has no Renode platform (STM32H750 boards only)")
+    mems = []
+    for region in board.memory.regions:
+        stock = STOCK_MEMORIES.get(region.name)
+        if stock is None:
+            continue
+        if region.address != stock[1]:
+            raise ValueError(f"board '{board.name}': region {region.name} at {_hex(region.address)} but the "
+                             f"Renode platform has {stock[0]} at {_hex(stock[1])}")
+        mems.append({"name": region.name, "stock_name": stock[0], "address": _hex(region.address),
+                     "size": region.size, "size_hex": _hex(region.size), "size_kib": region.size // 1024})
+    flash = next(m for m in mems if m["name"] == "flash")
+    uart = board.uart
+    stock_uart = STOCK_UARTS.get(uart.instance)
+    if stock_uart is None or uart.base != stock_uart[1]:
+        raise ValueError(f"board '{board.name}': console {uart.instance} at {_hex(uart.base)} is not a USART "
+                         "of the Renode platform")
+    q = board.memory.region("qspi")
+    if q.size & (q.size - 1):
+        raise ValueError(f"board '{board.name}': the QSPI window ({q.size} bytes) must be a power of two for "
+                         f"{QSPI_FLASH_MODEL}")
+    chip = board.qspi_flash
+    qspi = {"address": _hex(q.address), "size": q.size, "size_hex": _hex(q.size), "model": QSPI_FLASH_MODEL,
+            "chip": chip.chip if chip else "NOR flash", "chips": chip.chips if chip else 1}
+    return RenodeBoard(board.name, stock_uart[0], flash, [m for m in mems if m["name"] != "flash"], qspi,
+                       _hex(board.weights.address), _hex(board.request.address), board.request.max_bytes)
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(boards_dir() / "stm32h750-common" / "renode")),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                              lstrip_blocks=True, autoescape=False)
+
+
+def _context(board: Board, request_capacity: int) -> dict:
+    from .run_unicorn import DBGMCU_IDC  # one place for the revision's IDC value
+
+    rb = renode_board(board)
+    flash_region = board.memory.region("flash")
+    return {
+        "banner": f"generated by tinyllm-gen {__version__} for {rb.name} (Renode {RENODE_VERSION}); do not edit",
+        "renode_version": RENODE_VERSION, "board_name": rb.name, "stock_platform": STOCK_PLATFORM,
+        "core_hz": CORE_HZ, "mips": CORE_HZ // 1_000_000, "flash": rb.flash, "rams": rb.rams, "qspi": rb.qspi,
+        "revision": REVISION, "dbgmcu_idc": _hex(DBGMCU_IDC[REVISION]), "dbgmcu_address": _hex(DBGMCU_ADDRESS),
+        "pwr_address": _hex(PWR_ADDRESS), "uart": rb.uart, "weights_address": rb.weights_address,
+        "request_address": rb.request_address, "vector_table": _hex(flash_region.address),
+        "max_request": request_capacity, "timeout_s": 600, "expected": [],
+    }
+
+
+def renode_files(board: Board, request_capacity: int) -> dict[str, bytes]:
+    """OUT/renode/* for an STM32H750 build (emit_tree adds them): the
+    platform overlay, the PWR model, the .resc and a Robot test that checks
+    the bring-up reaches "@TLLM ready" (write_check adds a token check)."""
+    env, ctx = _env(), _context(board, request_capacity)
+    return {f"{RENODE_DIR}/{name}": env.get_template(t).render(**ctx).encode() for name, t in TEMPLATES.items()}
+
+
+def write_check(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling, expected_ids: Sequence[int],
+                stop_reason: str, source: str = "tinyllm-gen's reference of the quantized model") -> Path:
+    """Adds a test to OUT/renode/tllm.robot: this request (written beside it)
+    must give these tokens under Renode. Returns the robot file."""
+    from .build import read_manifest
+    from .protocol import pack_request
+    from .board import load_board
+
+    out = Path(out)
+    manifest = read_manifest(out)
+    board = load_board(manifest["board"])
+    capacity = _request_capacity(out)
+    ctx = _context(board, capacity)
+    ctx.update(expected=[{"index": i, "id": t} for i, t in enumerate(expected_ids)], request_file=CHECK_REQUEST,
+               n_prompt=len(prompt_ids), max_new=max_new_tokens, max_seq=manifest["max_seq"],
+               temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed, stop_reason=stop_reason,
+               expected_source=source)
+    d = out / RENODE_DIR
+    d.mkdir(exist_ok=True)
+    (d / CHECK_REQUEST).write_bytes(pack_request(list(prompt_ids), max_new_tokens, sampling))
+    robot = d / "tllm.robot"
+    robot.write_text(_env().get_template(TEMPLATES["tllm.robot"]).render(**ctx))
+    return robot
+
+
+def _request_capacity(out: Path) -> int:
+    import json
+
+    plan = json.loads((Path(out) / "plan.json").read_text())
+    for b in plan.get("buffers", []):
+        if b.get("name") == "request":
+            return int(b.get("count", b.get("bytes", b.get("size", 0))))
+    raise UserError(f"{out}/plan.json has no request buffer; recompile OUT")
+
+
+# ---------------------------------------------------------------- running
+
+
+def find_renode() -> list[str] | None:
+    """The command that starts Renode: `renode`, else `renode-run exec --`."""
+    if shutil.which("renode"):
+        return ["renode"]
+    if shutil.which("renode-run"):
+        return ["renode-run", "exec", "--"]
+    return None
+
+
+def renode_missing_reason() -> str:
+    return f"Renode is not installed (neither `renode` nor `renode-run` is on PATH): {RENODE_HINT}"
+
+
+def run_script(out: Path, board: Board, request_bin: Path | None, console: Path) -> str:
+    """The monitor commands of one run: the .resc with absolute paths, the request, start."""
+    out = Path(out).resolve()
+    rb = renode_board(board)
+    lines = [f"$elf=@{out / 'build' / 'firmware.elf'}", f"$weights=@{out / 'weights.bin'}", f"$console=@{console}",
+             f"include @{out / RENODE_DIR / 'tllm.resc'}"]
+    if request_bin is not None:
+        lines.append(f"sysbus LoadBinary @{Path(request_bin).resolve()} {rb.request_address}")
+    lines.append("start")
+    return "\n".join(lines) + "\n"
+
+
+def renode_command(renode: list[str], script: Path) -> list[str]:
+    return [*renode, "--disable-xwt", "--console", "--plain", "-e", f"include @{Path(script).resolve()}"]
+
+
+def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: float = 600, on_line=None):
+    """Boot the build under Renode with the request in its block and wait for
+    the "@TLLM exit N" line the H750 board prints; returns a run.RunResult."""
+    from .run import TIMEOUT_EXIT_CODE, RunResult
+
+    renode_board(board)  # an STM32H750 build, before asking for Renode
+    renode = find_renode()
+    if renode is None:
+        raise UserError(renode_missing_reason())
+    out = Path(out)
+    if not (out / RENODE_DIR / "tllm.resc").is_file():
+        raise UserError(f"{out}: no {RENODE_DIR}/tllm.resc; recompile OUT with this version of tinyllm-gen")
+    console = (out / "build" / "renode-console.txt").resolve()
+    console.unlink(missing_ok=True)
+    script = out / "build" / "renode-run.resc"
+    script.write_text(run_script(out, board, request_bin, console))
+    cmd = renode_command(renode, script)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    seen, code = 0, None
+    text = ""
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = console.read_text(errors="replace") if console.exists() else ""
+            lines = text.split("\n")
+            for line in lines[seen:len(lines) - 1]:
+                if on_line is not None:
+                    on_line(line)
+                if line.startswith("@TLLM exit "):
+                    code = int(line.split()[2])
+            seen = max(seen, len(lines) - 1)
+            if code is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            try:
+                proc.stdin.write(b"quit\n")
+                proc.stdin.flush()
+                proc.wait(timeout=15)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+        diag = proc.stdout.read().decode("utf-8", errors="replace") if proc.stdout else ""
+    if code is None:
+        if time.monotonic() < deadline:  # Renode ended without the firmware's exit line
+            raise UserError(f"Renode stopped before the firmware finished (status {proc.returncode}): "
+                            f"{diag.strip()[-300:]!r}")
+        return RunResult(TIMEOUT_EXIT_CODE, text, True, cmd, diag)
+    return RunResult(code, text, False, cmd, diag)

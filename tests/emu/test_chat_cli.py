@@ -1,0 +1,67 @@
+"""`tinyllm-gen chat OUT` with standard input piped in: each line a turn, the
+reply streamed token by token from QEMU (then the host build), one timing
+line per token from the board's counter, and the reply's tokens the
+reference's for the conversation rendered with the chat template."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference_tokens
+from tinyllm_gen.backends import PLAIN_STOP, ModelInfo, chat_prompt_ids, render_chat
+
+pytestmark = pytest.mark.emu
+N = 8
+
+
+def chat(out, stdin: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "chat", str(out), "--max-new-tokens", str(N),
+                           "--timing", "tokens", *args], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def expected_reply(built, info, messages):
+    ids = reference_tokens(built.model_dir, 32, chat_prompt_ids(info, messages), GREEDY, SHAPES_CONTEXT)[:N]
+    text = b"".join(info.tokenizer.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+    for stop in PLAIN_STOP:
+        text = text.split(stop)[0]
+    return ids, text
+
+
+@pytest.mark.parametrize("board", ["qemu-mps2-an500", "host"])
+def test_chat_over_piped_stdin(tmp_path, board):
+    need("cmake")
+    if board != "host":
+        need("arm-none-eabi-gcc")
+        need("qemu-system-arm")
+    built = build_case(tmp_path, "llama-tied-gqa", 32, board)
+    info = ModelInfo.load(built.out)
+    proc = chat(built.out, "Tell me a story\n\n/reset\nAnother one\n")
+    assert proc.returncode == 0, proc.stderr
+    first = [{"role": "user", "content": "Tell me a story"}]
+    second = [{"role": "user", "content": "Another one"}]  # after /reset: no history
+    (ids1, text1), (ids2, text2) = expected_reply(built, info, first), expected_reply(built, info, second)
+    assert proc.stdout == f"{text1}\n{text2}\n"
+    tok_lines = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith("tok ")]
+    assert [int(ln.split()[2]) for ln in tok_lines] == ids1 + ids2
+    summaries = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
+    assert len(summaries) == 2 and all(f"[{N} tokens" in s for s in summaries)
+    counts = [int(re.search(r"([\d,]+) instructions", ln).group(1).replace(",", "")) for ln in tok_lines]
+    if board == "host":
+        assert set(counts) == {0}  # the host cannot count
+    else:
+        assert all(c > 0 for c in counts)  # QEMU -icount: instructions per token
+
+
+def test_history_is_rendered_into_the_next_prompt(tmp_path):
+    need("cmake")
+    built = build_case(tmp_path, "llama-tied-gqa", 32, "host")
+    info = ModelInfo.load(built.out)
+    proc = chat(built.out, "Hello\nAnd then?\n", "--system", "Be brief.", "--timing", "none")
+    assert proc.returncode == 0, proc.stderr
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+    _, text1 = expected_reply(built, info, msgs)
+    msgs += [{"role": "assistant", "content": text1.strip()}, {"role": "user", "content": "And then?"}]
+    _, text2 = expected_reply(built, info, msgs)
+    assert proc.stdout == f"{text1}\n{text2}\n"
+    assert render_chat(msgs, None).endswith("User: And then?\nAssistant:")

@@ -12,7 +12,9 @@ RM0433 and the flash datasheets set, recording each broken one in
 * the QUADSPI window becomes readable only in memory-mapped mode with a read
   command the board's chip answers (instruction, lines, address size,
   dummy cycles; QE set first where the chip needs it; dual-flash mode for two
-  chips) and an FSIZE that covers the window.  Until then a read of the
+  chips), a clock (kernel clock / prescaler) within the H750's SDR limit and
+  the chip's table for those dummy cycles (CHIP_MAX_HZ), and an FSIZE that
+  covers the window.  Until then a read of the
   window faults, as an unconfigured QUADSPI does on the chip;
 * the MDMA moves a software-requested block transfer only between memories
   its chosen buses reach, with length fields that agree, the MDMA clock on,
@@ -109,6 +111,11 @@ class ClockModel:
             problems.append("PLL1 P output not enabled")
         return vco // ((div >> 9 & 0x7F) + 1), problems
 
+    def hclk_hz(self) -> int:
+        """rcc_hclk3 (AHB/AXI): the QUADSPI kernel clock bringup.c uses."""
+        d1cfgr = self.regs.get(RCC_D1CFGR, 0)
+        return self.sysclk_hz() // PRESCALE.get(d1cfgr >> 8 & 0xF, 1) // PRESCALE.get(d1cfgr & 0xF, 1)
+
     def sysclk_hz(self) -> int:
         sw = self.regs.get(RCC_CFGR, 0) & 7
         return HSI_HZ if sw == 0 else (self.pll1()[0] if sw == 3 else 0)
@@ -138,11 +145,33 @@ CHIP_READS = {
 }
 
 
+# The fastest clock each chip allows for a memory-mapped read with a given
+# number of dummy cycles, SDR: {(instruction, dummy cycles): max Hz}.  A read
+# with dummy cycles the table does not list is not answered.
+# - W25Q64JV datasheet, AC electrical characteristics: FR 133 MHz for every
+#   instruction but Read Data (03h), fR 50 MHz for 03h; its instruction table
+#   fixes 8 dummy clocks for 0Bh and 6Bh.
+# - MT25QL512ABB datasheet: 133 MHz max for all protocols in STR; its
+#   supported-clock-frequencies table (STR) lets the default 8 dummy cycles of
+#   FAST READ / QUAD OUTPUT FAST READ run at that maximum (fewer need a write
+#   of the volatile configuration register, which bringup.c does not do);
+#   READ (13h, no dummy cycles) limited here to 50 MHz, the conservative
+#   figure of the family's READ row.
+CHIP_MAX_HZ = {
+    "W25Q64JV": {(0x03, 0): 50_000_000, (0x0B, 8): 133_000_000, (0x6B, 8): 133_000_000},
+    "MT25QL512ABB": {(0x13, 0): 50_000_000, (0x0C, 8): 133_000_000, (0x6C, 8): 133_000_000},
+}
+# STM32H750 datasheet DS12556, QUADSPI characteristics (VDD 2.7-3.6 V): the
+# SDR clock limit; DDR mode is not used by the boards.
+H750_QSPI_SDR_MAX_HZ = 133_000_000
+
+
 @dataclass
 class QspiModel:
     chip: str
     chips: int
     window_bytes: int
+    kernel_hz: object = None  # () -> int: the QUADSPI kernel clock (rcc_hclk3) now; None: not checked
     regs: dict = field(default_factory=dict)
     tcf: bool = False
     qe: bool = False
@@ -215,6 +244,17 @@ class QspiModel:
             problems.append(f"{got.instr:02X}h needs the QE bit, never set")
         if bool(cr >> 6 & 1) != (self.chips == 2):
             problems.append("dual-flash mode (DFM) must match the number of chips")
+        if self.kernel_hz is not None and match is not None:
+            hz = self.kernel_hz() / ((cr >> 24 & 0xFF) + 1)
+            limit = CHIP_MAX_HZ[self.chip].get((got.instr, got.dcyc))
+            if ccr >> 31 & 1:
+                problems.append("DDR mode (CCR.DDRM) is not modelled")
+            elif hz > H750_QSPI_SDR_MAX_HZ:
+                problems.append(f"QUADSPI clock {hz / 1e6:g} MHz above the H750's {H750_QSPI_SDR_MAX_HZ / 1e6:g} MHz "
+                                "in SDR (DS12556)")
+            elif limit is None or hz > limit:
+                problems.append(f"{self.chip} read {got.instr:02X}h with {got.dcyc} dummy cycles runs at most "
+                                f"{(limit or 0) / 1e6:g} MHz; QUADSPI clock is {hz / 1e6:g} MHz")
         if 2 ** ((dcr >> 16 & 0x1F) + 1) < self.window_bytes:
             problems.append(f"FSIZE {dcr >> 16 & 0x1F} covers less than the {self.window_bytes}-byte flash")
         if problems:

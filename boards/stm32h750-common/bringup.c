@@ -9,12 +9,17 @@
  * MHz (VOS1) on the older revision Y; AHB /2, every APB /2, flash 4 wait
  * states.  tllm_bringup_pclk_hz is the APB clock the console USART divides.
  *
- * QUADSPI: kernel clock hclk3 (240 MHz) /3 = 80 MHz, below both chips'
- * limits.  The W25Q64 (WeAct) gets its volatile QE bit set and is read with
+ * QUADSPI: the link is board data (board.json "qspi_flash", generated into
+ * board_config.h with the datasheet source of each limit beside it): kernel
+ * clock hclk3 (240 MHz) / (TLLM_QSPI_PRESCALER + 1), 120 MHz on both boards,
+ * SDR, TLLM_QSPI_DCYC dummy cycles, TLLM_QSPI_CSHT + 1 cycles of chip select
+ * high.  The W25Q64 (WeAct) gets its volatile QE bit set and is read with
  * QUAD OUTPUT FAST READ (6Bh, 3-byte address, 8 dummy cycles); the two
  * MT25QL512 of the DK, in dual-flash mode, are first taken out of QPI mode
  * (F5h on four lines, harmless if they are not in it) and read with the
- * 4-byte-address QUAD OUTPUT FAST READ (6Ch, 8 dummy cycles by default). */
+ * 4-byte-address QUAD OUTPUT FAST READ (6Ch, 8 dummy cycles by default).
+ * SSHIFT samples half a cycle late, which the flash's clock-to-output time
+ * needs at this clock. */
 #include <stdint.h>
 
 #include "board_config.h"
@@ -188,8 +193,8 @@ static void qspi_init(void)
     }
     RCC_AHB3ENR |= 1u << 14; /* QSPIEN */
     (void)RCC_AHB3ENR;
-    QSPI_CR = QSPI_CR_PRESCALER(2u) | QSPI_CR_SSHIFT | (TLLM_QSPI_DUAL ? QSPI_CR_DFM : 0u);
-    QSPI_DCR = ((uint32_t)TLLM_QSPI_FSIZE << 16) | (2u << 8); /* flash 2^(FSIZE+1) bytes, CS high 3 cycles */
+    QSPI_CR = QSPI_CR_PRESCALER(TLLM_QSPI_PRESCALER) | QSPI_CR_SSHIFT | (TLLM_QSPI_DUAL ? QSPI_CR_DFM : 0u);
+    QSPI_DCR = ((uint32_t)TLLM_QSPI_FSIZE << 16) | ((uint32_t)TLLM_QSPI_CSHT << 8); /* 2^(FSIZE+1) bytes */
     QSPI_CR |= QSPI_CR_EN;
 #if defined(TLLM_QSPI_FLASH_W25Q)
     qspi_command(CCR_IMODE(1) | CCR_INSTR(0x66u), 0, 0); /* reset enable */
@@ -198,12 +203,12 @@ static void qspi_init(void)
     }
     qspi_command(CCR_IMODE(1) | CCR_INSTR(0x50u), 0, 0); /* write enable for volatile status */
     qspi_command(CCR_IMODE(1) | CCR_DMODE(1) | CCR_INSTR(0x31u), 1, 0x02u); /* status register 2: QE */
-    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(8) | CCR_ADSIZE(3) | CCR_ADMODE(1) |
-               CCR_IMODE(1) | CCR_INSTR(0x6Bu);
+    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(TLLM_QSPI_DCYC) | CCR_ADSIZE(3) | CCR_ADMODE(1) |
+               CCR_IMODE(1) | CCR_INSTR(TLLM_QSPI_READ_INSTR); /* 6Bh */
 #elif defined(TLLM_QSPI_FLASH_MT25Q)
     qspi_command(CCR_IMODE(3) | CCR_INSTR(0xF5u), 0, 0); /* reset QPI to extended SPI (both chips) */
-    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(8) | CCR_ADSIZE(4) | CCR_ADMODE(1) |
-               CCR_IMODE(1) | CCR_INSTR(0x6Cu);
+    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(TLLM_QSPI_DCYC) | CCR_ADSIZE(4) | CCR_ADMODE(1) |
+               CCR_IMODE(1) | CCR_INSTR(TLLM_QSPI_READ_INSTR); /* 6Ch */
 #else
 #error "board_config.h names no QSPI flash chip"
 #endif

@@ -29,7 +29,7 @@ core runs, or waits in a polling loop, for the whole token in every mode)."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .board import Board, QspiFlash
 
@@ -79,6 +79,15 @@ class Workload:
     other_instructions: int
     streams: int
     source: str
+    sampling_instructions: int = 0  # part of other_instructions; a prefill token does not sample
+
+    def prefill(self, batch: int = 1) -> "Workload":
+        """One prompt token: no sampling, and with a batched prefill of
+        `batch` tokens per weight pass each token reads 1/batch of the
+        weights (today's step runs one token at a time: batch 1)."""
+        return replace(self, name=f"{self.name} prefill", weight_bytes=-(-self.weight_bytes // batch),
+                       other_instructions=self.other_instructions - self.sampling_instructions,
+                       sampling_instructions=0, streams=-(-self.streams // batch))
 
     @property
     def instructions(self) -> int:
@@ -125,20 +134,27 @@ def mode_seconds(q: QspiFlash, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYT
 
 
 def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fills: int = 1,
-            core_hz: float = CORE_HZ) -> dict:
-    """ms/token, tokens/s and mJ/token per mode for one board, with the
-    inputs and assumptions they rest on (JSON-ready)."""
+            core_hz: float = CORE_HZ, prefill_batch: int = 1) -> dict:
+    """ms/token, tokens/s and mJ/token per mode for one board, for a decoded
+    token ("modes") and a prompt token ("prefill"), with the inputs and
+    assumptions they rest on (JSON-ready)."""
     q = board.qspi_flash
     if q is None:
         raise ValueError(f"{board.name} has no QUADSPI flash to stream from")
     watts = run_watts(core_hz)
     secs = mode_seconds(q, w, chunk_bytes, fills, core_hz)
-    modes = {m: asdict(ModeFigure(round(s * 1e3, 3), round(1 / s, 3), round(s * watts * 1e3, 3)))
-             for m, s in secs.items()}
+
+    def figures(seconds: dict[str, float]) -> dict:
+        return {m: asdict(ModeFigure(round(s * 1e3, 3), round(1 / s, 3), round(s * watts * 1e3, 3)))
+                for m, s in seconds.items()}
+
+    modes = figures(secs)
+    prefill = figures(mode_seconds(q, w.prefill(prefill_batch), chunk_bytes, fills, core_hz))
     compute = compute_seconds(w.instructions, core_hz)
     transfer = link_seconds(q, w.weight_bytes, w.streams)
     return {
         "board": board.name, "workload": w.name, "source": w.source, "modes": modes,
+        "prefill": dict(prefill, batch=prefill_batch),
         "weight_bytes": w.weight_bytes, "instructions": w.instructions,
         "compute_ms": round(compute * 1e3, 3), "transfer_ms": round(transfer * 1e3, 3),
         "dwup_over_flash_bound": round(secs["dwup"] / secs["flash_bound"], 4),
@@ -204,8 +220,9 @@ def workload_from_bench(name: str, shape: Shape, bench: dict, group: int = 32) -
     """From `tinyllm-gen bench --json` (decode_instructions_per_token and its
     per-op breakdown; "matvec" is the weight-bound part)."""
     mv = bench["breakdown"].get("matvec", 0)
-    return workload_from_counts(name, shape, mv, bench["decode_instructions_per_token"] - mv,
-                                f"measured: tinyllm-gen bench at position {bench['position']}", group)
+    w = workload_from_counts(name, shape, mv, bench["decode_instructions_per_token"] - mv,
+                             f"measured: tinyllm-gen bench at position {bench['position']}", group)
+    return replace(w, sampling_instructions=bench.get("sampling_instructions", 0))
 
 
 def scaled_workload(name: str, shape: Shape, matvec_per_mac: float, total_instructions: int | None,
@@ -269,5 +286,6 @@ def predicted_text(pred: dict) -> str:
         lines.append(f"  {name:<14} link {p['link']['mb_per_s']:g} MB/s: in place {m['in_place']['ms_per_token']:,.1f} ms"
                      f" (with prefetch {m['in_place_prefetch']['ms_per_token']:,.1f}), DWUP "
                      f"{m['dwup']['ms_per_token']:,.1f} ms ({m['dwup']['tokens_per_s']:.2f} tok/s, "
-                     f"{m['dwup']['mj_per_token']:,.1f} mJ), flash bound {m['flash_bound']['ms_per_token']:,.1f} ms")
+                     f"{m['dwup']['mj_per_token']:,.1f} mJ), flash bound {m['flash_bound']['ms_per_token']:,.1f} ms; "
+                     f"a prompt token {p['prefill']['dwup']['ms_per_token']:,.1f} ms (DWUP)")
     return "\n".join(lines) + "\n"

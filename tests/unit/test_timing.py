@@ -93,3 +93,15 @@ def test_plan_json_has_predicted_for_its_board():
     pred = json.loads(res.output)["predicted"]
     assert list(pred) == ["weact-h750"] and set(pred["weact-h750"]["modes"]) == set(timing.MODES)
     assert pred["weact-h750"]["source"].startswith("estimated")
+
+
+def test_prefill_token_skips_sampling_and_batches_divide_the_weights():
+    w = Workload("w", 1 << 20, 1_000_000, 300_000, 10, "hand-made", sampling_instructions=200_000)
+    p = predict(WEACT, w)
+    assert p["prefill"]["batch"] == 1
+    one = mode_seconds(WEACT.qspi_flash, w.prefill())
+    assert p["prefill"]["dwup"]["ms_per_token"] == pytest.approx(one["dwup"] * 1e3, abs=1e-3)
+    assert w.prefill().other_instructions == 100_000 and w.prefill(8).weight_bytes == (1 << 20) // 8
+    eight = predict(WEACT, w, prefill_batch=8)["prefill"]
+    assert eight["flash_bound"]["ms_per_token"] == pytest.approx(p["prefill"]["flash_bound"]["ms_per_token"] / 8,
+                                                                 rel=1e-3)

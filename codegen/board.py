@@ -92,6 +92,9 @@ class RunSpec:
     note: str = ""
 
 
+QSPI_KERNEL_CLOCKS = ("hclk3", "pll1_q", "pll2_r", "per_ck")  # D1CCIPR.QSPISEL 0..3 (RM0433)
+
+
 @dataclass(frozen=True)
 class QspiFlash:
     """The QUADSPI link to the weights flash, as bringup.c programs it (the
@@ -101,7 +104,8 @@ class QspiFlash:
 
     chip: str
     chips: int  # 2: dual-flash mode, twice the data lines
-    kernel_hz: int = 240_000_000  # QUADSPI kernel clock: rcc_hclk3 once bringup.c set the clocks
+    kernel_clock: str = "hclk3"  # D1CCIPR.QSPISEL: "hclk3" | "pll1_q" | "pll2_r" | "per_ck"
+    kernel_hz: int = 240_000_000  # that clock's frequency once bringup.c has set the clocks
     prescaler: int = 3  # divider of the kernel clock (CR.PRESCALER + 1)
     ddr: bool = False
     read_instr: int = 0x6B  # the memory-mapped read command
@@ -187,7 +191,9 @@ class Board:
             derived.append(ConfigValue("TLLM_REQUEST_MAX", f"{self.request.max_bytes}u", "bytes of the request block"))
         q = self.qspi_flash
         if q is not None:
-            derived += [ConfigValue("TLLM_QSPI_PRESCALER", f"{q.prescaler - 1}u",
+            derived += [ConfigValue("TLLM_QSPI_KERNEL_SEL", f"{QSPI_KERNEL_CLOCKS.index(q.kernel_clock)}u",
+                                    f"D1CCIPR.QSPISEL: {q.kernel_clock}, {q.kernel_hz / 1e6:g} MHz"),
+                        ConfigValue("TLLM_QSPI_PRESCALER", f"{q.prescaler - 1}u",
                                     f"QUADSPI clock {q.kernel_hz / 1e6:g} MHz / {q.prescaler} = {q.clock_hz / 1e6:g} MHz"),
                         ConfigValue("TLLM_QSPI_READ_INSTR", f"0x{q.read_instr:02X}u", f"{q.chip} memory-mapped read"),
                         ConfigValue("TLLM_QSPI_DCYC", f"{q.dummy_cycles}u", "dummy cycles of the read"),
@@ -367,7 +373,9 @@ def parse_board(path: Path, doc: Any) -> Board:
         if "ddr" in q and not isinstance(q["ddr"], bool):
             _fail(path, f"{k}.ddr", f"expected true or false, got {q['ddr']!r}")
         qspi = QspiFlash(_str(path, f"{k}.chip", q["chip"]), _int(path, f"{k}.chips", q["chips"], 1),
-                         ddr=q.get("ddr", False), note=_str(path, f"{k}.note", q.get("note", "")), **ints)
+                         ddr=q.get("ddr", False), note=_str(path, f"{k}.note", q.get("note", "")),
+                         kernel_clock=_str(path, f"{k}.kernel_clock", q.get("kernel_clock", "hclk3"),
+                                           QSPI_KERNEL_CLOCKS), **ints)
         for f, hi in (("prescaler", 256), ("dummy_cycles", 31), ("cs_high_cycles", 8), ("chips", 2),
                       ("address_bytes", 4), ("read_instr", 255)):
             if getattr(qspi, f) > hi:

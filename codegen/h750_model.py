@@ -31,10 +31,11 @@ HSI_HZ = 64_000_000
 RCC, PWR = 0x400, 0x800  # offsets inside the 0x58024000 window
 RCC_CR, RCC_CFGR, RCC_D1CFGR = RCC + 0x00, RCC + 0x10, RCC + 0x18
 RCC_PLLCKSELR, RCC_PLLCFGR, RCC_PLL1DIVR = RCC + 0x28, RCC + 0x2C, RCC + 0x30
+RCC_PLL2DIVR, RCC_D1CCIPR = RCC + 0x38, RCC + 0x4C
 PWR_CSR1, PWR_CR3, PWR_D3CR = PWR + 0x04, PWR + 0x0C, PWR + 0x18
 SYSCFG_PWRCR = 0x5800042C
 RESET = {RCC_CR: 0x25, RCC_PLLCKSELR: 0x02020200, RCC_PLLCFGR: 0x01FF0000, RCC_PLL1DIVR: 0x01010280,
-         PWR_CR3: 0x46, PWR_D3CR: 0x4000}
+         RCC_PLL2DIVR: 0x01010280, PWR_CR3: 0x46, PWR_D3CR: 0x4000}
 # CR bit pairs (enable, ready): HSI, CSI, HSE, PLL1, PLL2, PLL3
 READY_OF = ((0, 2), (7, 8), (16, 17), (24, 25), (26, 27), (28, 29))
 AXI_MAX_HZ = 240_000_000
@@ -69,6 +70,9 @@ class ClockModel:
         pll_on = self.regs[RCC_CR] >> 24 & 1
         if offset in (RCC_PLLCKSELR, RCC_PLLCFGR, RCC_PLL1DIVR) and pll_on and value != self.regs.get(offset):
             self.violations.append(f"RCC 0x{offset - RCC:03X} written while PLL1 is on")
+        pll2_on = self.regs[RCC_CR] >> 26 & 1
+        if offset in (RCC_PLLCKSELR, RCC_PLLCFGR, RCC_PLL2DIVR) and pll2_on and value != self.regs.get(offset):
+            self.violations.append(f"RCC 0x{offset - RCC:03X} written while PLL2 is on")
         if offset == RCC_CFGR and (value & 7) == 3 and (self.regs.get(RCC_CFGR, 0) & 7) != 3:
             self._check_switch_to_pll()
         self.regs[offset] = value
@@ -110,6 +114,45 @@ class ClockModel:
         if not cfg >> 16 & 1:
             problems.append("PLL1 P output not enabled")
         return vco // ((div >> 9 & 0x7F) + 1), problems
+
+    def pll2_r_hz(self) -> tuple[int, list[str]]:
+        """PLL2's R output in Hz (0 while PLL2 is off), and what is wrong
+        with its settings (RM0433: input 1-16 MHz in the range PLL2RGE
+        states, wide VCO 192-960 MHz, DIVR2EN set)."""
+        if not self.regs[RCC_CR] >> 26 & 1:
+            return 0, []
+        sel, cfg, div = self.regs[RCC_PLLCKSELR], self.regs[RCC_PLLCFGR], self.regs[RCC_PLL2DIVR]
+        if sel & 3 != 0:
+            return 0, ["PLL2 source is not HSI (the model has no crystal)"]
+        m = sel >> 12 & 0x3F
+        if m == 0:
+            return 0, ["PLL2 prescaler DIVM2 is 0 (PLL2 off)"]
+        problems = []
+        ref = HSI_HZ // m
+        lo, hi = ((1, 2), (2, 4), (4, 8), (8, 16))[cfg >> 6 & 3]
+        if not lo * 1_000_000 <= ref <= hi * 1_000_000:
+            problems.append(f"PLL2 input {ref} Hz outside PLL2RGE's {lo}-{hi} MHz")
+        vco = ref * ((div & 0x1FF) + 1)
+        if not (cfg >> 5 & 1) and not 192_000_000 <= vco <= 960_000_000:
+            problems.append(f"PLL2 VCO {vco} Hz outside 192-960 MHz")
+        if not cfg >> 21 & 1:
+            problems.append("PLL2 R output not enabled (DIVR2EN)")
+        return vco // ((div >> 24 & 0x7F) + 1), problems
+
+    def qspi_kernel_hz(self) -> tuple[int, list[str]]:
+        """The QUADSPI kernel clock D1CCIPR.QSPISEL selects: rcc_hclk3,
+        pll1_q, pll2_r or per_ck (HSI by default), and its problems."""
+        sel = self.regs.get(RCC_D1CCIPR, 0) >> 4 & 3
+        if sel == 0:
+            return self.hclk_hz(), []
+        if sel == 1:
+            vco_p, problems = self.pll1()
+            div = self.regs[RCC_PLL1DIVR]
+            return (vco_p * ((div >> 9 & 0x7F) + 1) // ((div >> 16 & 0x7F) + 1)), problems
+        if sel == 2:
+            hz, problems = self.pll2_r_hz()
+            return hz, problems + ([] if hz else ["QUADSPI kernel clock PLL2R selected while PLL2 is off"])
+        return HSI_HZ, []
 
     def hclk_hz(self) -> int:
         """rcc_hclk3 (AHB/AXI): the QUADSPI kernel clock bringup.c uses."""
@@ -171,7 +214,7 @@ class QspiModel:
     chip: str
     chips: int
     window_bytes: int
-    kernel_hz: object = None  # () -> int: the QUADSPI kernel clock (rcc_hclk3) now; None: not checked
+    kernel_hz: object = None  # () -> Hz or (Hz, problems): the QUADSPI kernel clock now; None: not checked
     regs: dict = field(default_factory=dict)
     tcf: bool = False
     qe: bool = False
@@ -245,7 +288,10 @@ class QspiModel:
         if bool(cr >> 6 & 1) != (self.chips == 2):
             problems.append("dual-flash mode (DFM) must match the number of chips")
         if self.kernel_hz is not None and match is not None:
-            hz = self.kernel_hz() / ((cr >> 24 & 0xFF) + 1)
+            kernel = self.kernel_hz()
+            kernel, clock_problems = kernel if isinstance(kernel, tuple) else (kernel, [])
+            problems += clock_problems
+            hz = kernel / ((cr >> 24 & 0xFF) + 1)
             limit = CHIP_MAX_HZ[self.chip].get((got.instr, got.dcyc))
             if ccr >> 31 & 1:
                 problems.append("DDR mode (CCR.DDRM) is not modelled")

@@ -147,7 +147,7 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     qspi = None
     if "qspi" in regions:
         q_base, q_size = regions["qspi"].address, regions["qspi"].size
-        qspi = QspiModel(board.qspi_flash.chip, board.qspi_flash.chips, q_size, kernel_hz=clock.hclk_hz)
+        qspi = QspiModel(board.qspi_flash.chip, board.qspi_flash.chips, q_size, kernel_hz=clock.qspi_kernel_hz)
         mu.mem_map(q_base, q_size, uc.UC_PROT_NONE)
     for blob, key, place in ((weights_bin, "weights", board.weights), (request_bin, "request", board.request)):
         if blob is not None:

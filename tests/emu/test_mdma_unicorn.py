@@ -86,6 +86,9 @@ def test_mdma_copies_into_dtcm_and_axi_sram(weact):
     assert res.output.decode().startswith(expected_ok_output())
     assert res.violations == []
     assert res.mdma.bytes_moved == SMALL + BIG and res.mdma.transfers == 2
+    # the link runs at the clock board.json states (bringup.c's PLL2R, prescaler from board_config.h)
+    q = weact[1].qspi_flash
+    assert res.clock.qspi_kernel_hz() == (q.kernel_hz, []) and res.qspi.regs[0] >> 24 == q.prescaler - 1
 
 
 def test_mdma_cpu_read_before_wait_stops_the_run(weact):

@@ -105,3 +105,16 @@ def test_prefill_token_skips_sampling_and_batches_divide_the_weights():
     eight = predict(WEACT, w, prefill_batch=8)["prefill"]
     assert eight["flash_bound"]["ms_per_token"] == pytest.approx(p["prefill"]["flash_bound"]["ms_per_token"] / 8,
                                                                  rel=1e-3)
+
+
+def test_report_has_predicted(tmp_path):
+    model = Path(__file__).resolve().parents[2] / "models" / "story-260k"
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), "--board", "stm32h750b-dk"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["report", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    pred = json.loads(res.output)["predicted"]
+    assert list(pred) == ["stm32h750b-dk"] and pred["stm32h750b-dk"]["weight_bytes"] == SHAPES["stories260k"].weight_bytes()
+    text = CliRunner().invoke(cli, ["report", str(out)]).output
+    assert "predicted per decoded token" in text and "stm32h750b-dk  link 132 MB/s" in text

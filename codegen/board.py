@@ -92,10 +92,48 @@ class RunSpec:
     note: str = ""
 
 
+QSPI_KERNEL_CLOCKS = ("hclk3", "pll1_q", "pll2_r", "per_ck")  # D1CCIPR.QSPISEL 0..3 (RM0433)
+
+
 @dataclass(frozen=True)
 class QspiFlash:
+    """The QUADSPI link to the weights flash, as bringup.c programs it (the
+    fields become board_config.h defines) and as the timing model prices it.
+    Each limit's source is in `note`; h750_model.py holds the chips' and the
+    H750's tables the Unicorn model checks these values against."""
+
     chip: str
-    chips: int
+    chips: int  # 2: dual-flash mode, twice the data lines
+    kernel_clock: str = "hclk3"  # D1CCIPR.QSPISEL: "hclk3" | "pll1_q" | "pll2_r" | "per_ck"
+    kernel_hz: int = 240_000_000  # that clock's frequency once bringup.c has set the clocks
+    prescaler: int = 3  # divider of the kernel clock (CR.PRESCALER + 1)
+    ddr: bool = False
+    read_instr: int = 0x6B  # the memory-mapped read command
+    instr_lines: int = 1
+    address_lines: int = 1
+    address_bytes: int = 3
+    data_lines: int = 4  # per chip
+    dummy_cycles: int = 8
+    cs_high_cycles: int = 3  # DCR.CSHT + 1: chip-select high time between bursts
+    note: str = ""
+
+    @property
+    def clock_hz(self) -> float:
+        return self.kernel_hz / self.prescaler
+
+    @property
+    def bytes_per_s(self) -> float:
+        """The data phase's rate: clock x lines x chips (x2 for DDR) / 8."""
+        return self.clock_hz * self.data_lines * self.chips * (2 if self.ddr else 1) / 8
+
+    @property
+    def burst_overhead_cycles(self) -> float:
+        """QUADSPI clocks a memory-mapped burst spends before its first data
+        byte (instruction, address, dummy cycles) and after it (chip select
+        high): what every new, non-sequential burst costs."""
+        per_bit = 0.5 if self.ddr else 1.0
+        return (8 / self.instr_lines + 8 * self.address_bytes / self.address_lines * per_bit
+                + self.dummy_cycles + self.cs_high_cycles)
 
 
 @dataclass(frozen=True)
@@ -151,6 +189,16 @@ class Board:
             derived.append(ConfigValue("TLLM_REQUEST_ADDR", f"0x{self.request.address:08X}u", self.request.note))
         if self.request.max_bytes is not None:
             derived.append(ConfigValue("TLLM_REQUEST_MAX", f"{self.request.max_bytes}u", "bytes of the request block"))
+        q = self.qspi_flash
+        if q is not None:
+            derived += [ConfigValue("TLLM_QSPI_KERNEL_SEL", f"{QSPI_KERNEL_CLOCKS.index(q.kernel_clock)}u",
+                                    f"D1CCIPR.QSPISEL: {q.kernel_clock}, {q.kernel_hz / 1e6:g} MHz"),
+                        ConfigValue("TLLM_QSPI_PRESCALER", f"{q.prescaler - 1}u",
+                                    f"QUADSPI clock {q.kernel_hz / 1e6:g} MHz / {q.prescaler} = {q.clock_hz / 1e6:g} MHz"),
+                        ConfigValue("TLLM_QSPI_READ_INSTR", f"0x{q.read_instr:02X}u", f"{q.chip} memory-mapped read"),
+                        ConfigValue("TLLM_QSPI_DCYC", f"{q.dummy_cycles}u", "dummy cycles of the read"),
+                        ConfigValue("TLLM_QSPI_CSHT", f"{q.cs_high_cycles - 1}u",
+                                    f"chip select high {q.cs_high_cycles} cycles between commands")]
         if self.emulator is not None:
             derived.append(ConfigValue("TLLM_INSTR_PER_TICK", f"{self.emulator.instructions_per_tick}u",
                                        "emulated instructions per timer tick (QEMU -icount shift=0)"))
@@ -316,7 +364,27 @@ def parse_board(path: Path, doc: Any) -> Board:
     qspi = None
     if "qspi_flash" in d:
         q = _object(path, "qspi_flash", d["qspi_flash"], _keys(QspiFlash), _keys(QspiFlash))
-        qspi = QspiFlash(_str(path, "qspi_flash.chip", q["chip"]), _int(path, "qspi_flash.chips", q["chips"], 1))
+        k = "qspi_flash"
+        ints = {f: _int(path, f"{k}.{f}", q[f], 1) for f in ("kernel_hz", "prescaler", "instr_lines", "address_lines",
+                                                         "address_bytes", "data_lines", "cs_high_cycles",
+                                                         "read_instr") if f in q}
+        if "dummy_cycles" in q:
+            ints["dummy_cycles"] = _int(path, f"{k}.dummy_cycles", q["dummy_cycles"], 0)
+        if "ddr" in q and not isinstance(q["ddr"], bool):
+            _fail(path, f"{k}.ddr", f"expected true or false, got {q['ddr']!r}")
+        qspi = QspiFlash(_str(path, f"{k}.chip", q["chip"]), _int(path, f"{k}.chips", q["chips"], 1),
+                         ddr=q.get("ddr", False), note=_str(path, f"{k}.note", q.get("note", "")),
+                         kernel_clock=_str(path, f"{k}.kernel_clock", q.get("kernel_clock", "hclk3"),
+                                           QSPI_KERNEL_CLOCKS), **ints)
+        for f, hi in (("prescaler", 256), ("dummy_cycles", 31), ("cs_high_cycles", 8), ("chips", 2),
+                      ("address_bytes", 4), ("read_instr", 255)):
+            if getattr(qspi, f) > hi:
+                _fail(path, f"{k}.{f}", f"must be at most {hi}, got {getattr(qspi, f)}")
+        for f in ("instr_lines", "address_lines", "data_lines"):
+            if getattr(qspi, f) not in (1, 2, 4):
+                _fail(path, f"{k}.{f}", f"must be 1, 2 or 4, got {getattr(qspi, f)}")
+        if qspi.ddr:
+            _fail(path, f"{k}.ddr", "DDR needs DTR read commands that bringup.c does not issue yet")
     flash = None
     if "flash" in d:
         f = _object(path, "flash", d["flash"], _keys(FlashTool), {"tool", "openocd"})

@@ -318,6 +318,8 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
         doc = plan_json(res.plan)
         doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
                    trade_off=res.trade_off or None)
+        from .timing import predicted, shape_of_config
+        doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b)
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         click.echo(plan_text(res.plan), nl=False)
@@ -339,10 +341,18 @@ def report(out, as_json):
     plan_doc = json.loads((Path(out) / "report.json").read_text())
     size_file = Path(out) / "build" / "size.json"
     size = json.loads(size_file.read_text()) if size_file.is_file() else None
+    from .board import load_board
+    from .timing import predicted, predicted_text, shape_of_header
+
+    manifest = read_manifest(out)
+    pred = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
+                     int(manifest["options"]["group_size"]), load_board(manifest["board"]))
     if as_json:
-        click.echo(json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size}))
+        click.echo(json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size,
+                               "predicted": pred}))
     else:
         click.echo(summary_text(plan_doc, size))
+        click.echo(predicted_text(pred), nl=False)
 
 
 @cli.command()
@@ -361,7 +371,19 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
     from .bench.bench import bench_all, format_table, result_json
 
     result = bench_all(out, shape, int(group_size), position, cmsis_nn)
-    click.echo(result_json(result) if as_json else format_table(result))
+    if not as_json:
+        click.echo(format_table(result))
+        return
+    from .build import read_manifest
+    from .timing import SHAPES, predicted, shape_of_header
+
+    doc = json.loads(result_json(result))
+    if out is None:
+        doc["predicted"] = predicted(SHAPES[shape], int(group_size), bench=doc)
+    else:
+        doc["predicted"] = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
+                                     int(read_manifest(out)["options"]["group_size"]), bench=doc)
+    click.echo(json.dumps(doc, indent=2))
 
 
 @cli.command("eval")

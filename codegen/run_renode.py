@@ -178,11 +178,11 @@ def write_check(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampl
 def _request_capacity(out: Path) -> int:
     import json
 
-    plan = json.loads((Path(out) / "plan.json").read_text())
+    plan = json.loads((Path(out) / "report.json").read_text())
     for b in plan.get("buffers", []):
         if b.get("name") == "request":
             return int(b.get("count", b.get("bytes", b.get("size", 0))))
-    raise UserError(f"{out}/plan.json has no request buffer; recompile OUT")
+    raise UserError(f"{out}/report.json has no request buffer; recompile OUT")
 
 
 # ---------------------------------------------------------------- running

@@ -14,6 +14,12 @@ What is modelled, and why it is enough to check the firmware end to end:
   (h750_model.py) that answer what bringup.c waits for and record every
   rule it breaks; the QUADSPI window faults until memory-mapped mode is set
   up the way the board's chip needs;
+* the MDMA (h750_model.MdmaModel) for the weight-streaming hook: a
+  software-requested transfer moves its bytes when the firmware's poll finds
+  it done, the bytes moved are counted (`UnicornResult.mdma`), and the first
+  broken rule stops the run with one line in `error` ("MDMA: ..."), a CPU
+  access to a stream buffer still in flight included (a memory hook on just
+  that range, present only while the transfer is);
 * GPIO, SCB (cache maintenance, with the M7's cache geometry), DWT and
   DBGMCU (revision V) as plain registers; the DWT cycle counter reads the
   number of instructions executed so far (counted per translated block, so
@@ -32,7 +38,8 @@ from pathlib import Path
 
 from .board import Board
 from .errors import UserError
-from .h750_model import ClockModel, QspiModel
+from .h750_model import (MDMA_BASE, RCC_AHB3ENR, RCC_AHB3ENR_MDMAEN, ClockModel, MdmaModel, QspiModel,
+                         h750_bus_targets)
 
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
 EXIT_PREFIX = b"@TLLM exit "
@@ -66,10 +73,12 @@ class UnicornResult:
     qspi: QspiModel | None = None
     scb_ccr: int = 0  # at exit: bit 17 I-cache, bit 16 D-cache enabled
     usart_brr: int = 0  # the console's baud divisor, as last written
+    mdma: MdmaModel | None = None  # bytes_moved, transfers, violations
 
     @property
     def violations(self) -> list[str]:
-        return (self.clock.violations if self.clock else []) + (self.qspi.violations if self.qspi else [])
+        return (self.clock.violations if self.clock else []) + (self.qspi.violations if self.qspi else []) + \
+            (self.mdma.violations if self.mdma else [])
 
 
 @dataclass
@@ -138,7 +147,7 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     qspi = None
     if "qspi" in regions:
         q_base, q_size = regions["qspi"].address, regions["qspi"].size
-        qspi = QspiModel(board.qspi_flash.chip, board.qspi_flash.chips, q_size)
+        qspi = QspiModel(board.qspi_flash.chip, board.qspi_flash.chips, q_size, kernel_hz=clock.qspi_kernel_hz)
         mu.mem_map(q_base, q_size, uc.UC_PROT_NONE)
     for blob, key, place in ((weights_bin, "weights", board.weights), (request_bin, "request", board.request)):
         if blob is not None:
@@ -171,6 +180,47 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     def qspi_write(_mu, offset, _size, value, _user):
         if qspi and qspi.write(offset, value):
             _mu.mem_protect(q_base, q_size, uc.UC_PROT_READ | uc.UC_PROT_EXEC)
+
+    # MDMA: the copy runs when the firmware's poll finds it done; until then a
+    # CPU access to the destination is watched by a hook on exactly that range
+    # (added and removed per transfer, so ordinary runs pay nothing), and the
+    # first broken rule stops the run with its line.
+    mdma_stop: list[str] = []
+    watches: dict[int, int] = {}
+
+    def mdma_copy(dst, src, n):
+        mu.mem_write(dst, bytes(mu.mem_read(src, n)))
+
+    def on_pending_access(_mu, access, address, size, _value, _user):
+        if mdma.cpu_access(address, size, access == uc.UC_MEM_WRITE) is not None:
+            _mu.emu_stop()
+
+    def mdma_start(t):
+        watches[t.channel] = mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_pending_access,
+                                         begin=t.dst, end=t.dst + t.length - 1)
+        mu.ctl_flush_tb()
+
+    def mdma_done(t):
+        h = watches.pop(t.channel, None)
+        if h is not None:
+            mu.hook_del(h)
+            mu.ctl_flush_tb()
+
+    def mdma_violation(line):
+        if not mdma_stop:
+            mdma_stop.append(line)
+        mu.emu_stop()
+
+    def qspi_readable(addr):
+        if qspi is None or not q_base <= addr < q_base + q_size:
+            return None
+        return qspi.mapped is not None
+
+    mdma = MdmaModel(h750_bus_targets(board.memory.regions),
+                     lambda: bool(clock.regs.get(RCC_AHB3ENR, 0) & RCC_AHB3ENR_MDMAEN), mdma_copy, qspi_readable,
+                     on_start=mdma_start, on_done=mdma_done, on_violation=mdma_violation)
+    mu.mmio_map(MDMA_BASE, PAGE, lambda _mu, off, _sz, _u: mdma.read(off), None,
+                lambda _mu, off, _sz, value, _u: mdma.write(off, value), None)
 
     mu.mmio_map(RCC_PWR_WINDOW, PAGE, clock_read, None, clock_write, None)
     mu.mmio_map(SYSCFG_WINDOW, PAGE, lambda *_: 0, None, syscfg_write, None)
@@ -228,7 +278,9 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     except uc.UcError as e:
         where = mu.reg_read(arm.UC_ARM_REG_PC)
         error = f"{e} at pc=0x{where:08x}"
+    if mdma_stop and not error:
+        error = f"MDMA: {mdma_stop[0]} (pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x})"
     timed_out = console.exit_code is None and not error
     scb_ccr, = struct.unpack("<I", mu.mem_read(SCB_CCR, 4))
     return UnicornResult(console.exit_code, bytes(console.out), executed[0], error, timed_out, clock, qspi, scb_ccr,
-                         console.brr)
+                         console.brr, mdma)

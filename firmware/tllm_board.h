@@ -51,4 +51,45 @@ int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms);
 /* Stop with an exit status the host can read (semihosting on QEMU). */
 void tllm_board_exit(int code) __attribute__((noreturn));
 
+/* Weight streaming (DWUP, issue 14): one background copy from the weights
+ * (external flash) into a RAM stream buffer while the CPU computes on the
+ * previous one.
+ *
+ *   tllm_board_copy_start(dst, src, len);   // returns at once on the H750
+ *   ... compute on another buffer ...
+ *   tllm_board_copy_wait();                 // dst[0..len) now holds src
+ *
+ * Contract (the same on every board, so every test tier runs this path):
+ * - at most one transfer in flight: call tllm_board_copy_wait() before the
+ *   next tllm_board_copy_start() (the H750 faults on a second start);
+ * - dst, src and len are multiples of 4 bytes; len >= 4; len <= 64 KiB, or a
+ *   multiple of 4 KiB up to 16 MiB (the MDMA's block and repeat counters);
+ * - a dst in cacheable RAM (AXI SRAM, SRAM1..4) must be 32-byte aligned with
+ *   len a multiple of 32: whole D-cache lines, since the H750 invalidates them;
+ *   DTCM (not cached) only needs the word alignment;
+ * - until tllm_board_copy_wait() returns, the caller neither reads nor writes
+ *   dst[0..len), nor writes src[0..len); it may read src and touch any other
+ *   memory freely;
+ * - after tllm_board_copy_wait() returns, the CPU sees the copied bytes
+ *   (cache maintenance, if any, is the board's job, done inside wait).
+ * Host and QEMU: a memcpy in start, wait does nothing.  STM32H750: MDMA
+ * channel 0, software-requested, completion polled (boards/stm32h750-common/
+ * mdma.c). */
+void tllm_board_copy_start(void *dst, const void *src, uint32_t len);
+void tllm_board_copy_wait(void);
+
+/* The contract's argument rules in one place, for every board's copy hook:
+ * NULL when (dst, src, len) may be started, else what is wrong.  The
+ * cache-line rule for cacheable destinations is the H750's own check. */
+static inline const char *tllm_board_copy_args_error(const void *dst, const void *src, uint32_t len)
+{
+    if ((((uintptr_t)dst | (uintptr_t)src | len) & 3u) != 0u) {
+        return "copy: dst, src and len must be multiples of 4";
+    }
+    if (len == 0u || (len > 65536u && ((len & 4095u) != 0u || len > (16u << 20)))) {
+        return "copy: len must be 4..65536, or a multiple of 4096 up to 16 MiB";
+    }
+    return NULL;
+}
+
 #endif

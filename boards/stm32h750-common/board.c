@@ -180,5 +180,6 @@ void tllm_board_fault(const char *what)
         ++n;
     }
     tllm_board_write(what, n);
+    tllm_board_write("\n", 1u); /* the exit line starts a line of its own, as the host's parser expects */
     tllm_board_exit(250);
 }

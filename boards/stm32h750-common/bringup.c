@@ -9,12 +9,17 @@
  * MHz (VOS1) on the older revision Y; AHB /2, every APB /2, flash 4 wait
  * states.  tllm_bringup_pclk_hz is the APB clock the console USART divides.
  *
- * QUADSPI: kernel clock hclk3 (240 MHz) /3 = 80 MHz, below both chips'
- * limits.  The W25Q64 (WeAct) gets its volatile QE bit set and is read with
+ * QUADSPI: the link is board data (board.json "qspi_flash", generated into
+ * board_config.h with the datasheet source of each limit beside it): kernel
+ * clock PLL2R (132 MHz) / (TLLM_QSPI_PRESCALER + 1), 132 MHz on both boards,
+ * SDR, TLLM_QSPI_DCYC dummy cycles, TLLM_QSPI_CSHT + 1 cycles of chip select
+ * high.  The W25Q64 (WeAct) gets its volatile QE bit set and is read with
  * QUAD OUTPUT FAST READ (6Bh, 3-byte address, 8 dummy cycles); the two
  * MT25QL512 of the DK, in dual-flash mode, are first taken out of QPI mode
  * (F5h on four lines, harmless if they are not in it) and read with the
- * 4-byte-address QUAD OUTPUT FAST READ (6Ch, 8 dummy cycles by default). */
+ * 4-byte-address QUAD OUTPUT FAST READ (6Ch, 8 dummy cycles by default).
+ * SSHIFT samples half a cycle late, which the flash's clock-to-output time
+ * needs at this clock. */
 #include <stdint.h>
 
 #include "board_config.h"
@@ -30,6 +35,8 @@
 #define RCC_PLLCKSELR REG(RCC_BASE + 0x028u)
 #define RCC_PLLCFGR REG(RCC_BASE + 0x02Cu)
 #define RCC_PLL1DIVR REG(RCC_BASE + 0x030u)
+#define RCC_PLL2DIVR REG(RCC_BASE + 0x038u)
+#define RCC_D1CCIPR REG(RCC_BASE + 0x04Cu)
 #define RCC_AHB3ENR REG(RCC_BASE + 0x0D4u)
 #define RCC_AHB4ENR REG(RCC_BASE + 0x0E0u)
 #define RCC_APB4ENR REG(RCC_BASE + 0x0F4u)
@@ -37,6 +44,8 @@
 #define RCC_CR_HSIRDY (1u << 2)
 #define RCC_CR_PLL1ON (1u << 24)
 #define RCC_CR_PLL1RDY (1u << 25)
+#define RCC_CR_PLL2ON (1u << 26)
+#define RCC_CR_PLL2RDY (1u << 27)
 #define RCC_CFGR_SW_PLL1 3u
 #define RCC_CFGR_SWS(v) (((v) >> 3) & 7u)
 
@@ -124,17 +133,23 @@ static void clock_init(void)
     RCC_CFGR &= ~7u;
     while (RCC_CFGR_SWS(RCC_CFGR) != 0u) {
     }
-    RCC_CR &= ~RCC_CR_PLL1ON;
-    while (RCC_CR & RCC_CR_PLL1RDY) {
+    RCC_CR &= ~(RCC_CR_PLL1ON | RCC_CR_PLL2ON);
+    while (RCC_CR & (RCC_CR_PLL1RDY | RCC_CR_PLL2RDY)) {
     }
     /* HSI 64 MHz / M=4 = 16 MHz (input range 8-16 MHz), x N into the wide
-     * VCO, / P=2 for the core, Q=4 and R=2 enabled for peripherals. */
+     * VCO, / P=2 for the core, Q=4 and R=2 enabled for peripherals.
+     * PLL2 (QUADSPI's kernel clock, board_config.h's TLLM_QSPI_KERNEL_SEL):
+     * the same 16 MHz x 33 = 528 MHz wide VCO, / R=4 = 132 MHz, so the link
+     * runs at 132 MHz with prescaler 1, the fastest the chips' 133 MHz STR
+     * and the H750's 133 MHz SDR limits allow from a 16 MHz step. */
     const uint32_t n = rev_v ? 60u : 50u;
-    RCC_PLLCKSELR = (RCC_PLLCKSELR & ~((0x3Fu << 4) | 3u)) | (4u << 4); /* DIVM1=4, PLLSRC=HSI */
-    RCC_PLLCFGR = (RCC_PLLCFGR & ~0xFu) | (3u << 2) | (7u << 16);     /* PLL1RGE 8-16 MHz, wide VCO, P/Q/R on */
+    RCC_PLLCKSELR = (RCC_PLLCKSELR & ~((0x3Fu << 12) | (0x3Fu << 4) | 3u)) | (4u << 12) | (4u << 4); /* DIVM2=DIVM1=4, HSI */
+    RCC_PLLCFGR = (RCC_PLLCFGR & ~0xFFu) | (3u << 6) | (3u << 2) | (7u << 16) | (1u << 21); /* RGE 8-16 MHz, wide
+                                                                                          * VCOs, P1/Q1/R1, R2 on */
     RCC_PLL1DIVR = (n - 1u) | ((2u - 1u) << 9) | ((4u - 1u) << 16) | ((2u - 1u) << 24);
-    RCC_CR |= RCC_CR_PLL1ON;
-    while (!(RCC_CR & RCC_CR_PLL1RDY)) {
+    RCC_PLL2DIVR = (33u - 1u) | ((2u - 1u) << 9) | ((2u - 1u) << 16) | ((4u - 1u) << 24);
+    RCC_CR |= RCC_CR_PLL1ON | RCC_CR_PLL2ON;
+    while ((RCC_CR & (RCC_CR_PLL1RDY | RCC_CR_PLL2RDY)) != (RCC_CR_PLL1RDY | RCC_CR_PLL2RDY)) {
     }
     /* Slow the buses and the flash before the core speeds up. */
     FLASH_ACR = FLASH_ACR_4WS_WRHIGHFREQ2;
@@ -186,10 +201,11 @@ static void qspi_init(void)
     for (uint32_t i = 0; i < sizeof qspi_pins / sizeof qspi_pins[0]; i++) {
         qspi_pin(qspi_pins[i][0], qspi_pins[i][1], qspi_pins[i][2]);
     }
+    RCC_D1CCIPR = (RCC_D1CCIPR & ~(3u << 4)) | ((uint32_t)TLLM_QSPI_KERNEL_SEL << 4); /* QSPISEL */
     RCC_AHB3ENR |= 1u << 14; /* QSPIEN */
     (void)RCC_AHB3ENR;
-    QSPI_CR = QSPI_CR_PRESCALER(2u) | QSPI_CR_SSHIFT | (TLLM_QSPI_DUAL ? QSPI_CR_DFM : 0u);
-    QSPI_DCR = ((uint32_t)TLLM_QSPI_FSIZE << 16) | (2u << 8); /* flash 2^(FSIZE+1) bytes, CS high 3 cycles */
+    QSPI_CR = QSPI_CR_PRESCALER(TLLM_QSPI_PRESCALER) | QSPI_CR_SSHIFT | (TLLM_QSPI_DUAL ? QSPI_CR_DFM : 0u);
+    QSPI_DCR = ((uint32_t)TLLM_QSPI_FSIZE << 16) | ((uint32_t)TLLM_QSPI_CSHT << 8); /* 2^(FSIZE+1) bytes */
     QSPI_CR |= QSPI_CR_EN;
 #if defined(TLLM_QSPI_FLASH_W25Q)
     qspi_command(CCR_IMODE(1) | CCR_INSTR(0x66u), 0, 0); /* reset enable */
@@ -198,12 +214,12 @@ static void qspi_init(void)
     }
     qspi_command(CCR_IMODE(1) | CCR_INSTR(0x50u), 0, 0); /* write enable for volatile status */
     qspi_command(CCR_IMODE(1) | CCR_DMODE(1) | CCR_INSTR(0x31u), 1, 0x02u); /* status register 2: QE */
-    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(8) | CCR_ADSIZE(3) | CCR_ADMODE(1) |
-               CCR_IMODE(1) | CCR_INSTR(0x6Bu);
+    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(TLLM_QSPI_DCYC) | CCR_ADSIZE(3) | CCR_ADMODE(1) |
+               CCR_IMODE(1) | CCR_INSTR(TLLM_QSPI_READ_INSTR); /* 6Bh */
 #elif defined(TLLM_QSPI_FLASH_MT25Q)
     qspi_command(CCR_IMODE(3) | CCR_INSTR(0xF5u), 0, 0); /* reset QPI to extended SPI (both chips) */
-    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(8) | CCR_ADSIZE(4) | CCR_ADMODE(1) |
-               CCR_IMODE(1) | CCR_INSTR(0x6Cu);
+    QSPI_CCR = CCR_FMODE_MEMORY_MAPPED | CCR_DMODE(3) | CCR_DCYC(TLLM_QSPI_DCYC) | CCR_ADSIZE(4) | CCR_ADMODE(1) |
+               CCR_IMODE(1) | CCR_INSTR(TLLM_QSPI_READ_INSTR); /* 6Ch */
 #else
 #error "board_config.h names no QSPI flash chip"
 #endif

@@ -182,7 +182,7 @@ def test_h750_builds_carry_the_files_and_qemu_builds_do_not(compiled, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     for name in ("stm32h750.repl", "h750_pwr.py", "tllm.resc", "tllm.robot"):
         assert (out / "renode" / name).is_file() and f"renode/{name}" in manifest["files"]
-    plan = json.loads((out / "plan.json").read_text())
+    plan = json.loads((out / "report.json").read_text())
     cap = next(b["count"] for b in plan["buffers"] if b["name"] == "request")
     assert f"@TLLM ready max_request={cap}" in (out / "renode" / "tllm.robot").read_text()
     q = tmp_path / "q"

@@ -1,0 +1,291 @@
+"""Predicted speed and energy per token on a board (issue 14.7): a pure
+function of the board's QUADSPI link, the bytes of weights one token reads,
+and the instructions one token executes.
+
+Nothing here is measured on a board: the instruction counts are exact (QEMU
+with the tllm_icount plugin, `tinyllm-gen bench`), everything that turns them
+into time is a named assumption below with where it comes from.  Four modes:
+
+* flash_bound: the link's data rate alone, bytes / (clock x lines x chips /
+  8): no command overhead, no compute.  Nothing can be faster.
+* in_place (today): the kernels read the weights through the D-cache from the
+  memory-mapped window.  Each 32-byte line miss stalls the core until the
+  line is there, so compute and transfer add up, plus the miss latency per
+  line and one command per weight stream.  This is the pessimistic reading
+  of the QUADSPI, which prefetches only as far as its 32-byte FIFO;
+* in_place_prefetch: the optimistic reading of the same: the QUADSPI's
+  one-line prefetch overlaps each line's transfer with the previous line's
+  compute perfectly, leaving max(compute, transfer) plus the miss latency
+  per line.  The truth is between the two; only a board with DWT can say.
+* dwup: weights streamed by the MDMA into two DTCM buffers of
+  `chunk_bytes` while the core computes on the other one: per chunk the
+  larger of compute and transfer, plus the pipeline fill (the first chunk's
+  transfer, exposed once per `fills` restart) and one command per chunk; the
+  non-matvec work (attention, norms, sampling) is counted as not overlapped,
+  which is again the pessimistic choice.
+
+Energy per token = run-mode supply current x supply voltage x time (the
+core runs, or waits in a polling loop, for the whole token in every mode)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from .board import Board, QspiFlash
+
+# Core clock: bringup.c's PLL1 setting on revision V silicon (VOS0), the
+# parts the boards ship with (revision Y runs 400 MHz).
+CORE_HZ = 480_000_000
+# Cycles per instruction of the measured instruction streams.  The Cortex-M7
+# issues up to two instructions per cycle (Cortex-M7 TRM, dual-issue
+# pipeline); the matvec inner loop is loads, SMLAD (one per cycle, FACTS.md)
+# and bit-field extracts that can pair with them, with every operand in DTCM
+# or in cache.  1.0 is an assumption between the dual-issue best (0.5) and
+# single issue with load-use stalls (~1.5); QEMU counts instructions, not
+# cycles, and DWT's CYCCNT reads 0 there, so it cannot be checked here.
+CYCLES_PER_INSTRUCTION = 1.0
+# Core cycles from a D-cache miss on the QUADSPI window to the line being
+# usable when the QUADSPI already holds the data (AXI master, bus matrix,
+# QUADSPI's memory-mapped response, the line fill): an assumption of the
+# right order for the H7's AXI path, not a datasheet figure; to be calibrated
+# with DWT on a board.
+MISS_LATENCY_CYCLES = 24
+DCACHE_LINE_BYTES = 32  # Cortex-M7 L1 D-cache line (Cortex-M7 TRM)
+# Run-mode supply current per MHz of core clock: ST's headline figure for the
+# STM32H743/753/750 line in Run mode (the datasheet DS12556 tabulates the
+# per-clock currents, regulator on, VOS0 at 480 MHz; not available here to
+# check, so this is the one figure to replace with the table's).
+RUN_UA_PER_MHZ = 278
+SUPPLY_V = 3.3  # VDD on both boards (the core runs from the internal LDO)
+DEFAULT_CHUNK_BYTES = 16 * 1024  # two of them: 32 KiB of the 128 KiB DTCM
+MODES = ("in_place", "in_place_prefetch", "dwup", "flash_bound")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one token costs, independent of the board.
+
+    weight_bytes: bytes of weights read from external flash per token (every
+    matrix and the classifier once; the embedding row is negligible);
+    matvec_instructions: the weight-bound instructions (they scale with the
+    bytes and overlap with their transfer under DWUP); other_instructions:
+    the rest (attention, norms, RoPE, sampling); streams: contiguous weight
+    streams per token (one new QUADSPI command each in place); source: how
+    the counts were obtained (measured / scaled)."""
+
+    name: str
+    weight_bytes: int
+    matvec_instructions: int
+    other_instructions: int
+    streams: int
+    source: str
+    sampling_instructions: int = 0  # part of other_instructions; a prefill token does not sample
+
+    def prefill(self, batch: int = 1) -> "Workload":
+        """One prompt token: no sampling, and with a batched prefill of
+        `batch` tokens per weight pass each token reads 1/batch of the
+        weights (today's step runs one token at a time: batch 1)."""
+        return replace(self, name=f"{self.name} prefill", weight_bytes=-(-self.weight_bytes // batch),
+                       other_instructions=self.other_instructions - self.sampling_instructions,
+                       sampling_instructions=0, streams=-(-self.streams // batch))
+
+    @property
+    def instructions(self) -> int:
+        return self.matvec_instructions + self.other_instructions
+
+
+@dataclass(frozen=True)
+class ModeFigure:
+    ms_per_token: float
+    tokens_per_s: float
+    mj_per_token: float
+
+
+def link_seconds(q: QspiFlash, nbytes: float, bursts: int) -> float:
+    """Time the QUADSPI needs for nbytes in `bursts` commands."""
+    return nbytes / q.bytes_per_s + bursts * q.burst_overhead_cycles / q.clock_hz
+
+
+def compute_seconds(instructions: float, core_hz: float = CORE_HZ) -> float:
+    return instructions * CYCLES_PER_INSTRUCTION / core_hz
+
+
+def run_watts(core_hz: float = CORE_HZ) -> float:
+    return RUN_UA_PER_MHZ * 1e-6 * core_hz / 1e6 * SUPPLY_V
+
+
+def mode_seconds(q: QspiFlash, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fills: int = 1,
+                 core_hz: float = CORE_HZ) -> dict[str, float]:
+    """Seconds per token in each mode (see the module docstring)."""
+    if w.weight_bytes <= 0:
+        raise ValueError("a workload reads at least one byte of weights")
+    c_mv, c_other = compute_seconds(w.matvec_instructions, core_hz), compute_seconds(w.other_instructions, core_hz)
+    lines = math.ceil(w.weight_bytes / DCACHE_LINE_BYTES)
+    miss = lines * MISS_LATENCY_CYCLES / core_hz
+    x_in_place = link_seconds(q, w.weight_bytes, w.streams)
+    n = math.ceil(w.weight_bytes / chunk_bytes)
+    x_chunk = link_seconds(q, w.weight_bytes / n, 1)  # one command per MDMA transfer
+    c_chunk = c_mv / n
+    dwup = fills * x_chunk + (n - 1) * max(c_chunk, x_chunk) + c_chunk + c_other
+    return {"in_place": c_mv + x_in_place + miss + c_other,
+            "in_place_prefetch": max(c_mv, x_in_place) + miss + c_other,
+            "dwup": dwup,
+            "flash_bound": w.weight_bytes / q.bytes_per_s}
+
+
+def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fills: int = 1,
+            core_hz: float = CORE_HZ, prefill_batch: int = 1) -> dict:
+    """ms/token, tokens/s and mJ/token per mode for one board, for a decoded
+    token ("modes") and a prompt token ("prefill"), with the inputs and
+    assumptions they rest on (JSON-ready)."""
+    q = board.qspi_flash
+    if q is None:
+        raise ValueError(f"{board.name} has no QUADSPI flash to stream from")
+    watts = run_watts(core_hz)
+    secs = mode_seconds(q, w, chunk_bytes, fills, core_hz)
+
+    def figures(seconds: dict[str, float]) -> dict:
+        return {m: asdict(ModeFigure(round(s * 1e3, 3), round(1 / s, 3), round(s * watts * 1e3, 3)))
+                for m, s in seconds.items()}
+
+    modes = figures(secs)
+    prefill = figures(mode_seconds(q, w.prefill(prefill_batch), chunk_bytes, fills, core_hz))
+    compute = compute_seconds(w.instructions, core_hz)
+    transfer = link_seconds(q, w.weight_bytes, w.streams)
+    return {
+        "board": board.name, "workload": w.name, "source": w.source, "modes": modes,
+        "prefill": dict(prefill, batch=prefill_batch),
+        "weight_bytes": w.weight_bytes, "instructions": w.instructions,
+        "compute_ms": round(compute * 1e3, 3), "transfer_ms": round(transfer * 1e3, 3),
+        "dwup_over_flash_bound": round(secs["dwup"] / secs["flash_bound"], 4),
+        "dwup_speedup_over_in_place": round(secs["in_place"] / secs["dwup"], 4),
+        "link": {"clock_mhz": q.clock_hz / 1e6, "ddr": q.ddr, "bits_per_clock": q.data_lines * q.chips,
+                 "mb_per_s": round(q.bytes_per_s / 1e6, 3), "burst_overhead_cycles": q.burst_overhead_cycles},
+        "assumptions": {"core_mhz": core_hz / 1e6, "cycles_per_instruction": CYCLES_PER_INSTRUCTION,
+                        "miss_latency_cycles": MISS_LATENCY_CYCLES, "chunk_bytes": chunk_bytes,
+                        "pipeline_fills": fills, "run_ua_per_mhz": RUN_UA_PER_MHZ, "supply_v": SUPPLY_V,
+                        "watts": round(watts, 4)},
+    }
+
+
+# ------------------------------------------------------------ workloads
+def q4_bytes(rows: int, cols: int, group: int) -> int:
+    """Bytes of one INT4 matrix: nibbles plus one float32 scale per group
+    (quant/formats.py), rows padded to the q4x4 tile of 4."""
+    rows = -(-rows // 4) * 4
+    return rows * (cols // 2 + cols % 2) + rows * (-(-cols // group)) * 4
+
+
+@dataclass(frozen=True)
+class Shape:
+    dim: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    head_dim: int | None = None
+
+    def matrices(self) -> list[tuple[int, int]]:
+        """(rows, cols) of every matrix one decoded token reads, the tied
+        classifier included."""
+        hd = self.head_dim or self.dim // self.heads
+        q, kv = self.heads * hd, self.kv_heads * hd
+        per_layer = [(q, self.dim), (kv, self.dim), (kv, self.dim), (self.dim, q),
+                     (self.hidden, self.dim), (self.hidden, self.dim), (self.dim, self.hidden)]
+        return per_layer * self.layers + [(self.vocab, self.dim)]
+
+    def macs(self) -> int:
+        return sum(r * c for r, c in self.matrices())
+
+    def weight_bytes(self, group: int = 32) -> int:
+        return sum(q4_bytes(r, c, group) for r, c in self.matrices())
+
+
+SHAPES = {
+    "stories260k": Shape(dim=64, hidden=172, layers=5, heads=8, kv_heads=4, vocab=512),
+    "stories15m": Shape(dim=288, hidden=768, layers=6, heads=6, kv_heads=6, vocab=32000),
+    "smollm2-135m": Shape(dim=576, hidden=1536, layers=30, heads=9, kv_heads=3, vocab=49152, head_dim=64),
+}
+
+
+def workload_from_counts(name: str, shape: Shape, matvec_instructions: int, other_instructions: int,
+                         source: str, group: int = 32) -> Workload:
+    # gate and up are one fused stream in the blob (fusion.py); one stream per other matrix
+    streams = len(shape.matrices()) - shape.layers
+    return Workload(name, shape.weight_bytes(group), matvec_instructions, other_instructions, streams, source)
+
+
+def workload_from_bench(name: str, shape: Shape, bench: dict, group: int = 32) -> Workload:
+    """From `tinyllm-gen bench --json` (decode_instructions_per_token and its
+    per-op breakdown; "matvec" is the weight-bound part)."""
+    mv = bench["breakdown"].get("matvec", 0)
+    w = workload_from_counts(name, shape, mv, bench["decode_instructions_per_token"] - mv,
+                             f"measured: tinyllm-gen bench at position {bench['position']}", group)
+    return replace(w, sampling_instructions=bench.get("sampling_instructions", 0))
+
+
+def scaled_workload(name: str, shape: Shape, matvec_per_mac: float, total_instructions: int | None,
+                    other_per_mac: float, source: str, group: int = 32) -> Workload:
+    """For a shape the emulators cannot run here: matvec instructions from a
+    measured per-MAC figure; the rest from a measured total, or per MAC."""
+    macs = shape.macs()
+    mv = round(macs * matvec_per_mac)
+    other = (total_instructions - mv) if total_instructions is not None else round(macs * other_per_mac)
+    return workload_from_counts(name, shape, mv, other, source, group)
+
+
+def shape_of_config(c) -> Shape:
+    """A Shape from an ir.ModelConfig (or anything with its field names)."""
+    return Shape(c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.head_dim)
+
+
+def shape_of_header(text: str) -> Shape:
+    """A Shape from a compiled OUT's src/tllm_model.h defines."""
+    v = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "#define" and parts[2].isdigit():
+            v[parts[1]] = int(parts[2])
+    return Shape(v["TLLM_DIM"], v["TLLM_HIDDEN_DIM"], v["TLLM_N_LAYERS"], v["TLLM_N_HEADS"], v["TLLM_N_KV_HEADS"],
+                 v["TLLM_VOCAB_SIZE"], v["TLLM_HEAD_DIM"])
+
+
+def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict | None = None) -> dict:
+    """The `predicted` object of plan/report/bench --json: per board (this
+    one if it streams from QUADSPI, else every board that does) and mode.
+    With `bench` (bench --json's counts) the instructions are measured;
+    without, estimated from the measured per-MAC figures below."""
+    from .board import board_names, load_board
+
+    if bench is not None:
+        w = workload_from_bench("this model", shape, bench, group)
+    else:
+        w = scaled_workload("this model", shape, MEASURED_MATVEC_PER_MAC, None, MEASURED_OTHER_PER_MAC,
+                            f"estimated: {MEASURED_MATVEC_PER_MAC} matvec + {MEASURED_OTHER_PER_MAC} other "
+                            "instructions per MAC (bench, stories15M shape)", group)
+    boards = [board] if board is not None and board.qspi_flash is not None else \
+        [b for b in map(load_board, board_names()) if b.qspi_flash is not None]
+    return {b.name: predict(b, w) for b in boards}
+
+
+# Measured with `tinyllm-gen bench` on the stories15M shape (random weights,
+# INT4 g32, int8 KV, position 10, cortex-m7 kernels): instructions per MAC of
+# the matvec op, and of everything else per MAC.  Used where a model has not
+# been run (plan, report) and to scale to SmolLM2-135M.
+MEASURED_MATVEC_PER_MAC = 1.35
+MEASURED_OTHER_PER_MAC = 0.066
+
+
+def predicted_text(pred: dict) -> str:
+    """A few lines for the text reports: per board, ms/token per mode."""
+    lines = ["predicted per decoded token (codegen/timing.py: CPI "
+             f"{CYCLES_PER_INSTRUCTION}, {CORE_HZ // 1_000_000} MHz core; see README 'Predicted speed per board')"]
+    for name, p in pred.items():
+        m = p["modes"]
+        lines.append(f"  {name:<14} link {p['link']['mb_per_s']:g} MB/s: in place {m['in_place']['ms_per_token']:,.1f} ms"
+                     f" (with prefetch {m['in_place_prefetch']['ms_per_token']:,.1f}), DWUP "
+                     f"{m['dwup']['ms_per_token']:,.1f} ms ({m['dwup']['tokens_per_s']:.2f} tok/s, "
+                     f"{m['dwup']['mj_per_token']:,.1f} mJ), flash bound {m['flash_bound']['ms_per_token']:,.1f} ms; "
+                     f"a prompt token {p['prefill']['dwup']['ms_per_token']:,.1f} ms (DWUP)")
+    return "\n".join(lines) + "\n"

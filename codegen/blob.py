@@ -26,12 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .abi import BLOB_HEADER_BYTES, BLOB_MAGIC, BLOB_VERSION
 from .fusion import fused_gate_up, interleave_gate_up
 from .quant.formats import QuantizedGraph, pack_q4x4
 
-BLOB_MAGIC = b"TLLMWTS1"
-BLOB_VERSION = 1
-HEADER_BYTES = 64
+HEADER_BYTES = BLOB_HEADER_BYTES
 ALIGN = 16
 
 

@@ -24,7 +24,7 @@ from .quant.formats import KERNEL_SETS, QuantizedGraph
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .board import Board, load_board
-from .verify import verify_graph
+from .verify import verify_graph, verify_program, verify_quantized
 from .vocab import check_vocab_fits, vocab_in_weights, vocabulary_of
 
 DEFAULT_RAM_BUDGET = 512 * 1024
@@ -121,12 +121,12 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     board = load_board(opts.board)
     tokenizer = require_tokenizer(model)
-    qg = quantize(model, opts, board)
+    qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
     planned = plan_for(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board)  # shared with `plan`
     plan = planned.plan
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
     external_vocab = vocab_in_weights(board, vocab)  # too big for the code flash: into the weights blob
-    program = lower(qg, plan, opts.sampler, vocab if external_vocab else None)
+    program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None))
     check_vocab_fits(board, vocab, len(program.blob.data))
     limit = board.weights.max_bytes
     if limit is not None and len(program.blob.data) > limit:

@@ -23,20 +23,12 @@ import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
+from .abi import (EXIT_CODES, REQUEST_CRC_OFFSET, REQUEST_EXIT_AFTER,  # noqa: F401 (re-exported)
+                  REQUEST_HEADER_BYTES, REQUEST_MAGIC, REQUEST_VERSION)
 from .sampler import SamplingOptions
 
-REQUEST_MAGIC = b"TLRQ"
-REQUEST_VERSION = 2
-REQUEST_HEADER = struct.Struct("<4sIHHIIffQI")  # 40 bytes, see tllm_request.h
-REQUEST_CRC_OFFSET = 36
-assert REQUEST_HEADER.size == 40
-
-EXIT_CODES = {0: "ok", 3: "bad request", 4: "weights blob mismatch", 5: "arena or stack canary broken",
-              249: "unexpected interrupt", 250: "HardFault", 251: "MemManage fault (stack overflow?)",
-              252: "BusFault", 253: "UsageFault", 254: "NMI"}
-
-
-REQUEST_EXIT_AFTER = 0x1  # flags bit 0: the firmware exits after this generation (UART requests)
+REQUEST_HEADER = struct.Struct("<4sIHHIIffQI")  # see tllm_request.h
+assert REQUEST_HEADER.size == REQUEST_HEADER_BYTES
 
 
 def pack_request(prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,

@@ -58,3 +58,64 @@ def verify_graph(graph: Graph) -> Graph:
     if graph.output not in defined:
         raise GraphError(f"graph output {graph.output} never produced")
     return graph
+
+
+def verify_quantized(qg) -> "object":
+    """A QuantizedGraph's invariants: every matrix a linear or the embedding
+    reads is a Q4 tensor of the graph's shape with in-range values, finite
+    scales and one scale per group; every other weight a float vector."""
+    import numpy as np
+
+    from .quant.formats import Q4_MAX, Q4_MIN, n_groups
+
+    g = qg.graph
+    for name, shape in expected_weight_shapes(g.config).items():
+        if len(shape) == 2:
+            t = qg.q4.get(name)
+            if t is None:
+                raise GraphError(f"matrix {name} has no Q4 tensor")
+            if t.q.shape != shape:
+                raise GraphError(f"Q4 {name} is {t.q.shape}, the graph says {shape}")
+            if t.q.size and (t.q.min() < Q4_MIN or t.q.max() > Q4_MAX):
+                raise GraphError(f"Q4 {name} holds values outside [{Q4_MIN}, {Q4_MAX}]")
+            if t.scales.shape != (shape[0], n_groups(shape[1], t.group_size)):
+                raise GraphError(f"Q4 {name} has scales {t.scales.shape} for group size {t.group_size}")
+            if not np.isfinite(t.scales).all():
+                raise GraphError(f"Q4 {name} has non-finite scales")
+        elif name not in qg.vectors:
+            raise GraphError(f"vector {name} missing from the quantized graph")
+    return qg
+
+
+def verify_program(program) -> "object":
+    """A Program's invariants, after binding: every buffer a call names is a
+    planned buffer of that type and size inside its region's arena, and every
+    constant lies inside the weights blob."""
+    import dataclasses
+
+    from .lower import BufferRef, Q4Ref, VectorRef, buffers_of
+
+    planned = {p.name: p for p in program.plan.buffers}
+    arena = {r.name: r.arena_bytes for r in program.plan.regions}
+    blob_bytes = len(program.blob.data)
+
+    def weights_of(obj):
+        if isinstance(obj, (Q4Ref, VectorRef)):
+            yield obj
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, BufferRef):
+            for f in dataclasses.fields(obj):
+                yield from weights_of(getattr(obj, f.name))
+
+    for i, call in enumerate(program.calls):
+        for ref in buffers_of(call):
+            p = planned.get(ref.name)
+            if p is None or (p.offset, p.region, p.request.ctype, p.request.count) != \
+                    (ref.offset, ref.region, ref.ctype, ref.count):
+                raise GraphError(f"call {i} ({call.label}): buffer {ref.name} is not the planned one")
+            if p.offset + p.size > arena.get(p.region, 0):
+                raise GraphError(f"call {i} ({call.label}): buffer {ref.name} ends past its arena")
+        for w in weights_of(call.args):
+            start = w.offset if isinstance(w, VectorRef) else w.packed_offset
+            if not 0 < start < blob_bytes:
+                raise GraphError(f"call {i} ({call.label}): {w.name} at {start} is outside the weights blob")
+    return program

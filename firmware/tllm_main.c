@@ -25,7 +25,8 @@
 #include "tllm_model_api.h"
 #include "tllm_request.h"
 
-enum { EXIT_OK = 0, EXIT_BAD_REQUEST = 3, EXIT_BAD_WEIGHTS = 4, EXIT_CANARY = 5 };
+enum { EXIT_OK = TLLM_EXIT_OK, EXIT_BAD_REQUEST = TLLM_EXIT_BAD_REQUEST, EXIT_BAD_WEIGHTS = TLLM_EXIT_BAD_WEIGHTS,
+       EXIT_CANARY = TLLM_EXIT_CANARY }; /* tllm_abi.h: stated once in codegen/abi.py */
 
 static void puts_(const char *s) { tllm_console_write(s, strlen(s)); }
 
@@ -55,7 +56,7 @@ static void put_escaped(const uint8_t *s, uint32_t n) {
 }
 
 int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const char **why) {
-    uint32_t w[10];
+    uint32_t w[TLLM_REQUEST_HEADER_BYTES / 4u];
     if (!buf || len < TLLM_REQUEST_HEADER_BYTES) { *why = "no request"; return -1; }
     memcpy(w, buf, sizeof w);
     if (w[0] != TLLM_REQUEST_MAGIC) { *why = "bad request magic"; return -1; }

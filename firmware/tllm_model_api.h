@@ -8,7 +8,7 @@
 
 #include "tllm_sampler.h"
 
-#define TLLM_ABI_VERSION 3
+#include "tllm_abi.h" /* TLLM_ABI_VERSION */
 
 /* Generation state machine (lives in the planned arena). Fixed-size fields
  * only: the planner reserves TLLM_GEN_STATE_BYTES for it. */

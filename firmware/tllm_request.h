@@ -23,11 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TLLM_REQUEST_MAGIC 0x51524C54u /* "TLRQ" read little-endian */
-#define TLLM_REQUEST_VERSION 2u
-#define TLLM_REQUEST_HEADER_BYTES 40u
-#define TLLM_REQUEST_CRC_OFFSET 36u
-#define TLLM_REQUEST_EXIT_AFTER 0x1u
+#include "tllm_abi.h" /* TLLM_REQUEST_MAGIC, _VERSION, _HEADER_BYTES, _CRC_OFFSET, _EXIT_AFTER */
+
+/* The header as the parser reads it: ten little-endian words. */
+_Static_assert(TLLM_REQUEST_HEADER_BYTES == 10u * 4u, "request header is ten words (tllm_request_parse)");
+_Static_assert(TLLM_REQUEST_CRC_OFFSET == 9u * 4u, "the CRC is the last header word");
 
 typedef struct {
     uint32_t n_prompt;

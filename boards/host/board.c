@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "board_config.h" /* generated from board.json: the request block */
+#include "tllm_abi.h" /* TLLM_EXIT_* */
 #include "tllm_board.h"
 
 #define REQUEST_MAGIC "TLRQ"
@@ -134,7 +135,7 @@ static void copy_misuse(const char *why)
 {
     fflush(stdout);
     fprintf(stderr, "tllm: %s\n", why);
-    exit(251);
+    exit(TLLM_EXIT_MEMMANAGE);
 }
 
 void tllm_board_copy_start(void *dst, const void *src, uint32_t len)

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "board_config.h" /* generated from board.json: tick rate, request block */
+#include "tllm_abi.h" /* TLLM_EXIT_* */
 #include "tllm_board.h"
 
 /* CMSDK APB UART0. */
@@ -101,7 +102,7 @@ static void copy_misuse(const char *why)
     tllm_board_fault_puts("\n*** ");
     tllm_board_fault_puts(why);
     tllm_board_fault_puts("\n");
-    tllm_board_exit(251);
+    tllm_board_exit(TLLM_EXIT_MEMMANAGE);
 }
 
 void tllm_board_copy_start(void *dst, const void *src, uint32_t len)

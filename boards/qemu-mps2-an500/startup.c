@@ -11,13 +11,7 @@
 
 #include "tllm_board.h"
 
-/* Exit statuses for faults; tllm_main should keep its own codes below 240. */
-#define TLLM_EXIT_UNEXPECTED_IRQ 249
-#define TLLM_EXIT_HARDFAULT 250
-#define TLLM_EXIT_MEMMANAGE 251
-#define TLLM_EXIT_BUSFAULT 252
-#define TLLM_EXIT_USAGEFAULT 253
-#define TLLM_EXIT_NMI 254
+#include "tllm_abi.h" /* TLLM_EXIT_*: fault statuses, stated once in codegen/abi.py */
 
 /* System control block registers (ARMv7-M). */
 #define SCB_CCR (*(volatile uint32_t *)0xE000ED14u)

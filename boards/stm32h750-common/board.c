@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "board_config.h"
+#include "tllm_abi.h" /* TLLM_EXIT_* */
 #include "tllm_board.h"
 
 #define REG(addr) (*(volatile uint32_t *)(addr))
@@ -181,5 +182,5 @@ void tllm_board_fault(const char *what)
     }
     tllm_board_write(what, n);
     tllm_board_write("\n", 1u); /* the exit line starts a line of its own, as the host's parser expects */
-    tllm_board_exit(250);
+    tllm_board_exit(TLLM_EXIT_HARDFAULT);
 }

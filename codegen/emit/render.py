@@ -23,6 +23,7 @@ from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
 from .filters import FILTERS
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
+from ..abi import ABI_VERSION  # the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..board import Board
 from ..vocab import vocabulary_of
 from ..resources import cmake_dir, firmware_dir, templates_dir
@@ -36,14 +37,13 @@ def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
     return renode_files(board, request_capacity) if supports(board) else {}
 
 
-ABI_VERSION = 3  # 3: tllm_model_info.eos_ids points at every EOS id (was 4 inline)
 # OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
 # model-bound files), plus the console protocol the OUT's own firmware adds to its board code
 # (CONSOLE_SOURCES: not part of the library a user's firmware links).
 CONSOLE_SOURCES = ("tllm_main.c", "tllm_frame.c")
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
                    "tllm_weights.c") + CONSOLE_SOURCES
-RUNTIME_HEADERS = ("tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
+RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
                    "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h", "tllm_frame.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)

@@ -24,6 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from ..ir import Graph
+from ..abi import Q4X4_BLOCK, Q4X4_TILE  # stated once, with the C side (firmware/tllm_abi.h)
 
 Q4_MIN, Q4_MAX = -7, 7
 Q4_PACKING = "q4_rowmajor_lo_first"
@@ -117,8 +118,6 @@ class QuantizedGraph:
 # Activations ("x16" stream), per group: the int8 values widened to int16,
 # padded to a multiple of 8 with zeros, then int32 8*sum(q) and the float32
 # scale. Interleaving scales with data keeps the kernel at two pointers.
-Q4X4_TILE = 4
-Q4X4_BLOCK = 8
 
 
 def q4x4_group_blocks(cols: int, group_size: int) -> list[int]:
@@ -145,6 +144,39 @@ def pack_q4x4(t: Q4Tensor) -> bytes:
                 out += words.tobytes()
             out += scales[r, g].astype("<f4").tobytes()
     return bytes(out)
+
+
+def q4x4_bytes_of(rows: int, cols: int, group_size: int) -> int:
+    """Size of pack_q4x4's output (the C side computes the same from the
+    matrix descriptor: tile_bytes_of in tllm_kernels_m7.c)."""
+    tiles = -(-rows // Q4X4_TILE)
+    return tiles * sum(nb * Q4X4_TILE * 4 + Q4X4_TILE * 4 for nb in q4x4_group_blocks(cols, group_size))
+
+
+def unpack_q4x4(data: bytes, rows: int, cols: int, group_size: int, name: str = "") -> Q4Tensor:
+    """The inverse of pack_q4x4: the Q4Tensor whose q4x4 stream `data` is
+    (tests/unit/test_formats.py checks unpack(pack(t)) == t for any shape)."""
+    if len(data) != q4x4_bytes_of(rows, cols, group_size):
+        raise ValueError(f"q4x4 stream of {len(data)} B for a {rows}x{cols} g{group_size} matrix "
+                         f"(expected {q4x4_bytes_of(rows, cols, group_size)} B)")
+    tiles = -(-rows // Q4X4_TILE)
+    blocks = q4x4_group_blocks(cols, group_size)
+    width = max(g * group_size + nb * Q4X4_BLOCK for g, nb in enumerate(blocks))
+    u = np.zeros((tiles * Q4X4_TILE, max(width, cols)), np.int32)
+    scales = np.zeros((tiles * Q4X4_TILE, len(blocks)), np.float32)
+    shifts = np.array([0, 16, 4, 20, 8, 24, 12, 28], np.uint32)
+    at = 0
+    for tile in range(tiles):
+        r = slice(tile * Q4X4_TILE, (tile + 1) * Q4X4_TILE)
+        for g, nb in enumerate(blocks):
+            for b in range(nb):
+                k = g * group_size + b * Q4X4_BLOCK
+                words = np.frombuffer(data, "<u4", Q4X4_TILE, at).astype(np.uint32)
+                at += 4 * Q4X4_TILE
+                u[r, k:k + Q4X4_BLOCK] = (words[:, None] >> shifts[None, :]) & 0xF
+            scales[r, g] = np.frombuffer(data, "<f4", Q4X4_TILE, at)
+            at += 4 * Q4X4_TILE
+    return Q4Tensor(name, (u[:rows, :cols] - 8).astype(np.int8), scales[:rows].copy(), group_size)
 
 
 def x16_stream_bytes(n: int, group_size: int) -> int:

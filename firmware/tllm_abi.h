@@ -1,0 +1,38 @@
+/* Generated from codegen/abi.py by `python -m tinyllm_gen.abi` -- do not edit.
+ * The constants the generator and the runtime must agree on; the runtime
+ * _Static_asserts its structs against them. */
+#ifndef TLLM_ABI_H
+#define TLLM_ABI_H
+
+#define TLLM_ABI_VERSION 3
+
+/* weights blob (codegen/blob.py) */
+#define TLLM_BLOB_MAGIC "TLLMWTS1"
+#define TLLM_BLOB_MAGIC_BYTES 8u
+#define TLLM_BLOB_VERSION 1u
+#define TLLM_BLOB_HEADER_BYTES 64u
+
+/* request frame (codegen/protocol.py) */
+#define TLLM_REQUEST_MAGIC 0x51524C54u /* "TLRQ" read little-endian */
+#define TLLM_REQUEST_VERSION 2u
+#define TLLM_REQUEST_HEADER_BYTES 40u
+#define TLLM_REQUEST_CRC_OFFSET 36u
+#define TLLM_REQUEST_EXIT_AFTER 0x1u
+
+/* q4x4 weight layout (codegen/quant/formats.py) */
+#define TLLM_Q4X4_TILE 4u
+#define TLLM_Q4X4_BLOCK 8u
+
+/* exit statuses */
+#define TLLM_EXIT_OK             0 /* ok */
+#define TLLM_EXIT_BAD_REQUEST    3 /* bad request */
+#define TLLM_EXIT_BAD_WEIGHTS    4 /* weights blob mismatch */
+#define TLLM_EXIT_CANARY         5 /* arena or stack canary broken */
+#define TLLM_EXIT_UNEXPECTED_IRQ 249 /* unexpected interrupt */
+#define TLLM_EXIT_HARDFAULT      250 /* HardFault */
+#define TLLM_EXIT_MEMMANAGE      251 /* MemManage fault (stack overflow?) */
+#define TLLM_EXIT_BUSFAULT       252 /* BusFault */
+#define TLLM_EXIT_USAGEFAULT     253 /* UsageFault */
+#define TLLM_EXIT_NMI            254 /* NMI */
+
+#endif

@@ -165,6 +165,80 @@ int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, con
     return best;
 }
 
+/* --- batched prefill (see tllm_kernels_m7.h) ------------------------------ */
+int32_t tllm_x16_bytes(int32_t n, int32_t group) {
+    int32_t bytes = 0;
+    for (int32_t g0 = 0; g0 < n; g0 += group) bytes += n_blocks(g0 + group < n ? group : n - g0) * 2 * BLOCK + 8;
+    return bytes;
+}
+
+void tllm_x16_batch(const uint8_t *x16, int32_t stride, int32_t P, int32_t n, int32_t group, uint8_t *xb) {
+    if (P == 1) {
+        memcpy(xb, x16, (size_t)tllm_x16_bytes(n, group));
+        return;
+    }
+    int32_t off = 0; /* of this group in every x16 stream */
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t nb = n_blocks(g0 + group < n ? group : n - g0);
+        uint8_t *head = xb, *words = xb + 4 * P, *tail = words + nb * 16 * P;
+        for (int32_t p = 0; p < P; p++) {
+            const uint8_t *g = x16 + p * stride + off;
+            int32_t sum8;
+            memcpy(&sum8, g + nb * 16, 4);
+            sum8 = -sum8; /* |8 * sum| <= 8 * 127 * 128: no overflow */
+            memcpy(head + 4 * p, &sum8, 4);
+            memcpy(tail + 4 * p, g + nb * 16 + 4, 4);
+            for (int32_t b = 0; b < nb; b++)
+                for (int32_t j = 0; j < 4; j++) memcpy(words + ((b * 4 + j) * P + p) * 4, g + b * 16 + 4 * j, 4);
+        }
+        xb = tail + 4 * P;
+        off += nb * 16 + 8;
+    }
+}
+
+/* Row by row (each weight word once for the P tokens), per group: the
+ * accumulators start at -8*sum, so acc is the matvec's acc - sum8 exactly. */
+void tllm_matmat_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    if (P == 1) {
+        tllm_matvec_q4x4_c(m, xb, bias, out);
+        return;
+    }
+    const int32_t tile_bytes = tile_bytes_of(m), rows = m->rows;
+    for (int32_t r = 0; r < rows; r++) {
+        const uint8_t *w = m->stream + (r / TILE) * tile_bytes + 4 * (r % TILE);
+        const uint8_t *xa = xb;
+        float f[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+            const int32_t nb = n_blocks(g0 + m->group < m->cols ? m->group : m->cols - g0);
+            int32_t acc[TLLM_MAX_BATCH];
+            memcpy(acc, xa, 4 * (size_t)P);
+            xa += 4 * P;
+            for (int32_t b = 0; b < nb; b++) {
+                uint32_t wd;
+                memcpy(&wd, w + 16 * b, 4);
+                for (int32_t j = 0; j < 4; j++)
+                    for (int32_t p = 0; p < P; p++, xa += 4) {
+                        uint32_t xw;
+                        memcpy(&xw, xa, 4);
+                        acc[p] = smlad_c((wd >> (4 * j)) & 0x000F000Fu, xw, acc[p]);
+                    }
+            }
+            float ws;
+            memcpy(&ws, w + 16 * nb, 4);
+            w += 16 * nb + 16;
+            for (int32_t p = 0; p < P; p++, xa += 4) {
+                float xs;
+                memcpy(&xs, xa, 4);
+                f[p] = f[p] + ((float)acc[p] * ws) * xs;
+            }
+        }
+        for (int32_t p = 0; p < P; p++) out[p * rows + r] = f[p];
+    }
+    if (bias)
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t r = 0; r < rows; r++) out[p * rows + r] = out[p * rows + r] + bias[r];
+}
+
 #if defined(__ARM_ARCH_7EM__) && defined(__ARM_FEATURE_DSP) && defined(__ARM_FP)
 /* --- Cortex-M7 ----------------------------------------------------------
  * tllm_mv_q4x4_bNN(w, x, out, dims): NN = blocks per full group (4, 8, 16
@@ -295,8 +369,226 @@ void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const 
     if (bias)
         for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
 }
+/* --- Cortex-M7 batched prefill ---------------------------------------------
+ * tllm_mm_q4x4_bNN_pP(w, xb, out, dims): one row at a time (P = 2..4 tokens
+ * need 4 accumulators per row; two rows would need 18 registers), dims =
+ * {rows, full groups, blocks of the short last group, bytes per tile}.
+ * Per 8 inputs and row: one LDR of the weight word, then per lane pair j
+ * one AND (the lane, shared by the P tokens), one LDM of the P tokens'
+ * activation words, P SMLAD: 1 + 4 * (2 + P) instructions for 8P MACs.
+ * Registers: r0-r3 activation words, r4-r7 accumulators (token p in r4+p),
+ * r8 weight word, r9 lane, r10 mask, r11 weights (pre-indexed: it points
+ * at the word last loaded), r12 x16b stream, lr group counter; s0-s3 the
+ * tokens' float sums. Stack: [0] x16b start, [4] out (this row, token 0),
+ * [8] rows left, [12] full groups, [16] last-group blocks, [20] 4 * rows,
+ * [24] tile start, [28] row in tile, [32] bytes per tile. */
+__asm__(
+    "    .syntax unified\n"
+    "    .macro TLLM_MM_LANE sh, P\n"
+    "    .if \\sh == 0\n"
+    "    and r9, r8, r10\n"
+    "    .else\n"
+    "    and r9, r10, r8, lsr #\\sh\n"
+    "    .endif\n"
+    "    .if \\P == 2\n"
+    "    ldm r12!, {r0, r1}\n"
+    "    .elseif \\P == 3\n"
+    "    ldm r12!, {r0-r2}\n"
+    "    .else\n"
+    "    ldm r12!, {r0-r3}\n"
+    "    .endif\n"
+    "    smlad r4, r9, r0, r4\n"
+    "    smlad r5, r9, r1, r5\n"
+    "    .if \\P >= 3\n"
+    "    smlad r6, r9, r2, r6\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    smlad r7, r9, r3, r7\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro TLLM_MM_BLOCK P, off\n"
+    "    ldr r8, [r11, #\\off]!\n"
+    "    TLLM_MM_LANE 0, \\P\n"
+    "    TLLM_MM_LANE 4, \\P\n"
+    "    TLLM_MM_LANE 8, \\P\n"
+    "    TLLM_MM_LANE 12, \\P\n"
+    "    .endm\n"
+    /* accumulators start at -8*sum(x) of each token: acc = the matvec's acc - sum8 */
+    "    .macro TLLM_MM_START P\n"
+    "    .if \\P == 2\n"
+    "    ldm r12!, {r4, r5}\n"
+    "    .elseif \\P == 3\n"
+    "    ldm r12!, {r4-r6}\n"
+    "    .else\n"
+    "    ldm r12!, {r4-r7}\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* per token, as the matvec: f += ((float)acc * ws) * xs */
+    "    .macro TLLM_MM_END P\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    .if \\P == 3\n"
+    "    vmov s6, r6\n"
+    "    .elseif \\P == 4\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    .endif\n"
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    .if \\P >= 3\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    .endif\n"
+    "    vldr s12, [r11, #16]\n"
+    "    vmul.f32 s4, s4, s12\n"
+    "    vmul.f32 s5, s5, s12\n"
+    "    .if \\P >= 3\n"
+    "    vmul.f32 s6, s6, s12\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vmul.f32 s7, s7, s12\n"
+    "    .endif\n"
+    "    .if \\P == 2\n"
+    "    vldm r12!, {s8-s9}\n"
+    "    .elseif \\P == 3\n"
+    "    vldm r12!, {s8-s10}\n"
+    "    .else\n"
+    "    vldm r12!, {s8-s11}\n"
+    "    .endif\n"
+    "    vmla.f32 s0, s4, s8\n"
+    "    vmla.f32 s1, s5, s9\n"
+    "    .if \\P >= 3\n"
+    "    vmla.f32 s2, s6, s10\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vmla.f32 s3, s7, s11\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro TLLM_MATMAT name, nb, P\n"
+    "    .text\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    push {r4-r11, lr}\n"
+    "    sub sp, sp, #36\n"
+    "    str r1, [sp, #0]\n"
+    "    str r2, [sp, #4]\n"
+    "    ldm r3, {r4-r7}\n"
+    "    str r4, [sp, #8]\n"
+    "    str r5, [sp, #12]\n"
+    "    str r6, [sp, #16]\n"
+    "    lsls r4, r4, #2\n"
+    "    str r4, [sp, #20]\n"
+    "    str r0, [sp, #24]\n"
+    "    movs r4, #0\n"
+    "    str r4, [sp, #28]\n"
+    "    str r7, [sp, #32]\n"
+    "    movw r10, #0x000F\n"
+    "    movt r10, #0x000F\n"
+    "1:  ldr r12, [sp, #0]\n"
+    "    ldr r11, [sp, #24]\n"
+    "    ldr r0, [sp, #28]\n"
+    "    add r11, r11, r0, lsl #2\n"
+    "    sub r11, r11, #32\n"
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "    ldr lr, [sp, #12]\n"
+    "    cmp lr, #0\n"
+    "    beq 3f\n"
+    "2:  TLLM_MM_START \\P\n"
+    "    TLLM_MM_BLOCK \\P, 32\n"
+    "    .rept \\nb - 1\n"
+    "    TLLM_MM_BLOCK \\P, 16\n"
+    "    .endr\n"
+    "    TLLM_MM_END \\P\n"
+    "    subs lr, lr, #1\n"
+    "    bne 2b\n"
+    "3:  ldr lr, [sp, #16]\n"
+    "    cmp lr, #0\n"
+    "    beq 5f\n"
+    "    TLLM_MM_START \\P\n"
+    "    add r11, r11, #16\n"
+    "4:  TLLM_MM_BLOCK \\P, 16\n"
+    "    subs lr, lr, #1\n"
+    "    bne 4b\n"
+    "    TLLM_MM_END \\P\n"
+    "5:  ldr r0, [sp, #4]\n"
+    "    ldr r1, [sp, #20]\n"
+    "    vstr s0, [r0]\n"
+    "    add r2, r0, r1\n"
+    "    vstr s1, [r2]\n"
+    "    .if \\P >= 3\n"
+    "    add r2, r2, r1\n"
+    "    vstr s2, [r2]\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    add r2, r2, r1\n"
+    "    vstr s3, [r2]\n"
+    "    .endif\n"
+    "    adds r0, r0, #4\n"
+    "    str r0, [sp, #4]\n"
+    "    ldr r0, [sp, #28]\n"
+    "    adds r0, r0, #1\n"
+    "    cmp r0, #4\n"
+    "    bne 6f\n"
+    "    ldr r1, [sp, #24]\n"
+    "    ldr r2, [sp, #32]\n"
+    "    add r1, r1, r2\n"
+    "    str r1, [sp, #24]\n"
+    "    movs r0, #0\n"
+    "6:  str r0, [sp, #28]\n"
+    "    ldr r0, [sp, #8]\n"
+    "    subs r0, r0, #1\n"
+    "    str r0, [sp, #8]\n"
+    "    bne 1b\n"
+    "    add sp, sp, #36\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b4_p2, 4, 2\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b4_p3, 4, 3\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b4_p4, 4, 4\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b8_p2, 8, 2\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b8_p3, 8, 3\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b8_p4, 8, 4\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b16_p2, 16, 2\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b16_p3, 16, 3\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b16_p4, 16, 4\n");
+
+typedef void tllm_mm_fn(const uint8_t *w, const uint8_t *xb, float *out, const uint32_t *dims);
+tllm_mm_fn tllm_mm_q4x4_b4_p2, tllm_mm_q4x4_b4_p3, tllm_mm_q4x4_b4_p4, tllm_mm_q4x4_b8_p2, tllm_mm_q4x4_b8_p3,
+    tllm_mm_q4x4_b8_p4, tllm_mm_q4x4_b16_p2, tllm_mm_q4x4_b16_p3, tllm_mm_q4x4_b16_p4;
+
+void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    static tllm_mm_fn *const fns[3][3] = {{tllm_mm_q4x4_b4_p2, tllm_mm_q4x4_b4_p3, tllm_mm_q4x4_b4_p4},
+                                         {tllm_mm_q4x4_b8_p2, tllm_mm_q4x4_b8_p3, tllm_mm_q4x4_b8_p4},
+                                         {tllm_mm_q4x4_b16_p2, tllm_mm_q4x4_b16_p3, tllm_mm_q4x4_b16_p4}};
+    if (P == 1) {
+        tllm_matvec_q4x4(m, xb, bias, out);
+        return;
+    }
+    const int32_t g = m->group == 32 ? 0 : m->group == 64 ? 1 : m->group == 128 ? 2 : -1;
+    if (g < 0 || P < 2 || P > TLLM_MAX_BATCH) {
+        tllm_matmat_q4x4_c(m, xb, P, bias, out);
+        return;
+    }
+    if (m->rows == 0) return;
+    const uint32_t dims[4] = {m->rows, (uint32_t)(m->cols / m->group),
+                              (uint32_t)n_blocks((int32_t)(m->cols % m->group)), (uint32_t)tile_bytes_of(m)};
+    fns[g][P - 2](m->stream, xb, out, dims);
+    if (bias)
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t r = 0; r < m->rows; r++) out[p * m->rows + r] = out[p * m->rows + r] + bias[r];
+}
 #else
 void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out) {
     tllm_matvec_q4x4_c(m, x_stream, bias, out);
+}
+
+void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    tllm_matmat_q4x4_c(m, xb, P, bias, out);
 }
 #endif

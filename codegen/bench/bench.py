@@ -38,10 +38,13 @@ OP_OF_FUNCTION = {
     "tllm_attention_scores_i8": "attention", "tllm_attention_values_i8": "attention",
     "tllm_attention_scores_kv4": "attention", "tllm_attention_values_kv4": "attention",
     "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul", "tllm_silu_mul_pairs_x16": "silu_mul+quantize",
+    "tllm_matmat_q4x4": "matmat", "tllm_matmat_q4x4_c": "matmat", "tllm_x16_batch": "x16_batch",
+    **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
-                  "matvec_f32")
+                  "matvec_f32", "x16_batch_p4", "matmat_q4x4_m7_p2", "matmat_q4x4_m7_p3", "matmat_q4x4_m7_p4",
+                  "matmat_q4x4_c_p4")
 CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
 
 
@@ -171,7 +174,8 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
         first = 2 + s * (len(variants) + 1)  # each shape: fill(), then a mark before and after every variant
         for j, v in enumerate(variants):
             n = snaps.total_between(first + j, first + j + 1) - overhead
-            macs = c if v.startswith("quantize") else r * c
+            batch = int(v.rsplit("_p", 1)[1]) if "_p" in v and v.rsplit("_p", 1)[1].isdigit() else 1
+            macs = batch * c if v.startswith(("quantize", "x16_batch")) else batch * r * c
             figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
     return figures
 
@@ -202,7 +206,7 @@ def format_table(result: BenchResult) -> str:
     if result.kernels:
         lines += ["", f"  {'shape':<10} {'kernel':<20} {'instructions':>12} {'per MAC':>8}"]
         for k in result.kernels:
-            per = "" if k.kernel.startswith("quantize") else f"{k.instructions_per_mac:8.3f}"
+            per = "" if k.kernel.startswith(("quantize", "x16_batch")) else f"{k.instructions_per_mac:8.3f}"
             lines.append(f"  {k.shape:<10} {k.kernel:<20} {k.instructions:>12,} {per:>8}")
     if result.repeatable is not None:
         lines.append(f"\nrepeatable: {'yes, identical counts on a second run' if result.repeatable else 'NO'}")

@@ -10,7 +10,10 @@
  * Marks: two back to back (the marker's own cost), then per shape
  * (bench.py relies on this order):
  *   quantize_i8, matvec_q4 (portable), quantize_x16, matvec_q4x4 (M7 asm),
- *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline) [, CMSIS-NN s4, s8] */
+ *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline), x16_batch (P = 4
+ *   streams interleaved), matmat_q4x4 at P = 2, 3, 4 (M7 asm), matmat_q4x4_c
+ *   at P = 4 (its C twin) [, CMSIS-NN s4, s8]. The batched kernel must equal
+ *   P matvecs bit for bit and its C twin (exit status 1 if not). */
 #include <stdint.h>
 #include <string.h>
 
@@ -39,6 +42,13 @@ static int8_t xq[MAX_COLS];
 static float xs[MAX_COLS / 8];
 static uint8_t x16[MAX_COLS * 2 + (MAX_COLS / 8) * 8 + 64] __attribute__((aligned(4)));
 static float out_a[MAX_ROWS + 4], out_b[MAX_ROWS + 4], out_f[MAX_ROWS];
+/* batched prefill: four tokens' activations, their x16 streams and the x16b
+ * streams for P = 2, 3, 4 */
+#define X16_BYTES (MAX_COLS * 2 + (MAX_COLS / 8) * 8 + 64)
+static float xt[TLLM_MAX_BATCH][MAX_COLS];
+static uint8_t x16t[TLLM_MAX_BATCH * X16_BYTES] __attribute__((aligned(4)));
+static uint8_t xb2[2 * X16_BYTES], xb3[3 * X16_BYTES], xb4[4 * X16_BYTES] __attribute__((aligned(4)));
+static float out_mm[4][TLLM_MAX_BATCH * MAX_ROWS + 3], out_mc[TLLM_MAX_BATCH * MAX_ROWS + 3];
 #ifdef TLLM_BENCH_CMSIS_NN
 static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[MAX_ROWS * MAX_COLS];
 static int32_t bias_s32[MAX_ROWS];
@@ -62,6 +72,8 @@ static void fill(uint32_t rows, uint32_t cols) {
     for (uint32_t i = 0; i < rows * ((cols + group - 1) / group); i++) q4_scales[i] = 0.01f;
     for (uint32_t i = 0; i < rows * cols; i++) w_f32[i] = (float)((int32_t)(next() % 15u) - 7) * 0.01f;
     for (uint32_t i = 0; i < cols; i++) x[i] = (float)((int32_t)(next() % 2001u) - 1000) * 0.001f;
+    for (uint32_t p = 0; p < TLLM_MAX_BATCH; p++)
+        for (uint32_t i = 0; i < cols; i++) xt[p][i] = (float)((int32_t)(next() % 2001u) - 1000) * 0.001f;
 #ifdef TLLM_BENCH_CMSIS_NN
     /* CMSIS-NN's operands; made here, before the first mark, so that no
      * measured segment pays for them (the s4 call reuses q4_packed) */
@@ -101,6 +113,11 @@ int tllm_main(void) {
         const tllm_q4_matrix m = {q4_packed, q4_scales, (uint16_t)rows, (uint16_t)cols, TLLM_BENCH_GROUP};
         const tllm_q4x4_matrix m4 = {q4x4, (uint16_t)rows, (uint16_t)cols, TLLM_BENCH_GROUP};
         fill(rows, cols);
+        const int32_t xbytes = tllm_x16_bytes((int32_t)cols, TLLM_BENCH_GROUP);
+        for (int32_t p = 0; p < TLLM_MAX_BATCH; p++)
+            tllm_quantize_x16(xt[p], (int32_t)cols, TLLM_BENCH_GROUP, x16t + p * xbytes);
+        tllm_x16_batch(x16t, xbytes, 2, (int32_t)cols, TLLM_BENCH_GROUP, xb2);
+        tllm_x16_batch(x16t, xbytes, 3, (int32_t)cols, TLLM_BENCH_GROUP, xb3);
         tllm_mark();
         tllm_quantize_i8(x, (int32_t)cols, TLLM_BENCH_GROUP, xq, xs);
         tllm_mark();
@@ -113,6 +130,16 @@ int tllm_main(void) {
         tllm_matvec_q4x4_c(&m4, x16, 0, out_b);
         tllm_mark();
         matvec_f32(w_f32, x, rows, cols, out_f);
+        tllm_mark();
+        tllm_x16_batch(x16t, xbytes, 4, (int32_t)cols, TLLM_BENCH_GROUP, xb4);
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, xb2, 2, 0, out_mm[1]);
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, xb3, 3, 0, out_mm[2]);
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, xb4, 4, 0, out_mm[3]);
+        tllm_mark();
+        tllm_matmat_q4x4_c(&m4, xb4, 4, 0, out_mc);
         tllm_mark();
 #ifdef TLLM_BENCH_CMSIS_NN
         /* CMSIS-NN's int4 and int8 fully connected layers on the same shape
@@ -133,6 +160,18 @@ int tllm_main(void) {
             puts_("@BENCH mismatch: matvec_q4x4 assembly differs from its C twin\n");
             return 1;
         }
+        if (memcmp(out_mm[3], out_mc, sizeof(float) * 4 * rows) != 0) {
+            puts_("@BENCH mismatch: matmat_q4x4 assembly differs from its C twin\n");
+            return 1;
+        }
+        for (uint32_t P = 2; P <= TLLM_MAX_BATCH; P++)
+            for (uint32_t p = 0; p < P; p++) {
+                tllm_matvec_q4x4(&m4, x16t + p * (uint32_t)xbytes, 0, out_a);
+                if (memcmp(out_mm[P - 1] + p * rows, out_a, sizeof(float) * rows) != 0) {
+                    puts_("@BENCH mismatch: matmat_q4x4 differs from P matvecs\n");
+                    return 1;
+                }
+            }
     }
     puts_("@BENCH ok\n");
     return 0;

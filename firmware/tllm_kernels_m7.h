@@ -54,7 +54,9 @@ void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, cons
  * accumulators), then per block of 8 inputs and per lane pair j = 0..3 the
  * P words (x_p[k+2j], x_p[k+2j+1]) for p = 0..P-1, then P float32 scales.
  * It is exactly as long as P x16 streams. For P = 1 it IS the x16 stream. */
+#ifndef TLLM_MAX_BATCH
 #define TLLM_MAX_BATCH 4
+#endif
 
 /* Bytes of an x16 (and of a P = 1 x16b) stream of n inputs. */
 int32_t tllm_x16_bytes(int32_t n, int32_t group);

@@ -196,6 +196,85 @@ void tllm_x16_batch(const uint8_t *x16, int32_t stride, int32_t P, int32_t n, in
     }
 }
 
+/* quantize_group_x16 for token p of P >= 2, written straight into its
+ * places in one group of the x16b stream g (the same values: the same
+ * scale, rounding and sum). Returns the position after the group. */
+static inline __attribute__((always_inline)) uint8_t *quantize_group_x16b(const float *xg, int32_t len, int32_t P,
+                                                                           int32_t p, uint8_t *g) {
+    const int32_t nb = n_blocks(len);
+    /* inputs i, i+1 are lane pair i/2 of the group: word (i/2)*P + p, so consecutive pairs are P words apart */
+    uint8_t *word = g + 4 * P + 4 * p;
+    const int32_t step = 4 * P;
+    float amax = 0.0f;
+    for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i]));
+    int32_t sum = 0, i = 0;
+    float scale = 0.0f;
+    if (amax > 0.0f) {
+        scale = amax / 127.0f;
+        const float inv = 127.0f / amax;
+        for (; i + 1 < len; i += 2, word += step) {
+            const int32_t v0 = round_half_away(xg[i] * inv), v1 = round_half_away(xg[i + 1] * inv);
+            const uint32_t pair = (uint32_t)(uint16_t)v0 | (uint32_t)(uint16_t)v1 << 16;
+            memcpy(word, &pair, 4);
+            sum += v0 + v1;
+        }
+        if (i < len) { /* odd length: the last input and a zero */
+            const int32_t v0 = round_half_away(xg[i] * inv);
+            const uint32_t pair = (uint32_t)(uint16_t)v0;
+            memcpy(word, &pair, 4);
+            sum += v0;
+            i += 2;
+            word += step;
+        }
+    }
+    for (; i < nb * BLOCK; i += 2, word += step) memset(word, 0, 4);
+    const int32_t neg8 = -8 * sum;
+    memcpy(g + 4 * p, &neg8, 4);
+    memcpy(g + 4 * P + 16 * nb * P + 4 * p, &scale, 4);
+    return g + 4 * P + 16 * nb * P + 4 * P;
+}
+
+void tllm_quantize_x16b(const float *x, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb) {
+    if (P == 1) {
+        tllm_quantize_x16(x, n, group, xb);
+        return;
+    }
+    for (int32_t g0 = 0; g0 < n; g0 += group) xb = quantize_group_x16b(x + g0, g0 + group < n ? group : n - g0, P, p, xb);
+}
+
+void tllm_rmsnorm_x16b(const float *x, const float *w, int32_t n, float eps, int32_t group, int32_t P, int32_t p,
+                       uint8_t *xb) {
+    if (P == 1) {
+        tllm_rmsnorm_x16(x, w, n, eps, group, xb);
+        return;
+    }
+    float y[TLLM_MAX_GROUP];
+    const float r = rms_inverse(x, n, eps);
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t len = g0 + group < n ? group : n - g0;
+        for (int32_t i = 0; i < len; i++) y[i] = (x[g0 + i] * r) * w[g0 + i];
+        xb = quantize_group_x16b(y, len, P, p, xb);
+    }
+}
+
+void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb) {
+    if (P == 1) {
+        tllm_silu_mul_pairs_x16(gu, n, group, xb);
+        return;
+    }
+    float y[TLLM_MAX_GROUP];
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t len = g0 + group < n ? group : n - g0;
+        const float *tile = gu + 2 * g0;
+        for (int32_t i = 0; i < len; i += 2, tile += 4) {
+            const float ga = tile[0], gb = tile[1];
+            y[i] = (ga / (1.0f + exp_poly(-ga))) * tile[2];
+            y[i + 1] = (gb / (1.0f + exp_poly(-gb))) * tile[3];
+        }
+        xb = quantize_group_x16b(y, len, P, p, xb);
+    }
+}
+
 /* Row by row (each weight word once for the P tokens), per group: the
  * accumulators start at -8*sum, so acc is the matvec's acc - sum8 exactly. */
 void tllm_matmat_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {

@@ -66,6 +66,15 @@ int32_t tllm_x16_bytes(int32_t n, int32_t group);
  * into one x16b stream. Integers only: moves and one negation per group. */
 void tllm_x16_batch(const uint8_t *x16, int32_t stride, int32_t P, int32_t n, int32_t group, uint8_t *xb);
 
+/* The producers of the x16 stream, writing token p's places of an x16b
+ * stream of P tokens directly (no per-token stream, no interleaving pass):
+ * the bytes equal tllm_x16_batch of the per-token streams. P = 1 is
+ * tllm_quantize_x16 / tllm_rmsnorm_x16 / tllm_silu_mul_pairs_x16. */
+void tllm_quantize_x16b(const float *x, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb);
+void tllm_rmsnorm_x16b(const float *x, const float *w, int32_t n, float eps, int32_t group, int32_t P, int32_t p,
+                       uint8_t *xb);
+void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb);
+
 /* out[p * rows + r] = tllm_matvec_q4x4(m, x16 stream p, bias)[r] bit for
  * bit, for p < P (the contract; tests/host/test_batched_kernels.py and
  * bench/micro.c check it): each weight word is unpacked once for the P

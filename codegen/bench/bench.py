@@ -38,13 +38,14 @@ OP_OF_FUNCTION = {
     "tllm_attention_scores_i8": "attention", "tllm_attention_values_i8": "attention",
     "tllm_attention_scores_kv4": "attention", "tllm_attention_values_kv4": "attention",
     "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul", "tllm_silu_mul_pairs_x16": "silu_mul+quantize",
-    "tllm_matmat_q4x4": "matmat", "tllm_matmat_q4x4_c": "matmat", "tllm_x16_batch": "x16_batch",
+    "tllm_quantize_x16b": "quantize", "tllm_rmsnorm_x16b": "norm+quantize",
+    "tllm_silu_mul_pairs_x16b": "silu_mul+quantize", "tllm_matmat_q4x4": "matmat", "tllm_matmat_q4x4_c": "matmat", "tllm_x16_batch": "x16_batch",
     **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
                   "matvec_f32", "x16_batch_p4", "matmat_q4x4_m7_p2", "matmat_q4x4_m7_p3", "matmat_q4x4_m7_p4",
-                  "matmat_q4x4_c_p4")
+                  "matmat_q4x4_c_p4", "quantize_x16b_p4")
 CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
 
 

@@ -12,7 +12,8 @@
  *   quantize_i8, matvec_q4 (portable), quantize_x16, matvec_q4x4 (M7 asm),
  *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline), x16_batch (P = 4
  *   streams interleaved), matmat_q4x4 at P = 2, 3, 4 (M7 asm), matmat_q4x4_c
- *   at P = 4 (its C twin) [, CMSIS-NN s4, s8]. The batched kernel must equal
+ *   at P = 4 (its C twin), quantize_x16b (four tokens straight into the
+ *   x16b stream) [, CMSIS-NN s4, s8]. The batched kernel must equal
  *   P matvecs bit for bit and its C twin (exit status 1 if not). */
 #include <stdint.h>
 #include <string.h>
@@ -140,6 +141,9 @@ int tllm_main(void) {
         tllm_matmat_q4x4(&m4, xb4, 4, 0, out_mm[3]);
         tllm_mark();
         tllm_matmat_q4x4_c(&m4, xb4, 4, 0, out_mc);
+        tllm_mark();
+        for (int32_t p = 0; p < TLLM_MAX_BATCH; p++) /* the same xb4, written by the producer directly */
+            tllm_quantize_x16b(xt[p], (int32_t)cols, TLLM_BENCH_GROUP, TLLM_MAX_BATCH, p, xb4);
         tllm_mark();
 #ifdef TLLM_BENCH_CMSIS_NN
         /* CMSIS-NN's int4 and int8 fully connected layers on the same shape

@@ -173,3 +173,59 @@ if given is not None:
     def test_matmat_shapes_hypothesis(harness, rows, cols, group, P, bias, seed):
         got, mv, want, _ = run_case(harness, rows, cols, group, P, bias, seed)
         assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+PRODUCERS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tllm_kernels_m7.h"
+/* stdin: u16 n, group, P, 0; f32 x[P][2n] (rmsnorm/quantize read the first n, SiLU pairs all 2n); f32 w[n]
+ * stdout: for quantize, rmsnorm, silu pairs: the x16b written by the producers, then the interleaved
+ * per-token x16 streams (the two must be equal) */
+int main(void) {
+    unsigned short h[4];
+    if (fread(h, 2, 4, stdin) != 4) return 2;
+    const int n = h[0], group = h[1], P = h[2];
+    float *x = malloc(8u * P * n), *w = malloc(4u * n);
+    if (fread(x, 4, 2u * P * n, stdin) != 2u * P * n || fread(w, 4, n, stdin) != (size_t)n) return 2;
+    const int32_t bytes = tllm_x16_bytes(n, group);
+    uint8_t *a = malloc((size_t)P * bytes), *b = malloc((size_t)P * bytes), *s = malloc((size_t)P * bytes);
+    for (int k = 0; k < 3; k++) {
+        memset(a, 0x5A, (size_t)P * bytes);
+        for (int p = 0; p < P; p++) {
+            const float *xp = x + 2 * p * n;
+            if (k == 0) { tllm_quantize_x16b(xp, n, group, P, p, a); tllm_quantize_x16(xp, n, group, s + p * bytes); }
+            if (k == 1) { tllm_rmsnorm_x16b(xp, w, n, 1e-5f, group, P, p, a); tllm_rmsnorm_x16(xp, w, n, 1e-5f, group, s + p * bytes); }
+            if (k == 2 && n % 2 == 0) { tllm_silu_mul_pairs_x16b(xp, n, group, P, p, a); tllm_silu_mul_pairs_x16(xp, n, group, s + p * bytes); }
+        }
+        if (k == 2 && n % 2) memset(s, 0x5A, (size_t)P * bytes); /* SiLU pairs take even sizes only */
+        tllm_x16_batch(s, bytes, P, n, group, b);
+        if (k == 2 && n % 2) memcpy(b, a, (size_t)P * bytes);
+        fwrite(a, 1, (size_t)P * bytes, stdout);
+        fwrite(b, 1, (size_t)P * bytes, stdout);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def producers(tmp_path_factory):
+    return build_c_harness(tmp_path_factory.mktemp("x16b"), PRODUCERS, "tllm_kernels_m7.c")
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+@pytest.mark.parametrize("n,group", [(64, 32), (172, 64), (96, 128), (40, 32), (37, 32), (101, 64)])
+def test_x16b_producers_equal_interleaved_streams(producers, n, group, P):
+    rng = np.random.default_rng(n + group + P)
+    x = (rng.standard_normal((P, 2 * n)) * 2).astype(np.float32)
+    if P > 1:
+        x[1] = 0.0  # an all-zero token: scale 0
+    w = rng.standard_normal(n).astype(np.float32)
+    raw = subprocess.run([str(producers)], input=struct.pack("<4H", n, group, P, 0) + x.tobytes() + w.tobytes(),
+                         capture_output=True, check=True).stdout
+    size = x16_batch_bytes(n, group, P)
+    assert len(raw) == 6 * size
+    for k in range(3):
+        assert raw[2 * k * size:(2 * k + 1) * size] == raw[(2 * k + 1) * size:(2 * k + 2) * size], k

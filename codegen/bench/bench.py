@@ -43,9 +43,10 @@ OP_OF_FUNCTION = {
     **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }
+# in micro.c's mark order; a "_pP" suffix: P tokens per call (batched prefill), MACs = P x rows x cols
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
-                  "matvec_f32", "x16_batch_p4", "matmat_q4x4_m7_p2", "matmat_q4x4_m7_p3", "matmat_q4x4_m7_p4",
-                  "matmat_q4x4_c_p4", "quantize_x16b_p4")
+                  "matvec_f32", "x16_batch_p4", "matmat_q4x4_m7_p1", "matmat_q4x4_m7_p2", "matmat_q4x4_m7_p3",
+                  "matmat_q4x4_m7_p4", "matmat_q4x4_c_p4", "quantize_x16b_p4")
 CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
 
 

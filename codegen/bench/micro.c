@@ -11,7 +11,7 @@
  * (bench.py relies on this order):
  *   quantize_i8, matvec_q4 (portable), quantize_x16, matvec_q4x4 (M7 asm),
  *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline), x16_batch (P = 4
- *   streams interleaved), matmat_q4x4 at P = 2, 3, 4 (M7 asm), matmat_q4x4_c
+ *   streams interleaved), matmat_q4x4 at P = 1 (the matvec), 2, 3, 4 (M7 asm), matmat_q4x4_c
  *   at P = 4 (its C twin), quantize_x16b (four tokens straight into the
  *   x16b stream) [, CMSIS-NN s4, s8]. The batched kernel must equal
  *   P matvecs bit for bit and its C twin (exit status 1 if not). */
@@ -49,7 +49,7 @@ static float out_a[MAX_ROWS + 4], out_b[MAX_ROWS + 4], out_f[MAX_ROWS];
 static float xt[TLLM_MAX_BATCH][MAX_COLS];
 static uint8_t x16t[TLLM_MAX_BATCH * X16_BYTES] __attribute__((aligned(4)));
 static uint8_t xb2[2 * X16_BYTES], xb3[3 * X16_BYTES], xb4[4 * X16_BYTES] __attribute__((aligned(4)));
-static float out_mm[4][TLLM_MAX_BATCH * MAX_ROWS + 3], out_mc[TLLM_MAX_BATCH * MAX_ROWS + 3];
+static float out_mm[4][TLLM_MAX_BATCH * MAX_ROWS + 4], out_mc[TLLM_MAX_BATCH * MAX_ROWS + 3];
 #ifdef TLLM_BENCH_CMSIS_NN
 static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[MAX_ROWS * MAX_COLS];
 static int32_t bias_s32[MAX_ROWS];
@@ -134,6 +134,8 @@ int tllm_main(void) {
         tllm_mark();
         tllm_x16_batch(x16t, xbytes, 4, (int32_t)cols, TLLM_BENCH_GROUP, xb4);
         tllm_mark();
+        tllm_matmat_q4x4(&m4, x16t, 1, 0, out_mm[0]); /* P = 1: the matvec */
+        tllm_mark();
         tllm_matmat_q4x4(&m4, xb2, 2, 0, out_mm[1]);
         tllm_mark();
         tllm_matmat_q4x4(&m4, xb3, 3, 0, out_mm[2]);
@@ -168,7 +170,7 @@ int tllm_main(void) {
             puts_("@BENCH mismatch: matmat_q4x4 assembly differs from its C twin\n");
             return 1;
         }
-        for (uint32_t P = 2; P <= TLLM_MAX_BATCH; P++)
+        for (uint32_t P = 1; P <= TLLM_MAX_BATCH; P++)
             for (uint32_t p = 0; p < P; p++) {
                 tllm_matvec_q4x4(&m4, x16t + p * (uint32_t)xbytes, 0, out_a);
                 if (memcmp(out_mm[P - 1] + p * rows, out_a, sizeof(float) * rows) != 0) {

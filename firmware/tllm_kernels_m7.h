@@ -53,7 +53,18 @@ void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, cons
  * P int32 -8*sum(q_p) (the offset correction, negated: it starts the
  * accumulators), then per block of 8 inputs and per lane pair j = 0..3 the
  * P words (x_p[k+2j], x_p[k+2j+1]) for p = 0..P-1, then P float32 scales.
- * It is exactly as long as P x16 streams. For P = 1 it IS the x16 stream. */
+ * It is exactly as long as P x16 streams. For P = 1 it IS the x16 stream.
+ *
+ * Prefill with these, per chunk of P prompt tokens: the producers below
+ * (tllm_rmsnorm_x16b, tllm_silu_mul_pairs_x16b, tllm_quantize_x16b) write
+ * each token's activations into the chunk's x16b stream; every linear,
+ * the fused gate/up matrix included, is one tllm_matmat_q4x4 (outputs
+ * token-major: token p's vector at out + p * rows, e.g. its gu tiles for
+ * tllm_silu_mul_pairs_x16b); RoPE and attention stay per token, in order
+ * (store token p's k/v, then attend over positions <= p: causal inside
+ * the chunk as in step-by-step decoding). Only the last prompt token needs
+ * logits: its final norm as a plain x16 stream, then the classifier
+ * (tllm_matvec_q4x4 or tllm_argmax_q4x4) once. */
 #ifndef TLLM_MAX_BATCH
 #define TLLM_MAX_BATCH 4
 #endif

@@ -276,43 +276,47 @@ void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t
 }
 
 /* Row by row (each weight word once for the P tokens), per group: the
- * accumulators start at -8*sum, so acc is the matvec's acc - sum8 exactly. */
+ * accumulators start at -8*sum, so acc is the matvec's acc - sum8 exactly.
+ * Any P >= 2 (TLLM_MAX_BATCH tokens at a time). */
 void tllm_matmat_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
     if (P == 1) {
         tllm_matvec_q4x4_c(m, xb, bias, out);
         return;
     }
     const int32_t tile_bytes = tile_bytes_of(m), rows = m->rows;
-    for (int32_t r = 0; r < rows; r++) {
-        const uint8_t *w = m->stream + (r / TILE) * tile_bytes + 4 * (r % TILE);
-        const uint8_t *xa = xb;
-        float f[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
-            const int32_t nb = n_blocks(g0 + m->group < m->cols ? m->group : m->cols - g0);
-            int32_t acc[TLLM_MAX_BATCH];
-            memcpy(acc, xa, 4 * (size_t)P);
-            xa += 4 * P;
-            for (int32_t b = 0; b < nb; b++) {
-                uint32_t wd;
-                memcpy(&wd, w + 16 * b, 4);
-                for (int32_t j = 0; j < 4; j++)
-                    for (int32_t p = 0; p < P; p++, xa += 4) {
-                        uint32_t xw;
-                        memcpy(&xw, xa, 4);
-                        acc[p] = smlad_c((wd >> (4 * j)) & 0x000F000Fu, xw, acc[p]);
-                    }
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t p0 = 0; p0 < P; p0 += TLLM_MAX_BATCH) {
+            const int32_t np = P - p0 < TLLM_MAX_BATCH ? P - p0 : TLLM_MAX_BATCH;
+            const uint8_t *w = m->stream + (r / TILE) * tile_bytes + 4 * (r % TILE);
+            const uint8_t *xa = xb;
+            float f[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+                const int32_t nb = n_blocks(g0 + m->group < m->cols ? m->group : m->cols - g0);
+                int32_t acc[TLLM_MAX_BATCH];
+                memcpy(acc, xa + 4 * p0, 4 * (size_t)np);
+                xa += 4 * P;
+                for (int32_t b = 0; b < nb; b++) {
+                    uint32_t wd;
+                    memcpy(&wd, w + 16 * b, 4);
+                    for (int32_t j = 0; j < 4; j++, xa += 4 * P)
+                        for (int32_t p = 0; p < np; p++) {
+                            uint32_t xw;
+                            memcpy(&xw, xa + 4 * (p0 + p), 4);
+                            acc[p] = smlad_c((wd >> (4 * j)) & 0x000F000Fu, xw, acc[p]);
+                        }
+                }
+                float ws;
+                memcpy(&ws, w + 16 * nb, 4);
+                w += 16 * nb + 16;
+                for (int32_t p = 0; p < np; p++) {
+                    float xs;
+                    memcpy(&xs, xa + 4 * (p0 + p), 4);
+                    f[p] = f[p] + ((float)acc[p] * ws) * xs;
+                }
+                xa += 4 * P;
             }
-            float ws;
-            memcpy(&ws, w + 16 * nb, 4);
-            w += 16 * nb + 16;
-            for (int32_t p = 0; p < P; p++, xa += 4) {
-                float xs;
-                memcpy(&xs, xa, 4);
-                f[p] = f[p] + ((float)acc[p] * ws) * xs;
-            }
+            for (int32_t p = 0; p < np; p++) out[(p0 + p) * rows + r] = f[p];
         }
-        for (int32_t p = 0; p < P; p++) out[p * rows + r] = f[p];
-    }
     if (bias)
         for (int32_t p = 0; p < P; p++)
             for (int32_t r = 0; r < rows; r++) out[p * rows + r] = out[p * rows + r] + bias[r];

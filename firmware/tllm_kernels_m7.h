@@ -93,7 +93,9 @@ void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t
  * float operations in the same order. Serves the fused gate/up matrix too
  * (its output per token is the interleaved gu vector of the matvec).
  * out must have room for P * rows + 3 floats (P = 1 is the matvec, which
- * writes whole 4-row tiles). */
+ * writes whole 4-row tiles); xb 4-byte aligned, as every x16 stream. The
+ * assembly takes P = 2..4 and group sizes 32/64/128, anything else (P > 4
+ * too) runs the portable twin. */
 void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
 
 /* Its portable twin (reads the x16b layout; the M7 assembly is checked

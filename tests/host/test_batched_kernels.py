@@ -89,6 +89,13 @@ def test_matmat_is_p_matvecs_bit_for_bit(harness, rows, cols, group, bias, P):
     assert sizes == (x16_batch_bytes(cols, group, P), x16_stream_bytes(cols, group))
 
 
+@pytest.mark.parametrize("P", [5, 8])
+def test_more_tokens_than_the_assembly_takes(harness, P):
+    # P > TLLM_MAX_BATCH runs the portable twin, four tokens at a time: still P matvecs
+    got, mv, want, _ = run_case(harness, 9, 100, 32, P, True, seed=P)
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist() == mv.view(np.uint32).tolist()
+
+
 @pytest.mark.parametrize("P", [2, 4])
 def test_strided_streams_and_zero_vectors(harness, P):
     # streams 20 bytes apart beyond their size; an all-zero token (scale 0) in the batch
@@ -143,7 +150,7 @@ def portable(tmp_path_factory):
     return build_c_harness(tmp_path_factory.mktemp("batched_q4"), PORTABLE, "tllm_kernels.c")
 
 
-@pytest.mark.parametrize("P", [1, 2, 3, 4])
+@pytest.mark.parametrize("P", [1, 2, 3, 4, 6])
 @pytest.mark.parametrize("rows,cols,group,bias", [(6, 40, 32, True), (13, 172, 64, False), (5, 171, 128, True)])
 def test_portable_matmat_is_p_matvecs(portable, rows, cols, group, bias, P):
     rng = np.random.default_rng(rows + cols + P)
@@ -215,7 +222,7 @@ def producers(tmp_path_factory):
     return build_c_harness(tmp_path_factory.mktemp("x16b"), PRODUCERS, "tllm_kernels_m7.c")
 
 
-@pytest.mark.parametrize("P", [1, 2, 3, 4])
+@pytest.mark.parametrize("P", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("n,group", [(64, 32), (172, 64), (96, 128), (40, 32), (37, 32), (101, 64)])
 def test_x16b_producers_equal_interleaved_streams(producers, n, group, P):
     rng = np.random.default_rng(n + group + P)

@@ -133,6 +133,23 @@ def matvec_shapes(config: dict) -> list[tuple[int, int]]:
 
 def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> list[KernelFigure]:
     """Build and run bench/micro.c for these shapes on the QEMU board."""
+    snaps = run_micro(shapes, group, cmsis_nn)
+    variants = MICRO_VARIANTS + (CMSIS_VARIANTS if cmsis_nn is not None else ())
+    overhead = snaps.total_between(0, 1)  # one mark call, measured
+    figures = []
+    for s, (r, c) in enumerate(shapes):
+        first = 2 + s * (len(variants) + 1)  # each shape: fill(), then a mark before and after every variant
+        for j, v in enumerate(variants):
+            n = snaps.total_between(first + j, first + j + 1) - overhead
+            batch = int(v.rsplit("_p", 1)[1]) if "_p" in v and v.rsplit("_p", 1)[1].isdigit() else 1
+            macs = batch * c if v.startswith(("quantize", "x16_batch")) else batch * r * c
+            figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
+    return figures
+
+
+def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> Snapshots:
+    """bench/micro.c built for these shapes and run counted under QEMU (its
+    console holds the batched outputs' hashes, "@BENCH out ...")."""
     board = load_board("qemu-mps2-an500")
     for r, c in shapes:
         if r > 256 or c > 256:
@@ -169,17 +186,7 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
         snaps = run_counted(t / "b" / "micro.elf", board, None, None)
     if snaps.exit_code != 0:
         raise UserError(f"kernel bench failed (status {snaps.exit_code}): {snaps.console.strip()}")
-    variants = MICRO_VARIANTS + (CMSIS_VARIANTS if cmsis_nn is not None else ())
-    overhead = snaps.total_between(0, 1)  # one mark call, measured
-    figures = []
-    for s, (r, c) in enumerate(shapes):
-        first = 2 + s * (len(variants) + 1)  # each shape: fill(), then a mark before and after every variant
-        for j, v in enumerate(variants):
-            n = snaps.total_between(first + j, first + j + 1) - overhead
-            batch = int(v.rsplit("_p", 1)[1]) if "_p" in v and v.rsplit("_p", 1)[1].isdigit() else 1
-            macs = batch * c if v.startswith(("quantize", "x16_batch")) else batch * r * c
-            figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
-    return figures
+    return snaps
 
 
 def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker) -> str:

@@ -67,6 +67,31 @@ __attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
 
 static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
 
+static void put_u32(uint32_t v, int hex) {
+    char b[12];
+    int n = 0;
+    do {
+        b[n++] = "0123456789abcdef"[v % (hex ? 16u : 10u)];
+        v /= hex ? 16u : 10u;
+    } while (v);
+    for (int i = 0; i < n / 2; i++) {
+        const char c = b[i];
+        b[i] = b[n - 1 - i];
+        b[n - 1 - i] = c;
+    }
+    b[n] = 0;
+    puts_(b);
+}
+
+/* FNV-1a of the bytes: the host recomputes the batched outputs with numpy
+ * (tests/emu/test_batched_qemu.py) and compares hashes */
+static uint32_t fnv1a(const void *data, uint32_t n) {
+    const uint8_t *p = data;
+    uint32_t h = 2166136261u;
+    for (uint32_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
 static void fill(uint32_t rows, uint32_t cols) {
     const uint32_t group = TLLM_BENCH_GROUP;
     for (uint32_t i = 0; i < rows * ((cols + 1) / 2); i++) q4_packed[i] = (uint8_t)next();
@@ -178,6 +203,15 @@ int tllm_main(void) {
                     return 1;
                 }
             }
+        for (uint32_t P = 1; P <= TLLM_MAX_BATCH; P++) { /* "@BENCH out <shape> <P> <fnv1a of P x rows floats>" */
+            puts_("@BENCH out ");
+            put_u32(s, 0);
+            puts_(" ");
+            put_u32(P, 0);
+            puts_(" ");
+            put_u32(fnv1a(out_mm[P - 1], (uint32_t)sizeof(float) * P * rows), 1);
+            puts_("\n");
+        }
     }
     puts_("@BENCH ok\n");
     return 0;

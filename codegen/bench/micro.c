@@ -14,7 +14,8 @@
  *   streams interleaved), matmat_q4x4 at P = 1 (the matvec), 2, 3, 4 (M7 asm), matmat_q4x4_c
  *   at P = 4 (its C twin), quantize_x16b (four tokens straight into the
  *   x16b stream) [, CMSIS-NN s4, s8]. The batched kernel must equal
- *   P matvecs bit for bit and its C twin (exit status 1 if not). */
+ *   P matvecs bit for bit and its C twin (exit status 1 if not); a hash of
+ *   each batched output ("@BENCH out") lets the host compare it with numpy. */
 #include <stdint.h>
 #include <string.h>
 

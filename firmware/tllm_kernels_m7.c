@@ -453,18 +453,24 @@ void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const 
         for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
 }
 /* --- Cortex-M7 batched prefill ---------------------------------------------
- * tllm_mm_q4x4_bNN_pP(w, xb, out, dims): one row at a time (P = 2..4 tokens
- * need 4 accumulators per row; two rows would need 18 registers), dims =
- * {rows, full groups, blocks of the short last group, bytes per tile}.
- * Per 8 inputs and row: one LDR of the weight word, then per lane pair j
- * one AND (the lane, shared by the P tokens), one LDM of the P tokens'
- * activation words, P SMLAD: 1 + 4 * (2 + P) instructions for 8P MACs.
- * Registers: r0-r3 activation words, r4-r7 accumulators (token p in r4+p),
- * r8 weight word, r9 lane, r10 mask, r11 weights (pre-indexed: it points
- * at the word last loaded), r12 x16b stream, lr group counter; s0-s3 the
- * tokens' float sums. Stack: [0] x16b start, [4] out (this row, token 0),
- * [8] rows left, [12] full groups, [16] last-group blocks, [20] 4 * rows,
- * [24] tile start, [28] row in tile, [32] bytes per tile. */
+ * tllm_mm_q4x4_bNN_pP(w, xb, out, dims), NN = blocks per full group, dims =
+ * {rows, full groups, blocks of the short last group, x16b bytes of the
+ * full groups}. P = 3, 4: one row at a time (4 accumulators per row; two
+ * rows of four tokens would need 18 registers). Per 8 inputs and row: one
+ * LDR of the weight word, per lane pair j one AND (the lane, shared by the
+ * P tokens' SMLADs), and the activation words rotate through 5 (P = 4) or
+ * 6 (P = 3) registers, one LDM each: 1 + 4 + 4P + 4P/K instructions for 8P
+ * MACs. P = 2: two rows of a tile at a time (LDRD of both weight words, two
+ * AND per lane pair, one LDM of two lane pairs' words for both rows).
+ * Registers (P = 3, 4): r0-r3 (+ r7 for P = 3) and lr activation words,
+ * r4.. accumulators (token p in r4+p), r8 weight word, r9 lane, r10 mask,
+ * r11 weights (pre-indexed: it points at the word last loaded), r12 x16b
+ * stream; s0-s3 the float sums. Rows go in slot-major order (every tile's
+ * row 0, then row 1, ...), so after a row r11 already points at the next
+ * tile's same row. Stack: [0] x16b start, [4] out (this row, token 0), [8]
+ * rows left from this one, [12] full groups, [16] last-group blocks, [20] 4
+ * * rows, [24] slot, [28] rows, [32] weights, [36] out, [40] end of the
+ * full groups in the x16b stream (the full-group loop's end). */
 __asm__(
     "    .syntax unified\n"
     "    .macro TLLM_MM_LANE sh, P\n"
@@ -582,34 +588,6 @@ __asm__(
     "    add r2, r2, r0, lsl #2\n"
     "    str r2, [sp, #4]\n"
     "    .endm\n"
-    /* the groups of one row (or row pair): full groups unrolled, then the short one */
-    "    .macro TLLM_MM_GROUPS nb, P, start, block, end\n"
-    "    ldr r12, [sp, #0]\n"
-    "    movs r0, #0\n"
-    "    vmov s0, s1, r0, r0\n"
-    "    vmov s2, s3, r0, r0\n"
-    "    ldr lr, [sp, #12]\n"
-    "    cmp lr, #0\n"
-    "    beq 3f\n"
-    "2:  \\start \\P\n"
-    "    \\block \\P, 32\n"
-    "    .rept \\nb - 1\n"
-    "    \\block \\P, 16\n"
-    "    .endr\n"
-    "    \\end \\P\n"
-    "    subs lr, lr, #1\n"
-    "    bne 2b\n"
-    "3:  ldr lr, [sp, #16]\n"
-    "    cmp lr, #0\n"
-    "    beq 5f\n"
-    "    \\start \\P\n"
-    "    add r11, r11, #16\n"
-    "4:  \\block \\P, 16\n"
-    "    subs lr, lr, #1\n"
-    "    bne 4b\n"
-    "    \\end \\P\n"
-    "5:\n"
-    "    .endm\n"
     /* Full groups for P = 3, 4 with the activation words rotating through
      * K registers (K = 5 for P = 4: r0-r3, lr; K = 6 for P = 3: r0-r3, r7,
      * lr): one LDM per K words instead of one per P, the group loop ends
@@ -715,12 +693,9 @@ __asm__(
     "    TLLM_MM_END \\P\n"
     "5:\n"
     "    .endm\n"
-    /* P = 3, 4: one row at a time. Stack: [0] x16b start, [4] out (this
-     * row, token 0), [8] rows left from this one, [12] full groups, [16]
-     * last-group blocks, [20] 4 * rows, [24] slot, [28] rows, [32] weights,
-     * [36] out */
+    /* P = 3, 4: one row at a time (stack: see above) */
     "    .macro TLLM_MATMAT name, nb, P\n"
-    "    .text\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
     "    .balign 4\n"
     "    .global \\name\n"
     "    .thumb_func\n"
@@ -873,7 +848,7 @@ __asm__(
     "    .endm\n"
     /* stack as TLLM_MATMAT; the slots are 0 and 2 (row pairs) */
     "    .macro TLLM_MATMAT2 name, nb\n"
-    "    .text\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
     "    .balign 4\n"
     "    .global \\name\n"
     "    .thumb_func\n"

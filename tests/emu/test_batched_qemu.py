@@ -17,7 +17,7 @@ from tinyllm_gen.bench.bench import run_micro
 
 pytestmark = pytest.mark.emu
 
-SHAPES = [(13, 172), (1, 40), (7, 256), (64, 64), (6, 20)]
+SHAPES = [(13, 172), (1, 40), (7, 256), (64, 64), (6, 20), (5, 3), (2, 8), (3, 200)]
 SHIFTS = (0, 16, 4, 20, 8, 24, 12, 28)  # input k+i of a q4x4 word (quant/formats.py)
 F32 = np.float32
 

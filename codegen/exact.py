@@ -131,6 +131,18 @@ def matvec_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int, x_q: np.ndarray
     return acc
 
 
+def matmat_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int, x_q: np.ndarray, x_scales: np.ndarray,
+              bias: np.ndarray | None = None) -> np.ndarray:
+    """Batched prefill: P activation vectors x_q [P, cols], x_scales [P, n_groups]
+    through one matrix -> [P, rows].  The contract of the batched kernels
+    (tllm_matmat_q4x4, tllm_matmat_q4) is that row p equals matvec_q4 of
+    vector p bit for bit, so the twin is literally P matvecs."""
+    return np.stack([matvec_q4(w_q, w_scales, group, xq, xs, bias) for xq, xs in zip(x_q, x_scales)])
+
+
+matmat_q4x4 = matmat_q4  # the M7 layout computes the same numbers (quant/formats.py)
+
+
 def dequant_row_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int) -> np.ndarray:
     """Embedding lookup: x[i] = (float)q[i] * scale[group(i)]."""
     out = np.empty(w_q.shape[-1], F32)

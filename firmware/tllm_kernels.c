@@ -75,6 +75,38 @@ void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, 
     }
 }
 
+void tllm_matmat_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                    float *out) {
+    const int32_t cols = m->cols, group = m->group, rows = m->rows;
+    const int32_t n_groups = (cols + group - 1) / group;
+    const uint32_t row_bytes = (uint32_t)((cols + 1) / 2);
+    int8_t w[256]; /* one group of the row, unpacked once for the tokens (group <= 256) */
+    for (int32_t r = 0; r < rows; r++) {
+        const uint8_t *row = m->packed + (uint32_t)r * row_bytes;
+        const float *ws = m->scales + (uint32_t)r * (uint32_t)n_groups;
+        for (int32_t p0 = 0; p0 < P; p0 += TLLM_MAX_BATCH) { /* TLLM_MAX_BATCH tokens at a time */
+            const int32_t np = P - p0 < TLLM_MAX_BATCH ? P - p0 : TLLM_MAX_BATCH;
+            float acc[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int32_t g = 0; g < n_groups; g++) {
+                const int32_t g0 = g * group;
+                const int32_t g1 = g0 + group < cols ? g0 + group : cols;
+                for (int32_t i = g0; i < g1; i++) {
+                    const uint8_t b = row[i >> 1];
+                    const int32_t nib = (i & 1) ? (b >> 4) : (b & 0xF);
+                    w[i - g0] = (int8_t)(nib > 7 ? nib - 16 : nib);
+                }
+                for (int32_t p = 0; p < np; p++) {
+                    const int8_t *x = xq + (p0 + p) * cols + g0;
+                    int32_t isum = 0;
+                    for (int32_t i = 0; i < g1 - g0; i++) isum += (int32_t)w[i] * (int32_t)x[i];
+                    acc[p] = acc[p] + ((float)isum * ws[g]) * xs[(p0 + p) * n_groups + g];
+                }
+            }
+            for (int32_t p = 0; p < np; p++) out[(p0 + p) * rows + r] = bias ? acc[p] + bias[r] : acc[p];
+        }
+    }
+}
+
 void tllm_rope(float *x, int32_t n_heads, int32_t head_dim, const float *cos, const float *sin) {
     const int32_t half = head_dim / 2;
     for (int32_t h = 0; h < n_heads; h++) {

@@ -57,6 +57,16 @@ void tllm_quantize_i8(const float *x, int32_t n, int32_t group, int8_t *q, float
  * The one matvec interface every linear layer goes through. */
 void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out);
 
+/* Batched prefill, P tokens through one matrix (TLLM_MAX_BATCH at a time): token p's
+ * int8 activations at xq + p * cols, its scales at xs + p * n_groups;
+ * out[p * rows + r] equals tllm_matvec_q4 of token p bit for bit (each
+ * group's nibbles are unpacked once for the P tokens). Twin: exact.matmat_q4. */
+#ifndef TLLM_MAX_BATCH
+#define TLLM_MAX_BATCH 4
+#endif
+void tllm_matmat_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                    float *out);
+
 /* Greedy-only builds: tllm_matvec_q4 over chunk_rows rows at a time into
  * chunk, returning the index of the first maximum (as tllm_argmax). */
 int32_t tllm_argmax_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,

@@ -165,6 +165,163 @@ int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, con
     return best;
 }
 
+/* --- batched prefill (see tllm_kernels_m7.h) ------------------------------ */
+int32_t tllm_x16_bytes(int32_t n, int32_t group) {
+    int32_t bytes = 0;
+    for (int32_t g0 = 0; g0 < n; g0 += group) bytes += n_blocks(g0 + group < n ? group : n - g0) * 2 * BLOCK + 8;
+    return bytes;
+}
+
+void tllm_x16_batch(const uint8_t *x16, int32_t stride, int32_t P, int32_t n, int32_t group, uint8_t *xb) {
+    if (P == 1) {
+        memcpy(xb, x16, (size_t)tllm_x16_bytes(n, group));
+        return;
+    }
+    int32_t off = 0; /* of this group in every x16 stream */
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t nb = n_blocks(g0 + group < n ? group : n - g0);
+        uint8_t *head = xb, *words = xb + 4 * P, *tail = words + nb * 16 * P;
+        for (int32_t p = 0; p < P; p++) {
+            const uint8_t *g = x16 + p * stride + off;
+            int32_t sum8;
+            memcpy(&sum8, g + nb * 16, 4);
+            sum8 = -sum8; /* |8 * sum| <= 8 * 127 * 128: no overflow */
+            memcpy(head + 4 * p, &sum8, 4);
+            memcpy(tail + 4 * p, g + nb * 16 + 4, 4);
+            for (int32_t b = 0; b < nb; b++)
+                for (int32_t j = 0; j < 4; j++) memcpy(words + ((b * 4 + j) * P + p) * 4, g + b * 16 + 4 * j, 4);
+        }
+        xb = tail + 4 * P;
+        off += nb * 16 + 8;
+    }
+}
+
+/* quantize_group_x16 for token p of P >= 2, written straight into its
+ * places in one group of the x16b stream g (the same values: the same
+ * scale, rounding and sum). Returns the position after the group. */
+static inline __attribute__((always_inline)) uint8_t *quantize_group_x16b(const float *xg, int32_t len, int32_t P,
+                                                                           int32_t p, uint8_t *g) {
+    const int32_t nb = n_blocks(len);
+    /* inputs i, i+1 are lane pair i/2 of the group: word (i/2)*P + p, so consecutive pairs are P words apart */
+    uint8_t *word = g + 4 * P + 4 * p;
+    const int32_t step = 4 * P;
+    float amax = 0.0f;
+    for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i]));
+    int32_t sum = 0, i = 0;
+    float scale = 0.0f;
+    if (amax > 0.0f) {
+        scale = amax / 127.0f;
+        const float inv = 127.0f / amax;
+        for (; i + 1 < len; i += 2, word += step) {
+            const int32_t v0 = round_half_away(xg[i] * inv), v1 = round_half_away(xg[i + 1] * inv);
+            const uint32_t pair = (uint32_t)(uint16_t)v0 | (uint32_t)(uint16_t)v1 << 16;
+            memcpy(word, &pair, 4);
+            sum += v0 + v1;
+        }
+        if (i < len) { /* odd length: the last input and a zero */
+            const int32_t v0 = round_half_away(xg[i] * inv);
+            const uint32_t pair = (uint32_t)(uint16_t)v0;
+            memcpy(word, &pair, 4);
+            sum += v0;
+            i += 2;
+            word += step;
+        }
+    }
+    for (; i < nb * BLOCK; i += 2, word += step) memset(word, 0, 4);
+    const int32_t neg8 = -8 * sum;
+    memcpy(g + 4 * p, &neg8, 4);
+    memcpy(g + 4 * P + 16 * nb * P + 4 * p, &scale, 4);
+    return g + 4 * P + 16 * nb * P + 4 * P;
+}
+
+void tllm_quantize_x16b(const float *x, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb) {
+    if (P == 1) {
+        tllm_quantize_x16(x, n, group, xb);
+        return;
+    }
+    for (int32_t g0 = 0; g0 < n; g0 += group) xb = quantize_group_x16b(x + g0, g0 + group < n ? group : n - g0, P, p, xb);
+}
+
+void tllm_rmsnorm_x16b(const float *x, const float *w, int32_t n, float eps, int32_t group, int32_t P, int32_t p,
+                       uint8_t *xb) {
+    if (P == 1) {
+        tllm_rmsnorm_x16(x, w, n, eps, group, xb);
+        return;
+    }
+    float y[TLLM_MAX_GROUP];
+    const float r = rms_inverse(x, n, eps);
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t len = g0 + group < n ? group : n - g0;
+        for (int32_t i = 0; i < len; i++) y[i] = (x[g0 + i] * r) * w[g0 + i];
+        xb = quantize_group_x16b(y, len, P, p, xb);
+    }
+}
+
+void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb) {
+    if (P == 1) {
+        tllm_silu_mul_pairs_x16(gu, n, group, xb);
+        return;
+    }
+    float y[TLLM_MAX_GROUP];
+    for (int32_t g0 = 0; g0 < n; g0 += group) {
+        const int32_t len = g0 + group < n ? group : n - g0;
+        const float *tile = gu + 2 * g0;
+        for (int32_t i = 0; i < len; i += 2, tile += 4) {
+            const float ga = tile[0], gb = tile[1];
+            y[i] = (ga / (1.0f + exp_poly(-ga))) * tile[2];
+            y[i + 1] = (gb / (1.0f + exp_poly(-gb))) * tile[3];
+        }
+        xb = quantize_group_x16b(y, len, P, p, xb);
+    }
+}
+
+/* Row by row (each weight word once for the P tokens), per group: the
+ * accumulators start at -8*sum, so acc is the matvec's acc - sum8 exactly.
+ * Any P >= 2 (TLLM_MAX_BATCH tokens at a time). */
+void tllm_matmat_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    if (P == 1) {
+        tllm_matvec_q4x4_c(m, xb, bias, out);
+        return;
+    }
+    const int32_t tile_bytes = tile_bytes_of(m), rows = m->rows;
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t p0 = 0; p0 < P; p0 += TLLM_MAX_BATCH) {
+            const int32_t np = P - p0 < TLLM_MAX_BATCH ? P - p0 : TLLM_MAX_BATCH;
+            const uint8_t *w = m->stream + (r / TILE) * tile_bytes + 4 * (r % TILE);
+            const uint8_t *xa = xb;
+            float f[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+                const int32_t nb = n_blocks(g0 + m->group < m->cols ? m->group : m->cols - g0);
+                int32_t acc[TLLM_MAX_BATCH];
+                memcpy(acc, xa + 4 * p0, 4 * (size_t)np);
+                xa += 4 * P;
+                for (int32_t b = 0; b < nb; b++) {
+                    uint32_t wd;
+                    memcpy(&wd, w + 16 * b, 4);
+                    for (int32_t j = 0; j < 4; j++, xa += 4 * P)
+                        for (int32_t p = 0; p < np; p++) {
+                            uint32_t xw;
+                            memcpy(&xw, xa + 4 * (p0 + p), 4);
+                            acc[p] = smlad_c((wd >> (4 * j)) & 0x000F000Fu, xw, acc[p]);
+                        }
+                }
+                float ws;
+                memcpy(&ws, w + 16 * nb, 4);
+                w += 16 * nb + 16;
+                for (int32_t p = 0; p < np; p++) {
+                    float xs;
+                    memcpy(&xs, xa + 4 * (p0 + p), 4);
+                    f[p] = f[p] + ((float)acc[p] * ws) * xs;
+                }
+                xa += 4 * P;
+            }
+            for (int32_t p = 0; p < np; p++) out[(p0 + p) * rows + r] = f[p];
+        }
+    if (bias)
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t r = 0; r < rows; r++) out[p * rows + r] = out[p * rows + r] + bias[r];
+}
+
 #if defined(__ARM_ARCH_7EM__) && defined(__ARM_FEATURE_DSP) && defined(__ARM_FP)
 /* --- Cortex-M7 ----------------------------------------------------------
  * tllm_mv_q4x4_bNN(w, x, out, dims): NN = blocks per full group (4, 8, 16
@@ -295,8 +452,477 @@ void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const 
     if (bias)
         for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
 }
+/* --- Cortex-M7 batched prefill ---------------------------------------------
+ * tllm_mm_q4x4_bNN_pP(w, xb, out, dims), NN = blocks per full group, dims =
+ * {rows, full groups, blocks of the short last group, x16b bytes of the
+ * full groups}. P = 3, 4: one row at a time (4 accumulators per row; two
+ * rows of four tokens would need 18 registers). Per 8 inputs and row: one
+ * LDR of the weight word, per lane pair j one AND (the lane, shared by the
+ * P tokens' SMLADs), and the activation words rotate through 5 (P = 4) or
+ * 6 (P = 3) registers, one LDM each: 1 + 4 + 4P + 4P/K instructions for 8P
+ * MACs. P = 2: two rows of a tile at a time (LDRD of both weight words, two
+ * AND per lane pair, one LDM of two lane pairs' words for both rows).
+ * Registers (P = 3, 4): r0-r3 (+ r7 for P = 3) and lr activation words,
+ * r4.. accumulators (token p in r4+p), r8 weight word, r9 lane, r10 mask,
+ * r11 weights (pre-indexed: it points at the word last loaded), r12 x16b
+ * stream; s0-s3 the float sums. Rows go in slot-major order (every tile's
+ * row 0, then row 1, ...), so after a row r11 already points at the next
+ * tile's same row. Stack: [0] x16b start, [4] out (this row, token 0), [8]
+ * rows left from this one, [12] full groups, [16] last-group blocks, [20] 4
+ * * rows, [24] slot, [28] rows, [32] weights, [36] out, [40] end of the
+ * full groups in the x16b stream (the full-group loop's end). */
+__asm__(
+    "    .syntax unified\n"
+    "    .macro TLLM_MM_LANE sh, P\n"
+    "    .if \\sh == 0\n"
+    "    and r9, r8, r10\n"
+    "    .else\n"
+    "    and r9, r10, r8, lsr #\\sh\n"
+    "    .endif\n"
+    "    .if \\P == 2\n"
+    "    ldm r12!, {r0, r1}\n"
+    "    .elseif \\P == 3\n"
+    "    ldm r12!, {r0-r2}\n"
+    "    .else\n"
+    "    ldm r12!, {r0-r3}\n"
+    "    .endif\n"
+    "    smlad r4, r9, r0, r4\n"
+    "    smlad r5, r9, r1, r5\n"
+    "    .if \\P >= 3\n"
+    "    smlad r6, r9, r2, r6\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    smlad r7, r9, r3, r7\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro TLLM_MM_BLOCK P, off\n"
+    "    ldr r8, [r11, #\\off]!\n"
+    "    TLLM_MM_LANE 0, \\P\n"
+    "    TLLM_MM_LANE 4, \\P\n"
+    "    TLLM_MM_LANE 8, \\P\n"
+    "    TLLM_MM_LANE 12, \\P\n"
+    "    .endm\n"
+    /* accumulators start at -8*sum(x) of each token: acc = the matvec's acc - sum8 */
+    "    .macro TLLM_MM_START P\n"
+    "    .if \\P == 2\n"
+    "    ldm r12!, {r4, r5}\n"
+    "    .elseif \\P == 3\n"
+    "    ldm r12!, {r4-r6}\n"
+    "    .else\n"
+    "    ldm r12!, {r4-r7}\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* per token, as the matvec: f += ((float)acc * ws) * xs */
+    "    .macro TLLM_MM_END P\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    .if \\P == 3\n"
+    "    vmov s6, r6\n"
+    "    .elseif \\P == 4\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    .endif\n"
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    .if \\P >= 3\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    .endif\n"
+    "    vldr s12, [r11, #16]\n"
+    "    vmul.f32 s4, s4, s12\n"
+    "    vmul.f32 s5, s5, s12\n"
+    "    .if \\P >= 3\n"
+    "    vmul.f32 s6, s6, s12\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vmul.f32 s7, s7, s12\n"
+    "    .endif\n"
+    "    .if \\P == 2\n"
+    "    vldm r12!, {s8-s9}\n"
+    "    .elseif \\P == 3\n"
+    "    vldm r12!, {s8-s10}\n"
+    "    .else\n"
+    "    vldm r12!, {s8-s11}\n"
+    "    .endif\n"
+    "    vmla.f32 s0, s4, s8\n"
+    "    vmla.f32 s1, s5, s9\n"
+    "    .if \\P >= 3\n"
+    "    vmla.f32 s2, s6, s10\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vmla.f32 s3, s7, s11\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* Rows in slot-major order (every tile's row s, then s + 1, ...): after
+     * a row, r11 points exactly 32 bytes before the next tile's row s. */
+    "    .macro TLLM_MM_PROLOGUE\n"
+    "    push {r4-r11, lr}\n"
+    "    sub sp, sp, #44\n"
+    "    str r1, [sp, #0]\n"
+    "    str r2, [sp, #36]\n"
+    "    str r0, [sp, #32]\n"
+    "    ldm r3, {r4-r7}\n"
+    "    add r7, r7, r1\n"
+    "    str r7, [sp, #40]\n"
+    "    str r4, [sp, #28]\n"
+    "    str r5, [sp, #12]\n"
+    "    str r6, [sp, #16]\n"
+    "    lsls r4, r4, #2\n"
+    "    str r4, [sp, #20]\n"
+    "    movw r10, #0x000F\n"
+    "    movt r10, #0x000F\n"
+    "    movs r0, #0\n"
+    "    str r0, [sp, #24]\n"
+    "    .endm\n"
+    /* start of slot [sp, #24] (step 1 or 2 rows): r11, out pointer, row count */
+    "    .macro TLLM_MM_SLOT\n"
+    "    ldr r0, [sp, #24]\n"
+    "    ldr r1, [sp, #28]\n"
+    "    subs r1, r1, r0\n"
+    "    ble 9f\n"
+    "    str r1, [sp, #8]\n"
+    "    ldr r2, [sp, #32]\n"
+    "    add r11, r2, r0, lsl #2\n"
+    "    sub r11, r11, #32\n"
+    "    ldr r2, [sp, #36]\n"
+    "    add r2, r2, r0, lsl #2\n"
+    "    str r2, [sp, #4]\n"
+    "    .endm\n"
+    /* Full groups for P = 3, 4 with the activation words rotating through
+     * K registers (K = 5 for P = 4: r0-r3, lr; K = 6 for P = 3: r0-r3, r7,
+     * lr): one LDM per K words instead of one per P, the group loop ends
+     * when r12 reaches the end of the full groups ([sp, #40]) since lr holds
+     * activations. Word n of a group (lane pair n / P, token n % P) sits in
+     * rotation register n % K. */
+    "    .macro TLLM_MMR_S acc, xi, K\n"
+    "    .if (\\xi) < 4\n"
+    "    .if (\\xi) == 0\n"
+    "    smlad \\acc, r9, r0, \\acc\n"
+    "    .elseif (\\xi) == 1\n"
+    "    smlad \\acc, r9, r1, \\acc\n"
+    "    .elseif (\\xi) == 2\n"
+    "    smlad \\acc, r9, r2, \\acc\n"
+    "    .else\n"
+    "    smlad \\acc, r9, r3, \\acc\n"
+    "    .endif\n"
+    "    .elseif (\\xi) == 4 && \\K == 6\n"
+    "    smlad \\acc, r9, r7, \\acc\n"
+    "    .else\n"
+    "    smlad \\acc, r9, lr, \\acc\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro TLLM_MMR_LDM c, K\n"
+    "    .if \\c == 1\n"
+    "    ldm r12!, {r0}\n"
+    "    .elseif \\c == 2\n"
+    "    ldm r12!, {r0, r1}\n"
+    "    .elseif \\c == 3\n"
+    "    ldm r12!, {r0-r2}\n"
+    "    .elseif \\c == 4\n"
+    "    ldm r12!, {r0-r3}\n"
+    "    .elseif \\c == 5 && \\K == 5\n"
+    "    ldm r12!, {r0-r3, lr}\n"
+    "    .elseif \\c == 5\n"
+    "    ldm r12!, {r0-r3, r7}\n"
+    "    .else\n"
+    "    ldm r12!, {r0-r3, r7, lr}\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro TLLM_MMR_GROUP nb, P, K\n"
+    "    TLLM_MM_START \\P\n"
+    "    .set tllm_n, 0\n"
+    "    .rept 4 * \\P * \\nb\n"
+    "    .if (tllm_n % (4 * \\P)) == 0\n"
+    "    .if tllm_n == 0\n"
+    "    ldr r8, [r11, #32]!\n"
+    "    .else\n"
+    "    ldr r8, [r11, #16]!\n"
+    "    .endif\n"
+    "    .endif\n"
+    "    .if (tllm_n % \\P) == 0\n"
+    "    .if ((tllm_n / \\P) % 4) == 0\n"
+    "    and r9, r8, r10\n"
+    "    .elseif ((tllm_n / \\P) % 4) == 1\n"
+    "    and r9, r10, r8, lsr #4\n"
+    "    .elseif ((tllm_n / \\P) % 4) == 2\n"
+    "    and r9, r10, r8, lsr #8\n"
+    "    .else\n"
+    "    and r9, r10, r8, lsr #12\n"
+    "    .endif\n"
+    "    .endif\n"
+    "    .if (tllm_n % \\K) == 0\n"
+    "    .if (4 * \\P * \\nb - tllm_n) >= \\K\n"
+    "    TLLM_MMR_LDM \\K, \\K\n"
+    "    .else\n"
+    "    TLLM_MMR_LDM (4 * \\P * \\nb - tllm_n), \\K\n"
+    "    .endif\n"
+    "    .endif\n"
+    "    .if (tllm_n % \\P) == 0\n"
+    "    TLLM_MMR_S r4, (tllm_n % \\K), \\K\n"
+    "    .elseif (tllm_n % \\P) == 1\n"
+    "    TLLM_MMR_S r5, (tllm_n % \\K), \\K\n"
+    "    .elseif (tllm_n % \\P) == 2\n"
+    "    TLLM_MMR_S r6, (tllm_n % \\K), \\K\n"
+    "    .else\n"
+    "    TLLM_MMR_S r7, (tllm_n % \\K), \\K\n"
+    "    .endif\n"
+    "    .set tllm_n, tllm_n + 1\n"
+    "    .endr\n"
+    "    .endm\n"
+    "    .macro TLLM_MMR_GROUPS nb, P, K\n"
+    "    ldr r12, [sp, #0]\n"
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "    ldr r0, [sp, #12]\n"
+    "    cmp r0, #0\n"
+    "    beq 3f\n"
+    "2:  TLLM_MMR_GROUP \\nb, \\P, \\K\n"
+    "    TLLM_MM_END \\P\n"
+    "    ldr r0, [sp, #40]\n"
+    "    cmp r12, r0\n"
+    "    bne 2b\n"
+    "3:  ldr lr, [sp, #16]\n"
+    "    cmp lr, #0\n"
+    "    beq 5f\n"
+    "    TLLM_MM_START \\P\n"
+    "    add r11, r11, #16\n"
+    "4:  TLLM_MM_BLOCK \\P, 16\n"
+    "    subs lr, lr, #1\n"
+    "    bne 4b\n"
+    "    TLLM_MM_END \\P\n"
+    "5:\n"
+    "    .endm\n"
+    /* P = 3, 4: one row at a time (stack: see above) */
+    "    .macro TLLM_MATMAT name, nb, P\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    TLLM_MM_PROLOGUE\n"
+    "0:  TLLM_MM_SLOT\n"
+    "1:  TLLM_MMR_GROUPS \\nb, \\P, (9 - \\P)\n"
+    "    ldr r0, [sp, #4]\n"
+    "    ldr r1, [sp, #20]\n"
+    "    vstr s0, [r0]\n"
+    "    add r2, r0, r1\n"
+    "    vstr s1, [r2]\n"
+    "    .if \\P >= 3\n"
+    "    add r2, r2, r1\n"
+    "    vstr s2, [r2]\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    add r2, r2, r1\n"
+    "    vstr s3, [r2]\n"
+    "    .endif\n"
+    "    adds r0, r0, #16\n"
+    "    str r0, [sp, #4]\n"
+    "    ldr r0, [sp, #8]\n"
+    "    subs r0, r0, #4\n"
+    "    str r0, [sp, #8]\n"
+    "    bgt 1b\n"
+    "    ldr r0, [sp, #24]\n"
+    "    adds r0, r0, #1\n"
+    "    str r0, [sp, #24]\n"
+    "    cmp r0, #4\n"
+    "    bne 0b\n"
+    "9:  add sp, sp, #44\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    /* P = 2: two rows of a tile at a time (rows 2h, 2h + 1), so that each
+     * activation LDM serves two rows: per lane pair j one LDM, two AND, four
+     * SMLAD. r2/r3 the two weight words, r4/r5 row 0's and r6/r7 row 1's
+     * accumulators (tokens 0, 1), s0 s1 / s2 s3 their float sums. */
+    "    .macro TLLM_MM2_LANE sh, P\n"
+    "    .if \\sh == 0\n"
+    "    and r9, r2, r10\n"
+    "    .else\n"
+    "    and r9, r10, r2, lsr #\\sh\n"
+    "    .endif\n"
+    "    ldm r12!, {r0, r1}\n"
+    "    smlad r4, r9, r0, r4\n"
+    "    smlad r5, r9, r1, r5\n"
+    "    .if \\sh == 0\n"
+    "    and r9, r3, r10\n"
+    "    .else\n"
+    "    and r9, r10, r3, lsr #\\sh\n"
+    "    .endif\n"
+    "    smlad r6, r9, r0, r6\n"
+    "    smlad r7, r9, r1, r7\n"
+    "    .endm\n"
+    "    .macro TLLM_MM2_BLOCK P, off\n"
+    "    ldrd r2, r3, [r11, #\\off]!\n"
+    "    TLLM_MM2_LANE 0, \\P\n"
+    "    TLLM_MM2_LANE 4, \\P\n"
+    "    TLLM_MM2_LANE 8, \\P\n"
+    "    TLLM_MM2_LANE 12, \\P\n"
+    "    .endm\n"
+    "    .macro TLLM_MM2_START P\n"
+    "    ldm r12!, {r4, r5}\n"
+    "    mov r6, r4\n"
+    "    mov r7, r5\n"
+    "    .endm\n"
+    "    .macro TLLM_MM2_END P\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    vldr s12, [r11, #16]\n"
+    "    vldr s13, [r11, #20]\n"
+    "    vmul.f32 s4, s4, s12\n"
+    "    vmul.f32 s5, s5, s12\n"
+    "    vmul.f32 s6, s6, s13\n"
+    "    vmul.f32 s7, s7, s13\n"
+    "    vldm r12!, {s8-s9}\n"
+    "    vmla.f32 s0, s4, s8\n"
+    "    vmla.f32 s1, s5, s9\n"
+    "    vmla.f32 s2, s6, s8\n"
+    "    vmla.f32 s3, s7, s9\n"
+    "    .endm\n"
+    /* full groups of the row pair: the words of lane pairs j, j + 1 (tokens
+     * 0, 1 each) in one LDM into r0, r1, r8, lr */
+    "    .macro TLLM_MM2R_PAIR xa, xb\n"
+    "    .if (tllm_n % 4) == 0\n"
+    "    and r9, r2, r10\n"
+    "    .else\n"
+    "    and r9, r10, r2, lsr #(4 * (tllm_n % 4))\n"
+    "    .endif\n"
+    "    smlad r4, r9, \\xa, r4\n"
+    "    smlad r5, r9, \\xb, r5\n"
+    "    .if (tllm_n % 4) == 0\n"
+    "    and r9, r3, r10\n"
+    "    .else\n"
+    "    and r9, r10, r3, lsr #(4 * (tllm_n % 4))\n"
+    "    .endif\n"
+    "    smlad r6, r9, \\xa, r6\n"
+    "    smlad r7, r9, \\xb, r7\n"
+    "    .endm\n"
+    "    .macro TLLM_MM2R_GROUP nb\n"
+    "    TLLM_MM2_START 2\n"
+    "    .set tllm_n, 0\n"
+    "    .rept 4 * \\nb\n"
+    "    .if (tllm_n % 4) == 0\n"
+    "    .if tllm_n == 0\n"
+    "    ldrd r2, r3, [r11, #32]!\n"
+    "    .else\n"
+    "    ldrd r2, r3, [r11, #16]!\n"
+    "    .endif\n"
+    "    .endif\n"
+    "    .if (tllm_n % 2) == 0\n"
+    "    ldm r12!, {r0, r1, r8, lr}\n"
+    "    TLLM_MM2R_PAIR r0, r1\n"
+    "    .else\n"
+    "    TLLM_MM2R_PAIR r8, lr\n"
+    "    .endif\n"
+    "    .set tllm_n, tllm_n + 1\n"
+    "    .endr\n"
+    "    .endm\n"
+    "    .macro TLLM_MM2R_GROUPS nb\n"
+    "    ldr r12, [sp, #0]\n"
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "    ldr r0, [sp, #12]\n"
+    "    cmp r0, #0\n"
+    "    beq 3f\n"
+    "2:  TLLM_MM2R_GROUP \\nb\n"
+    "    TLLM_MM2_END 2\n"
+    "    ldr r0, [sp, #40]\n"
+    "    cmp r12, r0\n"
+    "    bne 2b\n"
+    "3:  ldr lr, [sp, #16]\n"
+    "    cmp lr, #0\n"
+    "    beq 5f\n"
+    "    TLLM_MM2_START 2\n"
+    "    add r11, r11, #16\n"
+    "4:  TLLM_MM2_BLOCK 2, 16\n"
+    "    subs lr, lr, #1\n"
+    "    bne 4b\n"
+    "    TLLM_MM2_END 2\n"
+    "5:\n"
+    "    .endm\n"
+    /* stack as TLLM_MATMAT; the slots are 0 and 2 (row pairs) */
+    "    .macro TLLM_MATMAT2 name, nb\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    TLLM_MM_PROLOGUE\n"
+    "0:  TLLM_MM_SLOT\n"
+    "1:  TLLM_MM2R_GROUPS \\nb\n"
+    "    ldr r0, [sp, #4]\n"
+    "    ldr r1, [sp, #20]\n"
+    "    vstr s0, [r0]\n"
+    "    add r2, r0, r1\n"
+    "    vstr s1, [r2]\n"
+    "    ldr r1, [sp, #8]\n"
+    "    cmp r1, #2\n"
+    "    blt 6f\n"             /* the tile's second row of the pair is padding */
+    "    vstr s2, [r0, #4]\n"
+    "    vstr s3, [r2, #4]\n"
+    "6:  adds r0, r0, #16\n"
+    "    str r0, [sp, #4]\n"
+    "    subs r1, r1, #4\n"
+    "    str r1, [sp, #8]\n"
+    "    bgt 1b\n"
+    "    ldr r0, [sp, #24]\n"
+    "    adds r0, r0, #2\n"
+    "    str r0, [sp, #24]\n"
+    "    cmp r0, #4\n"
+    "    bne 0b\n"
+    "9:  add sp, sp, #44\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    "    TLLM_MATMAT2 tllm_mm_q4x4_b4_p2, 4\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b4_p3, 4, 3\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b4_p4, 4, 4\n"
+    "    TLLM_MATMAT2 tllm_mm_q4x4_b8_p2, 8\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b8_p3, 8, 3\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b8_p4, 8, 4\n"
+    "    TLLM_MATMAT2 tllm_mm_q4x4_b16_p2, 16\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b16_p3, 16, 3\n"
+    "    TLLM_MATMAT tllm_mm_q4x4_b16_p4, 16, 4\n");
+
+typedef void tllm_mm_fn(const uint8_t *w, const uint8_t *xb, float *out, const uint32_t *dims);
+tllm_mm_fn tllm_mm_q4x4_b4_p2, tllm_mm_q4x4_b4_p3, tllm_mm_q4x4_b4_p4, tllm_mm_q4x4_b8_p2, tllm_mm_q4x4_b8_p3,
+    tllm_mm_q4x4_b8_p4, tllm_mm_q4x4_b16_p2, tllm_mm_q4x4_b16_p3, tllm_mm_q4x4_b16_p4;
+
+void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    static tllm_mm_fn *const fns[3][3] = {{tllm_mm_q4x4_b4_p2, tllm_mm_q4x4_b4_p3, tllm_mm_q4x4_b4_p4},
+                                         {tllm_mm_q4x4_b8_p2, tllm_mm_q4x4_b8_p3, tllm_mm_q4x4_b8_p4},
+                                         {tllm_mm_q4x4_b16_p2, tllm_mm_q4x4_b16_p3, tllm_mm_q4x4_b16_p4}};
+    if (P == 1) {
+        tllm_matvec_q4x4(m, xb, bias, out);
+        return;
+    }
+    const int32_t g = m->group == 32 ? 0 : m->group == 64 ? 1 : m->group == 128 ? 2 : -1;
+    if (g < 0 || P < 2 || P > TLLM_MAX_BATCH) {
+        tllm_matmat_q4x4_c(m, xb, P, bias, out);
+        return;
+    }
+    if (m->rows == 0) return;
+    const uint32_t dims[4] = {m->rows, (uint32_t)(m->cols / m->group),
+                              (uint32_t)n_blocks((int32_t)(m->cols % m->group)),
+                              (uint32_t)(P * (m->cols / m->group) * (m->group * 2 + 8))}; /* x16b bytes of the full groups */
+    fns[g][P - 2](m->stream, xb, out, dims);
+    if (bias)
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t r = 0; r < m->rows; r++) out[p * m->rows + r] = out[p * m->rows + r] + bias[r];
+}
 #else
 void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out) {
     tllm_matvec_q4x4_c(m, x_stream, bias, out);
+}
+
+void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    tllm_matmat_q4x4_c(m, xb, P, bias, out);
 }
 #endif

@@ -45,4 +45,63 @@ void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out);
 /* The portable twin, callable on any target (tests compare it with the asm). */
 void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *out);
 
+/* --- batched prefill: one weight pass for P tokens ----------------------
+ * TLLM_MAX_BATCH tokens at most per call (P = 1..4). A fifth activation
+ * vector would need more registers than the 14 the kernel has (4
+ * accumulators, 4 activation words, weight word, lane, mask, 2 pointers,
+ * group counter are all of them).
+ *
+ * The x16 batch stream ("x16b", quant/formats.py), for P >= 2, per group:
+ * P int32 -8*sum(q_p) (the offset correction, negated: it starts the
+ * accumulators), then per block of 8 inputs and per lane pair j = 0..3 the
+ * P words (x_p[k+2j], x_p[k+2j+1]) for p = 0..P-1, then P float32 scales.
+ * It is exactly as long as P x16 streams. For P = 1 it IS the x16 stream.
+ *
+ * Prefill with these, per chunk of P prompt tokens: the producers below
+ * (tllm_rmsnorm_x16b, tllm_silu_mul_pairs_x16b, tllm_quantize_x16b) write
+ * each token's activations into the chunk's x16b stream; every linear,
+ * the fused gate/up matrix included, is one tllm_matmat_q4x4 (outputs
+ * token-major: token p's vector at out + p * rows, e.g. its gu tiles for
+ * tllm_silu_mul_pairs_x16b); RoPE and attention stay per token, in order
+ * (store token p's k/v, then attend over positions <= p: causal inside
+ * the chunk as in step-by-step decoding). Only the last prompt token needs
+ * logits: its final norm as a plain x16 stream, then the classifier
+ * (tllm_matvec_q4x4 or tllm_argmax_q4x4) once. */
+#ifndef TLLM_MAX_BATCH
+#define TLLM_MAX_BATCH 4
+#endif
+
+/* Bytes of an x16 (and of a P = 1 x16b) stream of n inputs. */
+int32_t tllm_x16_bytes(int32_t n, int32_t group);
+
+/* Interleaves P x16 streams (stream p at x16 + p * stride bytes, each as
+ * tllm_quantize_x16 / tllm_rmsnorm_x16 / tllm_silu_mul_pairs_x16 wrote it)
+ * into one x16b stream. Integers only: moves and one negation per group. */
+void tllm_x16_batch(const uint8_t *x16, int32_t stride, int32_t P, int32_t n, int32_t group, uint8_t *xb);
+
+/* The producers of the x16 stream, writing token p's places of an x16b
+ * stream of P tokens directly (no per-token stream, no interleaving pass):
+ * the bytes equal tllm_x16_batch of the per-token streams. P = 1 is
+ * tllm_quantize_x16 / tllm_rmsnorm_x16 / tllm_silu_mul_pairs_x16. */
+void tllm_quantize_x16b(const float *x, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb);
+void tllm_rmsnorm_x16b(const float *x, const float *w, int32_t n, float eps, int32_t group, int32_t P, int32_t p,
+                       uint8_t *xb);
+void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb);
+
+/* out[p * rows + r] = tllm_matvec_q4x4(m, x16 stream p, bias)[r] bit for
+ * bit, for p < P (the contract; tests/host/test_batched_kernels.py and
+ * bench/micro.c check it): each weight word is unpacked once for the P
+ * tokens, and per token and group the epilogue is the matvec's, the same
+ * float operations in the same order. Serves the fused gate/up matrix too
+ * (its output per token is the interleaved gu vector of the matvec).
+ * out must have room for P * rows + 3 floats (P = 1 is the matvec, which
+ * writes whole 4-row tiles); xb 4-byte aligned, as every x16 stream. The
+ * assembly takes P = 2..4 and group sizes 32/64/128, anything else (P > 4
+ * too) runs the portable twin. */
+void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
+
+/* Its portable twin (reads the x16b layout; the M7 assembly is checked
+ * against it in QEMU). */
+void tllm_matmat_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
+
 #endif

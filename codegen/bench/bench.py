@@ -38,10 +38,15 @@ OP_OF_FUNCTION = {
     "tllm_attention_scores_i8": "attention", "tllm_attention_values_i8": "attention",
     "tllm_attention_scores_kv4": "attention", "tllm_attention_values_kv4": "attention",
     "tllm_rmsnorm": "norm", "tllm_rmsnorm_x16": "norm+quantize", "tllm_rope": "rope", "tllm_silu_mul": "silu_mul", "tllm_silu_mul_pairs_x16": "silu_mul+quantize",
+    "tllm_quantize_x16b": "quantize", "tllm_rmsnorm_x16b": "norm+quantize",
+    "tllm_silu_mul_pairs_x16b": "silu_mul+quantize", "tllm_matmat_q4x4": "matmat", "tllm_matmat_q4x4_c": "matmat", "tllm_x16_batch": "x16_batch",
+    **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
 }
+# in micro.c's mark order; a "_pP" suffix: P tokens per call (batched prefill), MACs = P x rows x cols
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
-                  "matvec_f32")
+                  "matvec_f32", "x16_batch_p4", "matmat_q4x4_m7_p1", "matmat_q4x4_m7_p2", "matmat_q4x4_m7_p3",
+                  "matmat_q4x4_m7_p4", "matmat_q4x4_c_p4", "quantize_x16b_p4")
 CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
 
 
@@ -164,6 +169,23 @@ def _micro_ram(board: Board, buffers: dict[str, int], cmsis_nn: bool) -> tuple[i
 def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> list[KernelFigure]:
     """Build and run bench/micro.c for these shapes on the QEMU board, its
     buffers sized for the largest of them (micro_buffers)."""
+    snaps = run_micro(shapes, group, cmsis_nn)
+    variants = MICRO_VARIANTS + (CMSIS_VARIANTS if cmsis_nn is not None else ())
+    overhead = snaps.total_between(0, 1)  # one mark call, measured
+    figures = []
+    for s, (r, c) in enumerate(shapes):
+        first = 2 + s * (len(variants) + 1)  # each shape: fill(), then a mark before and after every variant
+        for j, v in enumerate(variants):
+            n = snaps.total_between(first + j, first + j + 1) - overhead
+            batch = int(v.rsplit("_p", 1)[1]) if "_p" in v and v.rsplit("_p", 1)[1].isdigit() else 1
+            macs = batch * c if v.startswith(("quantize", "x16_batch")) else batch * r * c
+            figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
+    return figures
+
+
+def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> Snapshots:
+    """bench/micro.c built for these shapes and run counted under QEMU (its
+    console holds the batched outputs' hashes, "@BENCH out ...")."""
     board = load_board("qemu-mps2-an500")
     for r, c in shapes:
         if not (0 < r < 65536 and 0 < c < 65536):
@@ -202,16 +224,7 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
         snaps = run_counted(t / "b" / "micro.elf", board, None, None)
     if snaps.exit_code != 0:
         raise UserError(f"kernel bench failed (status {snaps.exit_code}): {snaps.console.strip()}")
-    variants = MICRO_VARIANTS + (CMSIS_VARIANTS if cmsis_nn is not None else ())
-    overhead = snaps.total_between(0, 1)  # one mark call, measured
-    figures = []
-    for s, (r, c) in enumerate(shapes):
-        first = 2 + s * (len(variants) + 1)  # each shape: fill(), then a mark before and after every variant
-        for j, v in enumerate(variants):
-            n = snaps.total_between(first + j, first + j + 1) - overhead
-            macs = c if v.startswith("quantize") else r * c
-            figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
-    return figures
+    return snaps
 
 
 def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker) -> str:
@@ -240,7 +253,7 @@ def format_table(result: BenchResult) -> str:
     if result.kernels:
         lines += ["", f"  {'shape':<10} {'kernel':<20} {'instructions':>12} {'per MAC':>8}"]
         for k in result.kernels:
-            per = "" if k.kernel.startswith("quantize") else f"{k.instructions_per_mac:8.3f}"
+            per = "" if k.kernel.startswith(("quantize", "x16_batch")) else f"{k.instructions_per_mac:8.3f}"
             lines.append(f"  {k.shape:<10} {k.kernel:<20} {k.instructions:>12,} {per:>8}")
     if result.repeatable is not None:
         lines.append(f"\nrepeatable: {'yes, identical counts on a second run' if result.repeatable else 'NO'}")

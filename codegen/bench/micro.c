@@ -10,7 +10,12 @@
  * Marks: two back to back (the marker's own cost), then per shape
  * (bench.py relies on this order):
  *   quantize_i8, matvec_q4 (portable), quantize_x16, matvec_q4x4 (M7 asm),
- *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline) [, CMSIS-NN s4, s8] */
+ *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline), x16_batch (P = 4
+ *   streams interleaved), matmat_q4x4 at P = 1 (the matvec), 2, 3, 4 (M7 asm), matmat_q4x4_c
+ *   at P = 4 (its C twin), quantize_x16b (four tokens straight into the
+ *   x16b stream) [, CMSIS-NN s4, s8]. The batched kernel must equal
+ *   P matvecs bit for bit and its C twin (exit status 1 if not); a hash of
+ *   each batched output ("@BENCH out") lets the host compare it with numpy. */
 #include <stdint.h>
 #include <string.h>
 
@@ -49,6 +54,13 @@ static int8_t xq[MAX_COLS];
 static float xs[MAX_COLS / 8 + 1];
 static uint8_t x16[MAX_COLS * 2 + (MAX_COLS / 8) * 8 + 64] __attribute__((aligned(4)));
 static float out_a[MAX_ROWS + 4], out_b[MAX_ROWS + 4], out_f[MAX_ROWS];
+/* batched prefill: four tokens' activations, their x16 streams and the x16b
+ * streams for P = 2, 3, 4 */
+#define X16_BYTES (MAX_COLS * 2 + (MAX_COLS / 8) * 8 + 64)
+static float xt[TLLM_MAX_BATCH][MAX_COLS];
+static uint8_t x16t[TLLM_MAX_BATCH * X16_BYTES] __attribute__((aligned(4)));
+static uint8_t xb2[2 * X16_BYTES], xb3[3 * X16_BYTES], xb4[4 * X16_BYTES] __attribute__((aligned(4)));
+static float out_mm[4][TLLM_MAX_BATCH * MAX_ROWS + 4], out_mc[TLLM_MAX_BATCH * MAX_ROWS + 3];
 #ifdef TLLM_BENCH_CMSIS_NN
 static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[TLLM_BENCH_MAX_ELEMS];
 static int32_t bias_s32[MAX_ROWS];
@@ -66,12 +78,39 @@ __attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
 
 static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
 
+static void put_u32(uint32_t v, int hex) {
+    char b[12];
+    int n = 0;
+    do {
+        b[n++] = "0123456789abcdef"[v % (hex ? 16u : 10u)];
+        v /= hex ? 16u : 10u;
+    } while (v);
+    for (int i = 0; i < n / 2; i++) {
+        const char c = b[i];
+        b[i] = b[n - 1 - i];
+        b[n - 1 - i] = c;
+    }
+    b[n] = 0;
+    puts_(b);
+}
+
+/* FNV-1a of the bytes: the host recomputes the batched outputs with numpy
+ * (tests/emu/test_batched_qemu.py) and compares hashes */
+static uint32_t fnv1a(const void *data, uint32_t n) {
+    const uint8_t *p = data;
+    uint32_t h = 2166136261u;
+    for (uint32_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
 static void fill(uint32_t rows, uint32_t cols) {
     const uint32_t group = TLLM_BENCH_GROUP;
     for (uint32_t i = 0; i < rows * ((cols + 1) / 2); i++) q4_packed[i] = (uint8_t)next();
     for (uint32_t i = 0; i < rows * ((cols + group - 1) / group); i++) q4_scales[i] = 0.01f;
     for (uint32_t i = 0; i < rows * cols; i++) w_f32[i] = (float)((int32_t)(next() % 15u) - 7) * 0.01f;
     for (uint32_t i = 0; i < cols; i++) x[i] = (float)((int32_t)(next() % 2001u) - 1000) * 0.001f;
+    for (uint32_t p = 0; p < TLLM_MAX_BATCH; p++)
+        for (uint32_t i = 0; i < cols; i++) xt[p][i] = (float)((int32_t)(next() % 2001u) - 1000) * 0.001f;
 #ifdef TLLM_BENCH_CMSIS_NN
     /* CMSIS-NN's operands; made here, before the first mark, so that no
      * measured segment pays for them (the s4 call reuses q4_packed) */
@@ -111,6 +150,11 @@ int tllm_main(void) {
         const tllm_q4_matrix m = {q4_packed, q4_scales, (uint16_t)rows, (uint16_t)cols, TLLM_BENCH_GROUP};
         const tllm_q4x4_matrix m4 = {q4x4, (uint16_t)rows, (uint16_t)cols, TLLM_BENCH_GROUP};
         fill(rows, cols);
+        const int32_t xbytes = tllm_x16_bytes((int32_t)cols, TLLM_BENCH_GROUP);
+        for (int32_t p = 0; p < TLLM_MAX_BATCH; p++)
+            tllm_quantize_x16(xt[p], (int32_t)cols, TLLM_BENCH_GROUP, x16t + p * xbytes);
+        tllm_x16_batch(x16t, xbytes, 2, (int32_t)cols, TLLM_BENCH_GROUP, xb2);
+        tllm_x16_batch(x16t, xbytes, 3, (int32_t)cols, TLLM_BENCH_GROUP, xb3);
         tllm_mark();
         tllm_quantize_i8(x, (int32_t)cols, TLLM_BENCH_GROUP, xq, xs);
         tllm_mark();
@@ -123,6 +167,21 @@ int tllm_main(void) {
         tllm_matvec_q4x4_c(&m4, x16, 0, out_b);
         tllm_mark();
         matvec_f32(w_f32, x, rows, cols, out_f);
+        tllm_mark();
+        tllm_x16_batch(x16t, xbytes, 4, (int32_t)cols, TLLM_BENCH_GROUP, xb4);
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, x16t, 1, 0, out_mm[0]); /* P = 1: the matvec */
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, xb2, 2, 0, out_mm[1]);
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, xb3, 3, 0, out_mm[2]);
+        tllm_mark();
+        tllm_matmat_q4x4(&m4, xb4, 4, 0, out_mm[3]);
+        tllm_mark();
+        tllm_matmat_q4x4_c(&m4, xb4, 4, 0, out_mc);
+        tllm_mark();
+        for (int32_t p = 0; p < TLLM_MAX_BATCH; p++) /* the same xb4, written by the producer directly */
+            tllm_quantize_x16b(xt[p], (int32_t)cols, TLLM_BENCH_GROUP, TLLM_MAX_BATCH, p, xb4);
         tllm_mark();
 #ifdef TLLM_BENCH_CMSIS_NN
         /* CMSIS-NN's int4 and int8 fully connected layers on the same shape
@@ -142,6 +201,27 @@ int tllm_main(void) {
         if (memcmp(out_a, out_b, sizeof(float) * rows) != 0) {
             puts_("@BENCH mismatch: matvec_q4x4 assembly differs from its C twin\n");
             return 1;
+        }
+        if (memcmp(out_mm[3], out_mc, sizeof(float) * 4 * rows) != 0) {
+            puts_("@BENCH mismatch: matmat_q4x4 assembly differs from its C twin\n");
+            return 1;
+        }
+        for (uint32_t P = 1; P <= TLLM_MAX_BATCH; P++)
+            for (uint32_t p = 0; p < P; p++) {
+                tllm_matvec_q4x4(&m4, x16t + p * (uint32_t)xbytes, 0, out_a);
+                if (memcmp(out_mm[P - 1] + p * rows, out_a, sizeof(float) * rows) != 0) {
+                    puts_("@BENCH mismatch: matmat_q4x4 differs from P matvecs\n");
+                    return 1;
+                }
+            }
+        for (uint32_t P = 1; P <= TLLM_MAX_BATCH; P++) { /* "@BENCH out <shape> <P> <fnv1a of P x rows floats>" */
+            puts_("@BENCH out ");
+            put_u32(s, 0);
+            puts_(" ");
+            put_u32(P, 0);
+            puts_(" ");
+            put_u32(fnv1a(out_mm[P - 1], (uint32_t)sizeof(float) * P * rows), 1);
+            puts_("\n");
         }
     }
     puts_("@BENCH ok\n");

@@ -181,3 +181,18 @@ def unpack_q4x4(data: bytes, rows: int, cols: int, group_size: int, name: str = 
 
 def x16_stream_bytes(n: int, group_size: int) -> int:
     return sum(nb * Q4X4_BLOCK * 2 + 8 for nb in q4x4_group_blocks(n, group_size))
+
+
+# "x16b": P x16 streams interleaved for the batched prefill kernel
+# (tllm_matmat_q4x4; built by tllm_x16_batch from P x16 streams, or written
+# token by token by tllm_rmsnorm_x16b / tllm_silu_mul_pairs_x16b /
+# tllm_quantize_x16b).  For P = 1 it is the x16
+# stream itself.  For P >= 2, per group: P int32 -8*sum(q_p) (negated: they
+# start the accumulators), then per block of 8 inputs and per lane pair
+# j = 0..3 the P words (x_p[k+2j], x_p[k+2j+1]) for p = 0..P-1 (one LDM
+# loads them), then P float32 scales.  As long as P x16 streams.
+X16_MAX_BATCH = 4
+
+
+def x16_batch_bytes(n: int, group_size: int, batch: int) -> int:
+    return batch * x16_stream_bytes(n, group_size)

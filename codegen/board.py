@@ -230,13 +230,23 @@ class Board:
     def directory(self) -> Path:
         return boards_dir() / self.name
 
+    @property
+    def search_dirs(self) -> tuple[Path, ...]:
+        """Where a board's files are found, most specific first: its own
+        folder, its family's (common_dir: the two STM32H750 boards), the
+        Cortex-M code every Arm board shares (boards/cortex-m: the reset
+        handler), then what every board may use (boards/common)."""
+        dirs = [self.directory]
+        if self.common_dir is not None:
+            dirs.append(boards_dir() / self.common_dir)
+        if self.is_arm:
+            dirs.append(boards_dir() / "cortex-m")
+        dirs.append(boards_dir() / "common")
+        return tuple(dirs)
+
     def file(self, name: str) -> Path:
-        """A board's own file, else its family's shared one (common_dir), so
-        two STM32H750 boards share startup code and linker template."""
-        own = self.directory / name
-        if own.is_file() or self.common_dir is None:
-            return own
-        return boards_dir() / self.common_dir / name
+        """The first of search_dirs holding `name` (the board's own path when none does)."""
+        return next((d / name for d in self.search_dirs if (d / name).is_file()), self.directory / name)
 
     def source_paths(self) -> list[Path]:
         return [self.file(s) for s in self.sources]
@@ -427,7 +437,7 @@ def parse_board(path: Path, doc: Any) -> Board:
         _fail(path, "weights.address", "external weights need an address")
     for s in board.sources:
         if not board.file(s).is_file():
-            _fail(path, "sources", f"{s} is in neither {board.directory} nor its common_dir")
+            _fail(path, "sources", f"{s} is in none of {', '.join(str(d) for d in board.search_dirs)}")
     return board
 
 

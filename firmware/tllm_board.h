@@ -51,6 +51,10 @@ int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms);
 /* Stop with an exit status the host can read (semihosting on QEMU). */
 void tllm_board_exit(int code) __attribute__((noreturn));
 
+/* Stop on a broken runtime contract (a bad copy argument, ...): one line
+ * naming it on the console, then an exit status the host reads. */
+void tllm_board_fault(const char *why) __attribute__((noreturn));
+
 /* Weight streaming (DWUP, issue 14): one background copy from the weights
  * (external flash) into a RAM stream buffer while the CPU computes on the
  * previous one.

@@ -125,35 +125,12 @@ const uint8_t *tllm_board_request(size_t *len)
     return buf;
 }
 
-/* Weight streaming hooks (tllm_board.h): a synchronous copy, so the host
- * runs the same calls the H750 overlaps with compute.  The contract is
- * checked here too (arguments, one transfer in flight), so a caller that
- * breaks it fails on the host before it does on a board. */
-static int copy_in_flight;
-
-static void copy_misuse(const char *why)
+/* A broken runtime contract (boards/common/copy_sync.c): one line, then stop. */
+void tllm_board_fault(const char *why)
 {
     fflush(stdout);
     fprintf(stderr, "tllm: %s\n", why);
     exit(TLLM_EXIT_MEMMANAGE);
-}
-
-void tllm_board_copy_start(void *dst, const void *src, uint32_t len)
-{
-    const char *why = tllm_board_copy_args_error(dst, src, len);
-    if (why != NULL) {
-        copy_misuse(why);
-    }
-    if (copy_in_flight) {
-        copy_misuse("copy: started while the previous transfer is in flight (call tllm_board_copy_wait first)");
-    }
-    copy_in_flight = 1;
-    memcpy(dst, src, len);
-}
-
-void tllm_board_copy_wait(void)
-{
-    copy_in_flight = 0;
 }
 
 /* The OS owns the host's stack: nothing to measure. */

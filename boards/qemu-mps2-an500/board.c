@@ -92,35 +92,13 @@ void tllm_board_fault_puts(const char *s)
     tllm_board_write(s, n);
 }
 
-/* Weight streaming hooks (tllm_board.h): QEMU models no DMA engine, so the
- * copy is synchronous (memcpy in start, wait does nothing) and the same
- * calls run as on the H750.  The contract is checked as on the host. */
-static int copy_in_flight;
-
-static void copy_misuse(const char *why)
+/* A broken runtime contract (boards/common/copy_sync.c): one line, then stop. */
+void tllm_board_fault(const char *why)
 {
     tllm_board_fault_puts("\n*** ");
     tllm_board_fault_puts(why);
     tllm_board_fault_puts("\n");
     tllm_board_exit(TLLM_EXIT_MEMMANAGE);
-}
-
-void tllm_board_copy_start(void *dst, const void *src, uint32_t len)
-{
-    const char *why = tllm_board_copy_args_error(dst, src, len);
-    if (why != NULL) {
-        copy_misuse(why);
-    }
-    if (copy_in_flight) {
-        copy_misuse("copy: started while the previous transfer is in flight (call tllm_board_copy_wait first)");
-    }
-    copy_in_flight = 1;
-    memcpy(dst, src, len);
-}
-
-void tllm_board_copy_wait(void)
-{
-    copy_in_flight = 0;
 }
 
 int tllm_board_can_count(void)

@@ -77,21 +77,7 @@ const tllm_vector_t tllm_vector_table[16 + 32] = {
     TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, /* IRQ 16..31 */
 };
 
-/* First code after reset: enable CP10/CP11 before the compiler may emit any
- * floating-point instruction, then continue in C. */
-__attribute__((naked)) void Reset_Handler(void)
-{
-    __asm volatile(
-        "ldr r0, =0xE000ED88\n"   /* CPACR */
-        "ldr r1, [r0]\n"
-        "orr r1, r1, #(0xF << 20)\n"
-        "str r1, [r0]\n"
-        "dsb\n"
-        "isb\n"
-        "b tllm_reset_c\n"
-        ".ltorg\n");
-}
-
+/* Reset_Handler (boards/cortex-m/reset.c) enables the FPU, then jumps here. */
 void tllm_reset_c(void)
 {
     /* Copy .data from flash; zero .bss. Volatile stops gcc from turning the

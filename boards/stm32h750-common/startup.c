@@ -52,20 +52,7 @@ const tllm_vector_t tllm_vector_table[16 + N_IRQ] = {
     [16 ... 16 + N_IRQ - 1] = Default_Handler,
 };
 
-/* CP10/CP11 on before the compiler may emit any float instruction. */
-__attribute__((naked)) void Reset_Handler(void)
-{
-    __asm volatile(
-        "ldr r0, =0xE000ED88\n"
-        "ldr r1, [r0]\n"
-        "orr r1, r1, #(0xF << 20)\n"
-        "str r1, [r0]\n"
-        "dsb\n"
-        "isb\n"
-        "b tllm_reset_c\n"
-        ".ltorg\n");
-}
-
+/* Reset_Handler (boards/cortex-m/reset.c) enables the FPU, then jumps here. */
 void tllm_reset_c(void)
 {
     /* SRAM1..3 sit in the D2 domain: allocate them to the CPU before use. */

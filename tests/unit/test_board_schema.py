@@ -50,7 +50,7 @@ def test_config_header_derives_uart_and_request_values():
     (lambda d: d["placement"].update(dma=["itcm"]), "placement.dma: names itcm, not an arena region"),
     (lambda d: d["uart"].pop("base"), "uart: missing key 'base'"),
     (lambda d: d["run"].update(emulator="renode9"), "run.emulator: 'renode9' is not one of"),
-    (lambda d: d.update(sources=["nope.c"]), "sources: nope.c is in neither"),
+    (lambda d: d.update(sources=["nope.c"]), "sources: nope.c is in none of"),
     (lambda d: d["config"].append({"name": "TLLM_UART_BASE", "value": "1"}), "config: a define is given twice"),
     (lambda d: d.pop("description"), "board: missing key 'description'"),
 ])
@@ -61,3 +61,21 @@ def test_bad_board_json_is_one_line_naming_the_key(edit, message):
     with pytest.raises(UserError) as e:
         parse_board(path, doc)
     assert message in str(e.value) and "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_one_reset_handler_and_one_synchronous_copy():
+    """Code every board shares is written once (boards/cortex-m, boards/common),
+    not copied into each board (Reset_Handler used to exist twice)."""
+    import re
+
+    defs = {}
+    for path in boards_dir().glob("*/*.c"):
+        for line in path.read_text().splitlines():  # a definition: the signature line without a ';'
+            for name in ("Reset_Handler", "tllm_board_copy_start"):
+                if re.match(rf"^\S.*\b{name}\(.*\)\s*$", line) and ";" not in line:
+                    defs.setdefault(name, []).append(path.parent.name)
+    assert defs["Reset_Handler"] == ["cortex-m"]
+    assert sorted(defs["tllm_board_copy_start"]) == ["common", "stm32h750-common"]
+    for name in ("qemu-mps2-an500", "stm32h750b-dk", "weact-h750"):
+        assert load_board(name).file("reset.c").parent.name == "cortex-m"
+    assert load_board("host").file("copy_sync.c").parent.name == "common"

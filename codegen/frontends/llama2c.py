@@ -12,9 +12,12 @@ Three layouts (format facts from llama2.c's export.py / run.c / runq.c):
   layers), ffn_norm (all), norm, tok_embeddings, wq.., wk.., wv.., wo..,
   w1.., w2.., w3.., then output if not shared.
 * v2: as v1 with version=2 and an int32 group_size after the flag.  fp32
-  norms as in v1; then int8 Q8_0 values of tok_embeddings, wq.., wk.., wv..,
-  wo.., w1.., w2.., w3.., [output], and after all of them the float32 group
-  scales in the same order.  We dequantize (int8 * scale) to float32.
+  norms as in v1; then for each Q8_0 tensor in the order tok_embeddings,
+  wq.., wk.., wv.., wo.., w1.., w2.., w3.., [output]: its int8 values
+  immediately followed by its float32 group scales (export.py's
+  version2_export writes serialize_int8(q) then serialize_fp32(s) per
+  tensor; runq.c's init_quantized_tensors reads them the same way).  We
+  dequantize (int8 * scale) to float32.
 
 llama2.c's RoPE rotates interleaved pairs (2i, 2i+1) while our graph uses the
 Hugging Face rotate-half pairs (i, i + hd/2), so wq/wk rows are permuted per
@@ -190,17 +193,15 @@ def _q80_reader(version, data, offset, c, sizes, group):
             offset += 4 * c.dim
     out[("norm", None)] = np.frombuffer(data, "<f4", c.dim, offset).astype(np.float32)
     offset += 4 * c.dim
-    order = _order(2, c)  # divisibility by group was checked with the header
-    qs = []
-    for kind, _ in order:
+    # export.py's version2_export (and runq.c's reader): each tensor's int8
+    # values immediately followed by that tensor's float32 group scales.
+    for kind, layer in _order(2, c):  # divisibility by group was checked with the header
         n = _numel(sizes[kind])
-        qs.append(np.frombuffer(data, np.int8, n, offset))
+        q = np.frombuffer(data, np.int8, n, offset)
         offset += n
-    for (kind, layer), q in zip(order, qs):
-        n = q.size // group
-        scale = np.frombuffer(data, "<f4", n, offset)
-        offset += 4 * n
-        deq = q.reshape(n, group).astype(np.float32) * scale[:, None]
+        scale = np.frombuffer(data, "<f4", n // group, offset)
+        offset += 4 * (n // group)
+        deq = q.reshape(n // group, group).astype(np.float32) * scale[:, None]
         out[(kind, layer)] = deq.reshape(sizes[kind]).astype(np.float32)
     return out
 

@@ -133,6 +133,15 @@ def _l2c_v(version: int, seed: int = 5) -> tuple[bytes, list]:
     return bytes(data), spans
 
 
+_L2C: dict[int, bytes] = {}
+
+
+def _l2c_cache(version: int) -> bytes:
+    if version not in _L2C:
+        _L2C[version] = _l2c_v(version)[0]
+    return _L2C[version]
+
+
 def _l2c_tokenizer() -> bytes:
     pieces = [(b"<unk>", 0.0), (b"\n<s>\n", 0.0), (b"\n</s>\n", 0.0)]
     pieces += [(f"<0x{b:02X}>".encode(), 0.0) for b in range(256)]

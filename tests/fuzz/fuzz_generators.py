@@ -330,7 +330,7 @@ def gen_config_json(rng: random.Random, b: Bases, work: Path, n: int):
     # config.json not a regular file / missing; a generation_config.json that must be ignored
     d = _dir(work, f"c{k}", {"config.json": None}, b.hf)
     _fifo(d / "config.json")
-    yield Case("config.json is a FIFO", ["inspect", str(d)], "error", needle="config.json")
+    yield Case("config.json is a FIFO", ["inspect", str(d)], "error", needle="config.json", isolate=True)
     k += 1
     d = _dir(work, f"c{k}", {"config.json": None}, b.hf)
     (d / "config.json").mkdir()
@@ -345,7 +345,7 @@ def gen_config_json(rng: random.Random, b: Bases, work: Path, n: int):
     k += 1
     d = _dir(work, f"c{k}", {}, b.hf)
     _fifo(d / "generation_config.json")
-    yield Case("generation_config.json is a FIFO (never opened)", ["inspect", str(d)], "ok")
+    yield Case("generation_config.json is a FIFO (never opened)", ["inspect", str(d)], "ok", isolate=True)
     k += 1
     d = _dir(work, f"c{k}", {"generation_config.json": b"\xff garbage"}, b.hf)
     yield Case("generation_config.json garbage (ignored)", ["inspect", str(d)], "ok")
@@ -406,7 +406,7 @@ def gen_safetensors(rng: random.Random, b: Bases, work: Path, n: int):
     # whole-file FIFO, directory
     d = _dir(work, f"s{k}", {"model.safetensors": None}, b.hf)
     _fifo(d / "model.safetensors")
-    yield Case("safetensors FIFO", ["inspect", str(d)], "error", needle="model.safetensors")
+    yield Case("safetensors FIFO", ["inspect", str(d)], "error", needle="model.safetensors", isolate=True)
     k += 1
     d = _dir(work, f"s{k}", {"model.safetensors": None}, b.hf)
     (d / "model.safetensors").mkdir()
@@ -496,7 +496,7 @@ def gen_tokenizer_json(rng: random.Random, b: Bases, work: Path, n: int):
     d = _dir(work, f"t{k}", {"tokenizer.json": None}, b.hf)
     k += 1
     _fifo(d / "tokenizer.json")
-    yield Case("tokenizer.json FIFO", ["inspect", str(d)], "error", needle="tokenizer")
+    yield Case("tokenizer.json FIFO", ["inspect", str(d)], "error", needle="tokenizer", isolate=True)
     d = _dir(work, f"t{k}", {"tokenizer.json": None}, b.hf)
     k += 1
     (d / "tokenizer.json").mkdir()
@@ -504,7 +504,7 @@ def gen_tokenizer_json(rng: random.Random, b: Bases, work: Path, n: int):
     d = _dir(work, f"t{k}", {}, b.hf)
     k += 1
     _fifo(d / "tokenizer_config.json")
-    yield Case("tokenizer_config.json FIFO (never opened)", ["inspect", str(d)], "ok")
+    yield Case("tokenizer_config.json FIFO (never opened)", ["inspect", str(d)], "ok", isolate=True)
     yield case("tokenizer_config.json garbage (ignored)", b.tok_json, "ok",
                extra={"tokenizer_config.json": b"\x00\xff" * 10})
     yield case("model type unknown", json.dumps({**base, "model": {**base["model"], "type": "Foo"}}), "error")
@@ -567,7 +567,7 @@ def gen_llama2c_model(rng: random.Random, b: Bases, work: Path, n: int):
             yield case(f"v{v} header field {field_i}={value}", bytes(buf), "error")
     p = work / "fifo.bin"
     _fifo(p)
-    yield Case("llama2c FIFO checkpoint", ["inspect", str(p)], "error", needle="fifo.bin")
+    yield Case("llama2c FIFO checkpoint", ["inspect", str(p)], "error", needle="fifo.bin", isolate=True)
     k += 1
     while k < n:
         v = rng.choice([0, 1, 2])
@@ -652,7 +652,7 @@ def gen_llama2c_tokenizer(rng: random.Random, b: Bases, work: Path, n: int):
     yield case("trailing entries ignored", good + good[4:200], "ok")
     p = work / "tokfifo.bin"
     _fifo(p)
-    yield Case("tokenizer.bin FIFO", ["inspect", str(model), "--tokenizer", str(p)], "error", needle="tokfifo.bin")
+    yield Case("tokenizer.bin FIFO", ["inspect", str(model), "--tokenizer", str(p)], "error", needle="tokfifo.bin", isolate=True)
     k += 1
     yield Case("tokenizer.bin missing", ["inspect", str(model), "--tokenizer", str(work / "none.bin")], "error")
     k += 1
@@ -741,7 +741,7 @@ def gen_onnx(rng: random.Random, b: Bases, work: Path, n: int):
     d = _dir(work, f"o{k}", {"model.onnx": None}, b.onnx)
     k += 1
     _fifo(d / "model.onnx")
-    yield Case("model.onnx FIFO", ["inspect", str(d)], "error", needle="model.onnx")
+    yield Case("model.onnx FIFO", ["inspect", str(d)], "error", needle="model.onnx", isolate=True)
     m = copy()  # a weight kept in an external data file that is a FIFO
     t = m.graph.initializer[inits[b.onnx_weights[0]]]
     t.ClearField("raw_data")
@@ -752,7 +752,7 @@ def gen_onnx(rng: random.Random, b: Bases, work: Path, n: int):
     d = _dir(work, f"o{k}", {"model.onnx": m.SerializeToString()}, b.onnx)
     k += 1
     _fifo(d / "w.data")
-    yield Case("external data FIFO", ["inspect", str(d)], "error", needle="w.data")
+    yield Case("external data FIFO", ["inspect", str(d)], "error", needle="w.data", isolate=True)
     while k < n:
         r = rng.random()
         if r < 0.25:
@@ -865,7 +865,8 @@ def gen_cli_values(rng: random.Random, b: Bases, work: Path, n: int):
     fifo = _fifo(work / "calib.fifo")
     for path, expect in ((calib_ok, "ok"), (calib_bin, "error"), (fifo, "error"), (work, "error")):
         yield Case(f"--calibration {path.name}", ref[:2] + ["--max-new-tokens", "1", "--prompt", "the", "--quant",
-                                                            "per-channel", "--calibration", str(path)], expect)
+                                                            "per-channel", "--calibration", str(path)], expect,
+                   isolate=path == fifo)
     # garbage manifest.json / plan.json for build and report
     for i, content in enumerate([b"", b"[]", b"{}", b"\xff\xfe", _deep(100000).encode(), b'{"board": 5}',
                                  b'{"board": "host", "max_seq": 32, "tokenizer": {"kind": "hf", "file": "../x", '

@@ -32,7 +32,11 @@ class BuildResult:
 
 def read_manifest(out: Path) -> dict:
     path = Path(out) / "manifest.json"
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as e:  # a name too long for the OS, a symlink loop
+        raise UserError(f"{str(out)[:200]}: cannot open ({e.strerror or e})") from None
+    if not exists:
         raise UserError(f"{out}: no manifest.json; run `tinyllm-gen compile MODEL -o {out}` first")
     m = read_json(path, "manifest.json", 64 * 1024 * 1024)
     if not _manifest_ok(m):

@@ -132,7 +132,11 @@ class Tokenizer:
                   eos_id: int | None = None) -> "Tokenizer":
         """A user-given --tokenizer: `*.json` is Hugging Face, anything else llama2.c."""
         path = Path(path)
-        if not path.exists():
+        try:
+            exists = path.exists()
+        except OSError as e:  # a name too long for the OS, a symlink loop
+            raise UserError(f"{str(path)[:200]}: cannot open the tokenizer ({e.strerror or e})") from None
+        if not exists:
             raise UserError(f"{path}: tokenizer file not found; pass a tokenizer.json or a llama2.c tokenizer.bin")
         check_regular_file(path, "tokenizer")
         if path.suffix == ".json":

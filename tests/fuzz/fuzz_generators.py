@@ -856,9 +856,13 @@ def gen_cli_values(rng: random.Random, b: Bases, work: Path, n: int):
     for argv in (["compile", model], ["compile"], ["inspect"], ["nosuchcommand"], ["reference", model, "--bogus"],
                  ["inspect", model, "--json", "--json"], ["plan", model, "--board"], ["reference", model, "--prompt"],
                  ["inspect", str(work / "missing")], ["inspect", ""], ["inspect", "\x7f"], ["report", model],
-                 ["build", str(work)], ["inspect", model, "--tokenizer", str(work)]):
+                 ["build", str(work)], ["inspect", model, "--tokenizer", str(work)],
+                 ["inspect", "m" * 300], ["inspect", str(work / ("m" * 300) / "x")], ["inspect", "/etc/passwd/x"],
+                 ["inspect", model, "--tokenizer", "t" * 300], ["inspect", "/proc/self/mem"], ["inspect", "/dev/zero"],
+                 ["inspect", str(work / "sloop")], ["report", "r" * 300], ["build", "b" * 300]):
         valid = argv == ["inspect", model, "--json", "--json"]
         yield Case(f"argv {argv[:3]!r}", list(argv), "ok" if valid else "error")
+    os.symlink(work / "sloop", work / "sloop")
     calib_ok, calib_bin = work / "calib.txt", work / "calib.bin"
     calib_ok.write_text("the cat sat. " * 40)
     calib_bin.write_bytes(bytes(range(256)) * 8)

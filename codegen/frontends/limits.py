@@ -67,9 +67,15 @@ def check_finite(where: object, name: str, arr: np.ndarray) -> None:
 
 
 def check_positive_number(where: object, key: str, value: object) -> float:
+    """A positive number that survives float32 (the firmware's type): 1e308
+    would become infinity there, 1e-300 zero."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
             or not value > 0:
         raise UserError(f"{where}: {key} must be a positive finite number, got {value!r}")
+    f32 = np.finfo(np.float32)
+    if not float(f32.tiny) <= value <= float(f32.max):
+        raise UserError(f"{where}: {key} {value!r} is outside float32's normal range "
+                        f"({float(f32.tiny):.3g} to {float(f32.max):.3g}); fix config.json")
     return float(value)
 
 

@@ -284,8 +284,9 @@ _CONFIG_VALUES = {  # key -> [(value, expect)]; "drop" removes the key
                                 (64, "ok"), (None, "ok"), ("32", "error"), ("drop", "ok"), (1 << 20, "ok")],
     "head_dim": [(8, "ok"), (16, "error"), (7, "error"), (0, "error"), (None, "ok"), (2**64, "error")],
     "rms_norm_eps": [(0, "error"), (-1e-5, "error"), ("1e-5", "error"), (None, "error"), (1e-6, "ok"),
-                     (1e308, "ok"), ("drop", "ok"), ([1e-5], "error")],
-    "rope_theta": [(0, "error"), (-1, "error"), ("x", "error"), (1e6, "ok"), (None, "error"), (1e400, "error")],
+                     (1e308, "error"), (1e-300, "error"), (1e30, "ok"), ("drop", "ok"), ([1e-5], "error")],
+    "rope_theta": [(0, "error"), (-1, "error"), ("x", "error"), (1e6, "ok"), (None, "error"), (1e400, "error"),
+                   (1e300, "error")],
     "partial_rotary_factor": [("half", "error"), (0.5, "error"), (1.0, "ok"), ([], "error"), (None, "ok"),
                               ({}, "error"), (True, "error")],
     "layer_types": [("full_attention", "error"), (5, "error"), ({}, "error"), (["full_attention"], "ok"),
@@ -322,6 +323,10 @@ def gen_config_json(rng: random.Random, b: Bases, work: Path, n: int):
             cfg[key] = value
         d = _dir(work, f"c{k}", {"config.json": json.dumps(cfg)}, b.hf)
         yield Case(f"config {key}={value!r:.40}", ["inspect", str(d)], expect)
+        if expect == "ok":  # the rest of the pipeline on an odd but valid config: plan may not fit
+            yield Case(f"config {key}={value!r:.40} plan", ["plan", str(d), "--max-seq", "auto"], "any")
+            yield Case(f"config {key}={value!r:.40} compile", ["compile", str(d), "-o", str(d / "out"), "--board",
+                                                               "host"], "any")
         k += 1
     for label, raw, expect in _bad_json_texts(rng, json.dumps(b.config)):
         d = _dir(work, f"c{k}", {"config.json": raw}, b.hf)
@@ -425,8 +430,12 @@ def gen_safetensors(rng: random.Random, b: Bases, work: Path, n: int):
             pos = rng.randrange(len(buf))
             buf[pos] ^= 1 << rng.randrange(8)
             v = struct.unpack_from("<f", buf, pos - pos % 4)[0]
-            yield case(f"flip data byte {pos}", b.st[:b.st_data_start] + bytes(buf),
-                       "ok" if math.isfinite(v) else "error")
+            c = case(f"flip data byte {pos}", b.st[:b.st_data_start] + bytes(buf),
+                     "ok" if math.isfinite(v) else "error")
+            if rng.random() < 0.3:  # through quantization and the quantized reference too
+                c.argv = ["reference", c.argv[1], "--max-new-tokens", "2", "--prompt", "the cat"]
+                c.id += " (reference)"
+            yield c
         elif r < 0.45:
             yield case(f"truncated #{k}", b.st[:rng.randrange(len(b.st))], "error")
         elif r < 0.55:

@@ -391,15 +391,39 @@ def test_non_finite_llama2c_weight_or_scale(tmp_path, version):
     assert "layers." in msg or "norm" in msg or "tok_embeddings" in msg
 
 
-def test_non_finite_onnx_weight(hf, tmp_path):
+@pytest.fixture(scope="module")
+def onnx_export(tmp_path_factory):
+    pytest.importorskip("torch")
     pytest.importorskip("onnx")
-    d = variant(hf, tmp_path / "o", **{"model.safetensors": None})
-    table = np.ones((fg.VOCAB, fg.DIM), np.float32)
-    table[5, 5] = np.nan
-    _tiny_onnx(d / "model.onnx", table)
-    from tinyllm_gen.frontends.limits import check_finite
+    from tinymodels import export_onnx, make_hf_model
 
-    refused(lambda: check_finite("model.onnx", "tok_embeddings", table), "tok_embeddings", "non-finite")
+    root = tmp_path_factory.mktemp("onnx")
+    src = make_hf_model(root / "hf", dim=32, hidden=48, layers=1, heads=4, kv_heads=2, vocab=300, context=32,
+                        tied=False, seed=2)
+    return export_onnx(src, root / "export")
+
+
+def test_non_finite_onnx_weight(onnx_export, tmp_path):
+    import shutil
+
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(onnx_export / "model.onnx"))
+    table = load_model(onnx_export).graph.weights["layers.0.w_down"]
+    t = next(t for t in model.graph.initializer
+             if numpy_helper.to_array(t).shape in (table.shape, table.T.shape)
+             and np.array_equal(numpy_helper.to_array(t).reshape(-1), (table.T if numpy_helper.to_array(t).shape
+                                                                        == table.T.shape else table).reshape(-1)))
+    a = numpy_helper.to_array(t).copy()
+    a.reshape(-1)[7] = np.inf
+    t.CopyFrom(numpy_helper.from_array(a, t.name))
+    d = tmp_path / "o"
+    d.mkdir()
+    onnx.save(model, str(d / "model.onnx"))
+    for f in ("config.json", "tokenizer.json"):
+        shutil.copy(onnx_export / f, d / f)
+    refused(lambda: load_model(d), "layers.0.w_down", "non-finite")
 
 
 def test_temperature_nan_and_inf(hf):

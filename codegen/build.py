@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import UserError
+from .errors import UserError, read_json
 from .frontends.tokenizer import Tokenizer
 from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
 from .board import Board, load_board
@@ -33,9 +33,33 @@ class BuildResult:
 
 def read_manifest(out: Path) -> dict:
     path = Path(out) / "manifest.json"
-    if not path.is_file():
+    try:
+        exists = path.exists()
+    except OSError as e:  # a name too long for the OS, a symlink loop
+        raise UserError(f"{str(out)[:200]}: cannot open ({e.strerror or e})") from None
+    if not exists:
         raise UserError(f"{out}: no manifest.json; run `tinyllm-gen compile MODEL -o {out}` first")
-    return json.loads(path.read_text())
+    m = read_json(path, "manifest.json", 64 * 1024 * 1024)
+    if not _manifest_ok(m):
+        raise UserError(f"{path}: not a tinyllm-gen manifest (fields missing or of the wrong type); "
+                        f"recompile with `tinyllm-gen compile MODEL -o {out}`")
+    return m
+
+
+def _manifest_ok(m) -> bool:
+    """The fields build/run/report/flash/bench read, with their types."""
+    def is_int(v, low=0):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+    if not isinstance(m, dict) or not isinstance(m.get("board"), str) or not is_int(m.get("max_seq"), 1):
+        return False
+    t, opts = m.get("tokenizer"), m.get("options", {})
+    if not isinstance(t, dict) or t.get("kind") not in ("hf", "llama2c") or not isinstance(t.get("file"), str) \
+            or not is_int(t.get("vocab_size"), 1) or not isinstance(opts, dict):
+        return False
+    if ".." in Path(t["file"]).parts or Path(t["file"]).is_absolute():
+        return False
+    return all(t.get(k) is None or is_int(t.get(k)) for k in ("bos_id", "eos_id"))
 
 
 def image_path(out: Path, board: Board) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .errors import UserError
+from .errors import UserError, one_line
 
 
 
@@ -21,14 +21,66 @@ def _board_option(f):
                         help="Target board (boards/<name>/board.json).")(f)
 
 
+class _CheckedFloat(click.ParamType):
+    """A float checked by one of sampler.py's range rules (NaN and
+    infinity are refused there, not passed on)."""
+
+    def __init__(self, name: str, problem):
+        self.name, self.problem = name, problem
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(value)
+        except (TypeError, ValueError, OverflowError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        why = self.problem(v)
+        if why is not None:
+            self.fail(why, param, ctx)
+        return v
+
+
+class _Size(click.ParamType):
+    """A byte count: digits with an optional K/M suffix (compile.parse_size)."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        from .compile import parse_size
+
+        try:
+            return parse_size(value)
+        except UserError as e:
+            self.fail(str(e), param, ctx)
+
+
+class _TextFile(click.Path):
+    """A regular UTF-8 text file (calibration and evaluation text)."""
+
+    def __init__(self):
+        super().__init__(path_type=Path, exists=True, dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        from .errors import read_regular_text
+
+        path = super().convert(value, param, ctx)
+        try:
+            read_regular_text(path, "text file")
+        except UserError as e:
+            self.fail(str(e), param, ctx)
+        return path
+
+
 def _sampling_options(f):
+    from .sampler import MAX_NEW_TOKENS, temperature_problem, top_p_problem
+
     f = click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True,
                      help="RNG seed for sampling.")(f)
-    f = click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
-                     help="Nucleus sampling threshold (1 = full distribution).")(f)
-    f = click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True,
-                     help="0 = greedy (argmax).")(f)
-    f = click.option("--max-new-tokens", type=click.IntRange(0), default=64, show_default=True)(f)
+    f = click.option("--top-p", type=_CheckedFloat("P", top_p_problem), default=1.0, show_default=True,
+                     help="Nucleus sampling threshold in (0, 1] (1 = full distribution).")(f)
+    f = click.option("--temperature", type=_CheckedFloat("T", temperature_problem), default=0.0,
+                     show_default=True, help="0 = greedy (argmax); otherwise 0.001 to 100.")(f)
+    f = click.option("--max-new-tokens", type=click.IntRange(0, MAX_NEW_TOKENS), default=64, show_default=True,
+                     help="Generation also stops at the end of the context.")(f)
     f = click.option("--prompt", default="Once upon a time", show_default=True)(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")(f)
     return f
@@ -68,7 +120,8 @@ def _prompt_ids(tok, prompt: str, chat: bool) -> list[int]:
 
 
 def _quant_options(f):
-    f = click.option("--ram-budget", default="512K", show_default=True, help="RAM budget (bytes, K or M suffix).")(f)
+    f = click.option("--ram-budget", type=_Size(), default="512K", show_default=True,
+                     help="RAM budget (bytes, K or M suffix).")(f)
     f = click.option("--max-seq", type=MAX_SEQ, default=None,
                      help="Context length (default: the model's; auto: the longest that fits).")(f)
     f = click.option("--kv-bits", type=click.Choice(["8", "4"]), default="8", show_default=True,
@@ -85,7 +138,7 @@ def _scheme_options(f):
                      help="INT4 weights: round-to-nearest, or calibrated on --calibration text: error-minimising "
                           "clipping (clip), activation-aware scales folded into the norms + clipping (awq); "
                           "give --calibration a few thousand tokens of in-domain text.")(f)
-    f = click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+    f = click.option("--calibration", type=_TextFile(), default=None,
                      help="Calibration text for --quant per-channel and --weight-quant clip|awq (default: a built-in sample).")(f)
     f = click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,
                      help="group: INT4 group-wise W4A8; per-channel: CMSIS-NN arithmetic (static int8 activations).")(f)
@@ -139,8 +192,9 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
-    from .compile import compile_path, write_tree
+    from .compile import check_out_dir, compile_path, write_tree
 
+    check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler)
     compiled = compile_path(model, opts, tokenizer)
@@ -188,7 +242,8 @@ def flash_cmd(out, dry_run, openocd):
 @cli.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @_sampling_options
-@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds before the run is stopped.")
+@click.option("--timeout", type=_CheckedFloat("SECONDS", lambda t: None if 0 < t <= 1e6 else f"{t!r} is not in (0, 1e6]"),
+              default=600, show_default=True, help="Seconds before the run is stopped.")
 @click.option("--transport", type=click.Choice(["memory", "uart"]), default="memory", show_default=True,
               help="How the request reaches the firmware: placed in memory, or sent over the console UART "
               "(as to a real board).")
@@ -337,22 +392,27 @@ def report(out, as_json):
     from .build import read_manifest
     from .plan.report import summary_text
 
+    from .errors import read_json
+
     read_manifest(out)
-    plan_doc = json.loads((Path(out) / "report.json").read_text())
+    plan_doc = read_json(Path(out) / "report.json", "report.json")
     size_file = Path(out) / "build" / "size.json"
-    size = json.loads(size_file.read_text()) if size_file.is_file() else None
+    size = read_json(size_file, "size.json") if size_file.exists() else None
     from .board import load_board
     from .timing import predicted, predicted_text, shape_of_header
 
     manifest = read_manifest(out)
-    pred = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
-                     int(manifest["options"]["group_size"]), load_board(manifest["board"]))
-    if as_json:
-        click.echo(json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size,
-                               "predicted": pred}))
-    else:
-        click.echo(summary_text(plan_doc, size))
-        click.echo(predicted_text(pred), nl=False)
+    try:
+        if not isinstance(plan_doc, dict) or not isinstance(size, (dict, type(None))):
+            raise TypeError("not a JSON object")
+        pred = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
+                         int(manifest["options"]["group_size"]), load_board(manifest["board"]))
+        text = json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size,
+                           "predicted": pred}) if as_json else summary_text(plan_doc, size) + "\n" + predicted_text(pred)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError) as e:
+        raise UserError(f"{out}: report.json, build/size.json or src/tllm_model.h is not what tinyllm-gen wrote "
+                        f"({type(e).__name__}: {e}); recompile with `tinyllm-gen compile MODEL -o {out}`") from None
+    click.echo(text.rstrip("\n"))
 
 
 @cli.command()
@@ -388,7 +448,7 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
 
 @cli.command("eval")
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option("--data", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+@click.option("--data", type=_TextFile(), required=True,
               help="Held-out text; documents separated by blank lines, each scored from BOS.")
 @click.option("--max-tokens", type=click.IntRange(0), default=20000, show_default=True,
               help="Score whole documents up to this many tokens (0: all of --data).")
@@ -398,7 +458,7 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="Group sizes (repeatable; default: 32, 64, 128).")
 @click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(["8", "4"]),
               help="KV cache precisions (repeatable; default: 8, 4).")
-@click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--calibration", type=_TextFile(), default=None,
               help="Calibration text for clip/awq (default: a built-in sample); keep it apart from --data.")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="tokenizer.bin for llama2.c checkpoints.")
@@ -425,9 +485,9 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
 @click.argument("teacher", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True,
               help="Output model directory (Hugging Face format; work files go to OUT.work/).")
-@click.option("--data", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+@click.option("--data", type=_TextFile(), required=True,
               help="Training text for calibration and distillation; documents separated by blank lines.")
-@click.option("--eval-data", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--eval-data", type=_TextFile(), default=None,
               help="Held-out text for the table (default: the last 10% of --data, then not trained on).")
 @click.option("--prune-heads", type=float, default=0.5, show_default=True,
               help="Fraction of KV head groups (with their query heads) removed per layer.")
@@ -556,10 +616,20 @@ def main(argv=None) -> None:
     except click.exceptions.Abort:
         click.echo("tinyllm-gen: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as e:
+    except _NO_ARGS_HELP as e:  # bare `tinyllm-gen`: the help text, as click prints it
         e.show()
         sys.exit(e.exit_code)
+    except click.UsageError as e:  # bad option or argument: one line (click's own is three), exit 2
+        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        click.echo(f"tinyllm-gen: error: {one_line(e.format_message())}{hint}", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        click.echo(f"tinyllm-gen: error: {one_line(e.format_message())}", err=True)
+        sys.exit(e.exit_code)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+_NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 if __name__ == "__main__":

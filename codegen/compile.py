@@ -7,6 +7,7 @@ can look at any stage; `write_tree` puts the emitted files on disk
 atomically (all or nothing)."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .emit import EmittedTree, emit_tree
-from .errors import UserError
+from .errors import UserError, first_line
 from .frontends import ImportedModel, Tokenizer, load_model
 from .lower import Program, lower
 from .plan import MemoryPlan
@@ -28,6 +29,9 @@ from .verify import verify_graph, verify_program, verify_quantized
 from .vocab import check_vocab_fits, vocab_in_weights, vocabulary_of
 
 DEFAULT_RAM_BUDGET = 512 * 1024
+MAX_RAM_BUDGET = 1 << 32  # a Cortex-M7's whole address space
+# Output trees are never written into kernel pseudo-filesystems.
+_VIRTUAL_ROOTS = ("/proc", "/sys", "/dev")
 
 
 @dataclass(frozen=True)
@@ -54,17 +58,22 @@ class Compiled:
     trade_off: str = ""  # what --max-seq auto chose, and the other KV precision's figure
 
 
-def parse_size(text: str) -> int:
-    """'512K', '1M', '300000' -> bytes."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1024, "M": 1024 * 1024}.get(t[-1:], 1)
-    digits = t[:-1] if t[-1:] in "KM" else t
-    try:
+def parse_size(text: str | int) -> int:
+    """'512K', '1M', '512KiB', '300000' -> bytes (an int passes through,
+    checked the same way).  ASCII digits only, at most 4 GiB."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+        mult = {"K": 1024, "M": 1024 * 1024}.get(t[-1:], 1) if t else 1
+        digits = t[:-1] if t[-1:] in ("K", "M") else t
+        if not digits or len(digits) > 12 or not (digits.isascii() and digits.isdigit()):
+            raise UserError(f"bad size {str(text)[:40]!r}: use bytes or a K/M suffix, e.g. 512K")
         value = int(digits) * mult
-    except ValueError:
-        raise UserError(f"bad size {text!r}: use bytes or a K/M suffix, e.g. 512K") from None
     if value <= 0:
-        raise UserError(f"bad size {text!r}: must be positive")
+        raise UserError(f"bad size {str(text)[:40]!r}: must be positive")
+    if value > MAX_RAM_BUDGET:
+        raise UserError(f"bad size {str(text)[:40]!r}: more than the 4 GiB a Cortex-M7 can address")
     return value
 
 
@@ -143,29 +152,93 @@ def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None 
     return compile_model(load_model(Path(model_path), tokenizer), opts)
 
 
+def _os_error(out: Path, e: OSError) -> UserError:
+    what = {errno.ENOSPC: "the disk is full", errno.EFBIG: "a file exceeds the file-size limit",
+            errno.ENAMETOOLONG: "a path component is longer than the file system allows",
+            errno.EDQUOT: "the disk quota is exceeded"}.get(e.errno, e.strerror or first_line(e))
+    return UserError(f"cannot write {out}: {what}; nothing was written (an existing output is kept)")
+
+
+def check_out_dir(out: Path) -> Path:
+    """Validate -o before any work and return the directory to replace.
+
+    OUT may be new, empty, or an earlier tinyllm-gen output.  A symlink to
+    a directory is written through: its target is replaced atomically and
+    the link still points at the new tree.  A dangling symlink, a path
+    under a regular file, a path in /proc, /sys or /dev and a path the OS
+    cannot name are refused in one line."""
+    out = Path(out)
+    try:
+        if os.path.islink(out):
+            target = Path(os.path.realpath(out))
+            if not target.exists():
+                raise UserError(f"{out} is a symlink to {os.readlink(out)}, which does not exist: "
+                                "create the directory it points to, or choose another -o")
+            if not target.is_dir():
+                raise UserError(f"{out} is a symlink to {target}, which is not a directory: choose another -o")
+            out = target
+        else:
+            out = Path(os.path.abspath(out))
+        if any(str(out) == r or str(out).startswith(r + "/") for r in _VIRTUAL_ROOTS):
+            raise UserError(f"{out} is in a kernel pseudo-filesystem ({str(out).split('/')[1]}): choose another -o")
+        if out.exists() and not out.is_dir():
+            raise UserError(f"{out} exists and is not a directory: choose another -o")
+        if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
+            raise UserError(f"{out} is not empty and not a tinyllm-gen output (no manifest.json): "
+                            "choose an empty or new directory")
+        for parent in out.parents:  # the nearest existing ancestor must be a directory
+            if parent.exists() or os.path.islink(parent):
+                if not parent.is_dir():
+                    raise UserError(f"cannot write {out}: {parent} is not a directory")
+                break
+        for part in out.parts:
+            if len(os.fsencode(part)) > 200:  # leaves room for the temporary sibling's prefix and suffix
+                raise UserError(f"cannot write {out}: a path component is {len(os.fsencode(part))} bytes, "
+                                "longer than tinyllm-gen accepts (200)")
+    except OSError as e:
+        raise _os_error(out, e) from None
+    return out
+
+
 def write_tree(tree: EmittedTree, out: Path) -> None:
     """Write to a sibling temp dir, then swap it in: OUT is either the old
-    tree or the complete new one, never half-written."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out} exists and is not a directory: choose another -o")
-    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").is_file():
-        raise UserError(f"{out} is not empty and not a tinyllm-gen output (no manifest.json): "
-                        "choose an empty or new directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tree or the complete new one, never half-written.  Any OS error (a full
+    disk, a file-size limit) removes what was written and becomes one line."""
+    shown = Path(out)
+    out = check_out_dir(out)
+    created: list[Path] = []  # missing ancestors made here, removed again on failure
+    tmp: Path | None = None
+    old: Path | None = None
     try:
+        for parent in reversed(out.parents):
+            if not parent.exists():
+                parent.mkdir()
+                created.append(parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         for rel, data in tree.files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        old = None
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)
-        tmp.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.rename(out)
+        except BaseException:
+            if old is not None:
+                old.rename(out)
+                old = None
+            raise
+    except BaseException as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for d in reversed(created):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if isinstance(e, OSError):
+            raise _os_error(shown, e) from None
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

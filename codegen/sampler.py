@@ -10,6 +10,8 @@ times 2^-24, which is exact in float32.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,33 @@ MASK64 = (1 << 64) - 1
 XORSHIFT_MUL = 0x2545F4914F6CDD1D
 DEFAULT_SEED_STATE = 0x853C49E6748FEA9B  # used when the seed is 0 (xorshift state must be non-zero)
 
+# The sampling options accepted (the CLI and SamplingOptions check the same
+# ranges).  A temperature is 0 (greedy) or in [1e-3, 100]: far smaller ones
+# overflow logits / T to infinity in float32, larger ones are uniform noise.
+# top_p is in (0, 1] and at least float32's smallest normal number, because
+# the Cortex-M7 may flush subnormal floats to zero where the host does not.
+TEMPERATURE_MIN, TEMPERATURE_MAX = 1e-3, 100.0
+TOP_P_MIN = float(np.finfo(np.float32).tiny)  # 1.1754944e-38
+MAX_NEW_TOKENS = (1 << 32) - 1  # the request's uint32 field; generation also stops at the context's end
+
+
+def temperature_problem(t: float) -> str | None:
+    if not isinstance(t, numbers.Real) or isinstance(t, bool) or not math.isfinite(t):
+        return f"{t!r} is not a finite number"
+    if t != 0 and not TEMPERATURE_MIN <= t <= TEMPERATURE_MAX:
+        return f"{t:g} is outside 0 (greedy) or [{TEMPERATURE_MIN:g}, {TEMPERATURE_MAX:g}]"
+    return None
+
+
+def top_p_problem(p: float) -> str | None:
+    if not isinstance(p, numbers.Real) or isinstance(p, bool) or not math.isfinite(p):
+        return f"{p!r} is not a finite number"
+    if not 0.0 < p <= 1.0:
+        return f"{p:g} is outside (0, 1]"
+    if p < TOP_P_MIN:
+        return f"{p:g} is below float32's smallest normal number ({TOP_P_MIN:.8g}), which the Cortex-M7 may flush to 0"
+    return None
+
 
 @dataclass(frozen=True)
 class SamplingOptions:
@@ -28,11 +57,11 @@ class SamplingOptions:
     seed: int = 0
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
-        if not 0 <= self.seed < (1 << 64):
+        if (why := temperature_problem(self.temperature)) is not None:
+            raise ValueError(f"temperature {why}")
+        if (why := top_p_problem(self.top_p)) is not None:
+            raise ValueError(f"top_p {why}")
+        if not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < (1 << 64):
             raise ValueError("seed must be in [0, 2^64)")
 
 

@@ -23,21 +23,26 @@ def load_model(path: Path, tokenizer: Path | None = None) -> ImportedModel:
     `.bin` checkpoint.  Pointing at a file inside an HF folder (config.json,
     *.safetensors) means that folder."""
     path = Path(path)
-    onnx_file = find_onnx(path)
+    try:  # a name the OS refuses (too long, a loop of symlinks) is the user's to fix
+        onnx_file = find_onnx(path)
+        is_dir, is_file, exists = path.is_dir(), path.is_file(), path.exists()
+    except OSError as e:
+        raise UserError(f"{str(path)[:200]}: cannot open ({e.strerror or e}); pass a Hugging Face model "
+                        "directory or a llama2.c .bin checkpoint") from None
     if onnx_file is not None:
         return load_onnx(onnx_file, tokenizer)
-    if path.is_dir():
+    if is_dir:
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1 and not (path / "config.json").exists():
             return load_gguf(ggufs[0], tokenizer)
         return load_hf(path, tokenizer)
-    if path.is_file():
+    if is_file:
         if path.name == "config.json" or path.suffix == ".safetensors":
             return load_hf(path.parent, tokenizer)
         if is_gguf(path):
             return load_gguf(path, tokenizer)
         return load_llama2c(path, tokenizer)
-    if not path.exists():
+    if not exists:
         raise UserError(f"{path}: no such file or directory; pass a Hugging Face model directory, "
                         "a .gguf file or a llama2.c .bin checkpoint")
     raise UserError(f"{path}: neither a directory nor a regular file; pass a Hugging Face model "

@@ -34,7 +34,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import UserError, check_regular_file
+from .limits import check_finite, check_model_size, check_range
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
 from .hf import ImportedModel
@@ -62,6 +63,8 @@ def is_gguf(path: Path) -> bool:
     path = Path(path)
     if path.suffix.lower() == ".gguf":
         return True
+    if not path.is_file():  # never open a FIFO to sniff it
+        return False
     try:
         with open(path, "rb") as fh:
             return fh.read(4) == GGUF_MAGIC
@@ -141,6 +144,7 @@ def load_gguf(path: Path, tokenizer: Path | None = None) -> GGUFModel:
     from .gguf_tokenizer import tokenizer_from_gguf
     from .tokenizer import Tokenizer
 
+    check_regular_file(Path(path), "GGUF model")  # a FIFO or device is refused before it is opened
     f = GGUFFile(Path(path))
     config = parse_metadata(f)
     weights, blocks = _map_tensors(f, config)
@@ -244,12 +248,17 @@ def parse_metadata(f: GGUFFile) -> ModelConfig:
     eot = token_id("tokenizer.ggml.eot_token_id")
     if eot is not None and eot not in eos_ids:
         eos_ids += (eot,)
-    return ModelConfig(
+    for key, value in (("dim", dim), ("hidden_dim", hidden), ("n_layers", n_layers), ("n_heads", n_heads),
+                       ("n_kv_heads", n_kv), ("head_dim", head_dim), ("vocab_size", vocab), ("max_seq", context)):
+        check_range(where, key, value)  # before anything is sized from them
+    config = ModelConfig(
         arch=arch, dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
         head_dim=head_dim, vocab_size=vocab, max_seq=context, rope_theta=theta, norm_eps=eps,
         tied_embeddings="output.weight" not in f.tensors, qkv_bias=arch == "qwen2",
         bos_id=bos, eos_ids=eos_ids,
     )
+    check_model_size(where, config.n_params())
+    return config
 
 
 # ---------------------------------------------------------------- tensors
@@ -351,6 +360,8 @@ def _map_tensors(f: GGUFFile, c: ModelConfig) -> tuple[dict[str, np.ndarray], di
             up = b + "ffn_up.weight"
             ts.put(w, p + "w_gate", up, (c.hidden_dim, c.dim), slice(0, c.hidden_dim))
             ts.put(w, p + "w_up", up, (c.hidden_dim, c.dim), slice(c.hidden_dim, 2 * c.hidden_dim))
+    for name, arr in w.items():
+        check_finite(f.path.name, name, arr)
     for name in f.tensors:
         if name not in ts.used:
             raise UserError(f"{f.path.name}: tensor {name} is not used by the {c.arch} graph "

@@ -57,6 +57,21 @@ PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
 
 
 def tokenizer_from_gguf(f: "GGUFFile", config: ModelConfig) -> Tokenizer | None:
+    """The tokenizer the file's metadata describes (None when it has none);
+    any inconsistency (a merge of unknown tokens, wrong value types) is one
+    line naming the file: the `tokenizers` library raises plain Exceptions."""
+    where = f.path.name
+    try:
+        return _tokenizer_from_gguf(f, config)
+    except UserError as e:
+        raise e if str(e).startswith(where) else UserError(f"{where}: {e}") from None
+    except Exception as e:  # noqa: BLE001 (tokenizers and bad metadata types raise anything)
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise UserError(f"{where}: the tokenizer in its metadata is inconsistent ({msg}); "
+                        "the file is corrupt or was written by an incompatible converter") from None
+
+
+def _tokenizer_from_gguf(f: "GGUFFile", config: ModelConfig) -> Tokenizer | None:
     model = f.value("tokenizer.ggml.model")
     if model is None or not f.has("tokenizer.ggml.tokens"):
         return None

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import UserError, check_regular_file, first_line, read_json
 from ..ir import Graph, ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
+from .limits import check_finite, check_model_size, check_positive_number, check_range, check_tokenizer_vocab
 from .tokenizer import Tokenizer
 
 ARCHS = {"LlamaForCausalLM": "llama", "Phi3ForCausalLM": "phi3", "Qwen2ForCausalLM": "qwen2"}
@@ -60,10 +61,15 @@ def load_tokenizer(config: ModelConfig, folder: Path, tokenizer: Path | None) ->
     with the config's BOS/EOS ids; None when there is neither."""
     eos = config.eos_ids[0] if config.eos_ids else None
     if tokenizer is not None:
-        return Tokenizer.from_path(Path(tokenizer), config.vocab_size, config.bos_id, eos)
-    if (folder / "tokenizer.json").is_file():
-        return Tokenizer.from_hf_json(folder / "tokenizer.json", bos_id=config.bos_id, eos_id=eos)
-    return None
+        tok = Tokenizer.from_path(Path(tokenizer), config.vocab_size, config.bos_id, eos)
+        where = tokenizer
+    elif (folder / "tokenizer.json").exists():
+        where = folder / "tokenizer.json"
+        tok = Tokenizer.from_hf_json(where, bos_id=config.bos_id, eos_id=eos, vocab_size=config.vocab_size)
+    else:
+        return None
+    check_tokenizer_vocab(where, tok.vocab_size, config.vocab_size)
+    return tok
 
 
 # ----------------------------------------------------------------- config
@@ -71,24 +77,26 @@ def load_tokenizer(config: ModelConfig, folder: Path, tokenizer: Path | None) ->
 
 def _read_config(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "config.json"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{model_dir}: no config.json; pass a directory written by save_pretrained()")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not valid JSON ({_one_line(e)}); re-save the model") from None
+    cfg = read_json(path, "config.json", 16 * 1024 * 1024)
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object at top level")
     return cfg
 
 
 def _generation_config(model_dir: Path) -> dict[str, Any]:
-    """Newer transformers may keep bos/eos only in generation_config.json."""
-    try:
-        g = json.loads((model_dir / "generation_config.json").read_text(encoding="utf-8"))
-        return g if isinstance(g, dict) else {}
-    except (OSError, ValueError):
+    """Newer transformers may keep bos/eos only in generation_config.json.
+    It is optional: anything but a regular file of valid JSON is ignored
+    (never opened when it is not a regular file)."""
+    path = model_dir / "generation_config.json"
+    if not path.exists():
         return {}
+    try:
+        g = read_json(path, "generation_config.json", 16 * 1024 * 1024)
+    except UserError:
+        return {}
+    return g if isinstance(g, dict) else {}
 
 
 def parse_config(cfg: dict[str, Any], where: Path, gen: dict[str, Any] | None = None) -> ModelConfig:
@@ -98,29 +106,27 @@ def parse_config(cfg: dict[str, Any], where: Path, gen: dict[str, Any] | None = 
     if not isinstance(archs, list) or not archs:
         raise UserError(f"{where}: no 'architectures' entry; add e.g. \"architectures\": [\"LlamaForCausalLM\"]")
     arch_name = archs[0]
-    if arch_name not in ARCHS:
+    if not isinstance(arch_name, str) or arch_name not in ARCHS:
         raise UserError(f"unsupported architecture {arch_name!r} in {where.name}: "
                         f"supported are {', '.join(ARCHS)}")
     arch = ARCHS[arch_name]
     defaults = _DEFAULTS[arch]
 
-    def intval(key: str, default: int | None = None) -> int:
+    def intval(key: str, limit: str, default: int | None = None) -> int:
         v = cfg.get(key, default)
         if v is None and default is not None:
             v = default
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise UserError(f"{where}: {key} must be a positive integer, got {v!r}")
-        return v
+        return check_range(where, key, v, limit)
 
-    dim = intval("hidden_size")
-    hidden = intval("intermediate_size")
-    n_layers = intval("num_hidden_layers")
-    n_heads = intval("num_attention_heads")
-    n_kv = intval("num_key_value_heads", n_heads)
-    vocab = intval("vocab_size")
-    max_seq = intval("max_position_embeddings", defaults["max_position_embeddings"])
+    dim = intval("hidden_size", "dim")
+    hidden = intval("intermediate_size", "hidden_dim")
+    n_layers = intval("num_hidden_layers", "n_layers")
+    n_heads = intval("num_attention_heads", "n_heads")
+    n_kv = intval("num_key_value_heads", "n_kv_heads", n_heads)
+    vocab = intval("vocab_size", "vocab_size")
+    max_seq = intval("max_position_embeddings", "max_seq", defaults["max_position_embeddings"])
     if cfg.get("head_dim") is not None:
-        head_dim = intval("head_dim")
+        head_dim = intval("head_dim", "head_dim")
     elif dim % n_heads:
         raise UserError(f"{where}: hidden_size {dim} is not divisible by num_attention_heads {n_heads}")
     else:
@@ -131,7 +137,7 @@ def parse_config(cfg: dict[str, Any], where: Path, gen: dict[str, Any] | None = 
         raise UserError(f"{where}: head_dim {head_dim} is odd; RoPE needs an even head dimension")
 
     act = cfg.get("hidden_act", "silu")
-    if act != "silu":
+    if not isinstance(act, str) or act != "silu":
         raise UserError(f"{where}: hidden_act {act!r} is not supported (only 'silu', the SwiGLU MLP)")
 
     theta = _rope_theta(cfg, where)
@@ -145,18 +151,23 @@ def parse_config(cfg: dict[str, Any], where: Path, gen: dict[str, Any] | None = 
     if cfg.get("mlp_bias"):
         raise UserError(f"{where}: mlp_bias=true is not supported (the MLP projections must be bias-free)")
 
-    eps = cfg.get("rms_norm_eps", defaults["rms_norm_eps"])
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
-        raise UserError(f"{where}: rms_norm_eps must be a positive number, got {eps!r}")
+    eps = check_positive_number(where, "rms_norm_eps", cfg.get("rms_norm_eps", defaults["rms_norm_eps"]))
+    tied = cfg.get("tie_word_embeddings", False)
+    if tied is None:
+        tied = False
+    if not isinstance(tied, bool):
+        raise UserError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
 
     bos = _token_ids(cfg, gen, "bos_token_id", vocab, where)
     eos = _token_ids(cfg, gen, "eos_token_id", vocab, where)
-    return ModelConfig(
+    config = ModelConfig(
         arch=arch, dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
         head_dim=head_dim, vocab_size=vocab, max_seq=max_seq, rope_theta=float(theta), norm_eps=float(eps),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias,
+        tied_embeddings=tied, qkv_bias=qkv_bias,
         bos_id=bos[0] if bos else None, eos_ids=eos,
     )
+    check_model_size(where, config.n_params())
+    return config
 
 
 def _rope_theta(cfg: dict[str, Any], where: Path) -> float:
@@ -183,13 +194,13 @@ def _rope_theta(cfg: dict[str, Any], where: Path) -> float:
                         "(only plain RoPE); use a model without RoPE scaling")
     for src in (params, cfg):
         prf = src.get("partial_rotary_factor")
+        if prf is not None and (not isinstance(prf, (int, float)) or isinstance(prf, bool)):
+            raise UserError(f"{where}: partial_rotary_factor must be a number, got {prf!r}")
         if prf is not None and float(prf) != 1.0:
             raise UserError(f"{where}: partial_rotary_factor {prf} (partial rotary) is not supported; "
                             "RoPE must cover the whole head")
     theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
-    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0:
-        raise UserError(f"{where}: rope_theta must be a positive number, got {theta!r}")
-    return float(theta)
+    return check_positive_number(where, "rope_theta", theta)
 
 
 def _usable_context(cfg: dict[str, Any], arch: str, max_seq: int, where: Path) -> int:
@@ -197,7 +208,11 @@ def _usable_context(cfg: dict[str, Any], arch: str, max_seq: int, where: Path) -
     2047 of 4096) never slides for positions below the window, where it is
     plain causal attention, so such a model is accepted with its context
     limited to the window; everything else that slides is refused."""
-    layer_types = cfg.get("layer_types") or []
+    layer_types = cfg.get("layer_types")
+    if layer_types is None:
+        layer_types = []
+    if not isinstance(layer_types, list):
+        raise UserError(f"{where}: layer_types must be a list of layer kinds, got {layer_types!r:.80}")
     if any(t != "full_attention" for t in layer_types):
         bad = next(t for t in layer_types if t != "full_attention")
         raise UserError(f"{where}: layer_types contains {bad!r}; only full attention is supported")
@@ -207,6 +222,8 @@ def _usable_context(cfg: dict[str, Any], arch: str, max_seq: int, where: Path) -
                             "use a model trained with full attention")
         return max_seq
     sw = cfg.get("sliding_window")
+    if sw is not None and (not isinstance(sw, int) or isinstance(sw, bool)):
+        raise UserError(f"{where}: sliding_window must be an integer or null, got {sw!r:.80}")
     if arch == "phi3" and isinstance(sw, int) and 0 < sw < max_seq:
         return sw
     if sw is not None and sw < max_seq:
@@ -228,9 +245,7 @@ def _token_ids(cfg, gen, key: str, vocab: int, where: Path) -> tuple[int, ...]:
     return ids
 
 
-def _one_line(e: BaseException) -> str:
-    s = str(e).strip().splitlines()
-    return s[0] if s else type(e).__name__
+_one_line = first_line
 
 
 # ---------------------------------------------------------------- tensors
@@ -246,13 +261,14 @@ class _TensorStore:
         files = sorted(model_dir.glob("*.safetensors"))
         index = model_dir / "model.safetensors.index.json"
         self.index: dict[str, str] = {}
-        if index.is_file():
-            try:
-                self.index = dict(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise UserError(f"{index}: unreadable shard index ({_one_line(e)}); re-save the model") from None
+        if index.exists():
+            doc = read_json(index, "shard index")
+            wmap = doc.get("weight_map") if isinstance(doc, dict) else None
+            if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
+                raise UserError(f"{index}: unreadable shard index (no weight_map of file names); re-save the model")
+            self.index = dict(wmap)
             for shard in sorted(set(self.index.values())):
-                if not (model_dir / shard).is_file():
+                if "/" in shard or not (model_dir / shard).is_file():
                     raise UserError(f"{index.name}: shard {shard} is missing from {model_dir}; "
                                     "download all shards")
         if not files:
@@ -306,6 +322,7 @@ class _TensorStore:
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError, safe_open
 
+    check_regular_file(path, "safetensors file")  # safe_open of a FIFO would block
     out: dict[str, np.ndarray] = {}
     try:
         with safe_open(str(path), framework="np") as f:
@@ -320,8 +337,10 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
                     arr = _read_bf16(path, header, name)
                 else:
                     arr = f.get_tensor(name)
-                out[name] = np.ascontiguousarray(arr, dtype=np.float32)
-    except (SafetensorError, OSError, ValueError, KeyError) as e:
+                with np.errstate(over="ignore"):  # an F64 beyond float32 becomes inf, refused below
+                    out[name] = np.ascontiguousarray(arr, dtype=np.float32)
+                check_finite(path.name, name, out[name])
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, struct.error) as e:
         raise UserError(f"{path}: not a valid safetensors file ({_one_line(e)}); "
                         "it is truncated or corrupt, re-download or re-save it") from None
     return out

@@ -12,9 +12,12 @@ Three layouts (format facts from llama2.c's export.py / run.c / runq.c):
   layers), ffn_norm (all), norm, tok_embeddings, wq.., wk.., wv.., wo..,
   w1.., w2.., w3.., then output if not shared.
 * v2: as v1 with version=2 and an int32 group_size after the flag.  fp32
-  norms as in v1; then int8 Q8_0 values of tok_embeddings, wq.., wk.., wv..,
-  wo.., w1.., w2.., w3.., [output], and after all of them the float32 group
-  scales in the same order.  We dequantize (int8 * scale) to float32.
+  norms as in v1; then for each Q8_0 tensor in the order tok_embeddings,
+  wq.., wk.., wv.., wo.., w1.., w2.., w3.., [output]: its int8 values
+  immediately followed by its float32 group scales (export.py's
+  version2_export writes serialize_int8(q) then serialize_fp32(s) per
+  tensor; runq.c's init_quantized_tensors reads them the same way).  We
+  dequantize (int8 * scale) to float32.
 
 llama2.c's RoPE rotates interleaved pairs (2i, 2i+1) while our graph uses the
 Hugging Face rotate-half pairs (i, i + hd/2), so wq/wk rows are permuted per
@@ -28,64 +31,82 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import UserError, check_regular_file
 from ..ir import ModelConfig, build_decoder_graph
 from ..verify import verify_graph
 from .hf import ImportedModel
+from .limits import LIMITS, check_finite, check_model_size, check_range, check_tokenizer_vocab
 from .tokenizer import Tokenizer
 
 MAGIC = 0x616B3432  # "ak42" read as a little-endian uint32
 HEADER_V1 = 256
 PARAM_NAMES = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
+_LIMIT_OF = {"seq_len": "max_seq"}
 
 
 def load_llama2c(checkpoint: Path, tokenizer: Path | None = None) -> ImportedModel:
     checkpoint = Path(checkpoint)
+    size = check_regular_file(checkpoint, "checkpoint")
     try:
-        data = checkpoint.read_bytes()
+        with open(checkpoint, "rb") as f:
+            head = f.read(HEADER_V1)
+            version, p, shared, group, offset = _parse_header(checkpoint, head, size)
+            config = _config(checkpoint, p, shared)
+            sizes = _tensor_sizes(config)
+            if version == 2:
+                for kind, _ in _order(2, config):
+                    if _numel(sizes[kind]) % group:
+                        raise UserError(f"{checkpoint}: {kind} has {_numel(sizes[kind])} values, not a multiple "
+                                        f"of the header's Q8_0 group_size {group}; corrupt header")
+            expected = offset + _payload_bytes(version, config, sizes, group)
+            if size != expected:  # checked before the file is read
+                what = "truncated" if size < expected else "has trailing data"
+                dims = ", ".join(f"{k}={p[k]}" for k in PARAM_NAMES)
+                raise UserError(f"{checkpoint}: file is {size} bytes but its llama2.c v{version} header "
+                                f"({dims}) implies {expected}: {what}; re-export the checkpoint")
+            f.seek(0)
+            data = f.read()
     except OSError as e:
         raise UserError(f"{checkpoint}: cannot read checkpoint ({e.strerror or e})") from None
-    version, p, shared, group, offset = _parse_header(checkpoint, data)
+    if len(data) != expected:
+        raise UserError(f"{checkpoint}: the file changed while it was read; try again")
+
+    reader = _fp32_reader if version in (0, 1) else _q80_reader
+    raw = reader(version, data, offset, config, sizes, group, checkpoint.name)
+    weights = _canonical(raw, config)
+    graph = verify_graph(build_decoder_graph(config, weights))
+
+    tok = None
+    if tokenizer is not None:
+        tok = Tokenizer.from_path(Path(tokenizer), config.vocab_size, 1, 2)
+        check_tokenizer_vocab(tokenizer, tok.vocab_size, config.vocab_size)
+    return ImportedModel(graph=graph, tokenizer=tok, source=f"llama2c-v{version}:{checkpoint}")
+
+
+def _config(checkpoint: Path, p: dict, shared: bool) -> ModelConfig:
     config = ModelConfig(
         arch="llama", dim=p["dim"], hidden_dim=p["hidden_dim"], n_layers=p["n_layers"],
         n_heads=p["n_heads"], n_kv_heads=p["n_kv_heads"], head_dim=p["dim"] // p["n_heads"],
         vocab_size=p["vocab_size"], max_seq=p["seq_len"], rope_theta=10000.0, norm_eps=1e-5,
         tied_embeddings=shared, qkv_bias=False, bos_id=1, eos_ids=(2,),
     )
-    sizes = _tensor_sizes(config)
-    if version == 2:
-        for kind, _ in _order(2, config):
-            if _numel(sizes[kind]) % group:
-                raise UserError(f"{checkpoint}: {kind} has {_numel(sizes[kind])} values, not a multiple of "
-                                f"the header's Q8_0 group_size {group}; corrupt header")
-    expected = offset + _payload_bytes(version, config, sizes, group)
-    if len(data) != expected:
-        what = "truncated" if len(data) < expected else "has trailing data"
-        dims = ", ".join(f"{k}={p[k]}" for k in PARAM_NAMES)
-        raise UserError(f"{checkpoint}: file is {len(data)} bytes but its llama2.c v{version} header "
-                        f"({dims}) implies {expected}: {what}; re-export the checkpoint")
-
-    reader = _fp32_reader if version in (0, 1) else _q80_reader
-    raw = reader(version, data, offset, config, sizes, group)
-    weights = _canonical(raw, config)
-    graph = verify_graph(build_decoder_graph(config, weights))
-
-    tok = None if tokenizer is None else Tokenizer.from_path(Path(tokenizer), config.vocab_size, 1, 2)
-    return ImportedModel(graph=graph, tokenizer=tok, source=f"llama2c-v{version}:{checkpoint}")
+    check_model_size(checkpoint, config.n_params())
+    return config
 
 
 # ------------------------------------------------------------------ header
 
 
-def _parse_header(path: Path, data: bytes):
-    """-> (version, params, shared_classifier, group_size, first weight byte)."""
-    if len(data) < 28:
-        raise UserError(f"{path}: {len(data)} bytes is too short for a llama2.c checkpoint header")
+def _parse_header(path: Path, data: bytes, size: int):
+    """-> (version, params, shared_classifier, group_size, first weight byte).
+    `data` is the file's first bytes (up to 256), `size` its length."""
+    if size < 28 or len(data) < 28:
+        raise UserError(f"{path}: {size} bytes is too short for a llama2.c checkpoint header")
     (magic,) = struct.unpack_from("<I", data, 0)
     group = 0
     if magic == MAGIC:
-        if len(data) < HEADER_V1:
-            raise UserError(f"{path}: truncated llama2.c header ({len(data)} of {HEADER_V1} bytes)")
+        if size < HEADER_V1 or len(data) < HEADER_V1:
+            raise UserError(f"{path}: truncated llama2.c header ({size} of {HEADER_V1} bytes)")
         (version,) = struct.unpack_from("<i", data, 4)
         if version not in (1, 2):
             raise UserError(f"{path}: llama2.c checkpoint version {version} is not supported "
@@ -99,6 +120,9 @@ def _parse_header(path: Path, data: bytes):
             (group,) = struct.unpack_from("<i", data, 37)
             if group <= 0:
                 raise UserError(f"{path}: Q8_0 group_size {group} is not positive; corrupt header")
+            if group > LIMITS["dim"]:
+                raise UserError(f"{path}: Q8_0 group_size {group:,} is beyond any dim tinyllm-gen accepts; "
+                                "corrupt header")
         offset = HEADER_V1
     else:
         version = 0
@@ -107,10 +131,14 @@ def _parse_header(path: Path, data: bytes):
         values = values[:5] + (abs(values[5]),) + values[6:]
         offset = 28
     p = dict(zip(PARAM_NAMES, values))
+    hint = " (or not a llama2.c checkpoint: bad magic)" if version == 0 else ""
     for k in PARAM_NAMES:
         if p[k] <= 0:
-            hint = " (or not a llama2.c checkpoint: bad magic)" if version == 0 else ""
             raise UserError(f"{path}: header field {k} is {p[k]}, must be positive{hint}")
+        try:
+            check_range(path, f"header field {k}", p[k], _LIMIT_OF.get(k, k))
+        except UserError as e:
+            raise UserError(f"{e}{hint}") from None
     if p["dim"] % p["n_heads"] or (p["dim"] // p["n_heads"]) % 2:
         raise UserError(f"{path}: dim {p['dim']} does not split into {p['n_heads']} heads of even size; corrupt header")
     if p["n_heads"] % p["n_kv_heads"]:
@@ -171,7 +199,11 @@ def _payload_bytes(version: int, c: ModelConfig, sizes, group: int) -> int:
 # ----------------------------------------------------------------- weights
 
 
-def _fp32_reader(version, data, offset, c, sizes, group):
+def _label(kind: str, layer: int | None) -> str:
+    return kind if layer is None else f"layers.{layer}.{kind}"
+
+
+def _fp32_reader(version, data, offset, c, sizes, group, where):
     out: dict[tuple[str, int | None], np.ndarray] = {}
     for key in _order(version, c):
         n = _numel(sizes[key[0]])
@@ -179,29 +211,33 @@ def _fp32_reader(version, data, offset, c, sizes, group):
         offset += 4 * n
         if key[0] != "freq_cis":  # llama2.c's own RoPE tables: we build ours from theta
             out[key] = arr.reshape(sizes[key[0]]).astype(np.float32)
+            check_finite(where, _label(*key), out[key])
     return out
 
 
-def _q80_reader(version, data, offset, c, sizes, group):
+def _q80_reader(version, data, offset, c, sizes, group, where):
     out: dict[tuple[str, int | None], np.ndarray] = {}
     for kind in ("attention_norm", "ffn_norm"):
         for i in range(c.n_layers):
             out[(kind, i)] = np.frombuffer(data, "<f4", c.dim, offset).astype(np.float32)
+            check_finite(where, _label(kind, i), out[(kind, i)])
             offset += 4 * c.dim
     out[("norm", None)] = np.frombuffer(data, "<f4", c.dim, offset).astype(np.float32)
+    check_finite(where, "norm", out[("norm", None)])
     offset += 4 * c.dim
-    order = _order(2, c)  # divisibility by group was checked with the header
-    qs = []
-    for kind, _ in order:
+    # export.py's version2_export (and runq.c's reader): each tensor's int8
+    # values immediately followed by that tensor's float32 group scales.
+    for kind, layer in _order(2, c):  # divisibility by group was checked with the header
         n = _numel(sizes[kind])
-        qs.append(np.frombuffer(data, np.int8, n, offset))
+        q = np.frombuffer(data, np.int8, n, offset)
         offset += n
-    for (kind, layer), q in zip(order, qs):
-        n = q.size // group
-        scale = np.frombuffer(data, "<f4", n, offset)
-        offset += 4 * n
-        deq = q.reshape(n, group).astype(np.float32) * scale[:, None]
+        scale = np.frombuffer(data, "<f4", n // group, offset)
+        offset += 4 * (n // group)
+        check_finite(where, _label(kind, layer) + " Q8_0 scales", scale)
+        with np.errstate(over="ignore"):
+            deq = q.reshape(n // group, group).astype(np.float32) * scale[:, None]
         out[(kind, layer)] = deq.reshape(sizes[kind]).astype(np.float32)
+        check_finite(where, _label(kind, layer), out[(kind, layer)])
     return out
 
 

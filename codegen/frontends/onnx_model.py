@@ -23,16 +23,16 @@ file format.  Anything the walk cannot place is refused with the node it
 stopped at; the math is checked against onnxruntime in the tests."""
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import UserError, check_regular_file, first_line, read_json
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
 from .hf import ImportedModel, load_tokenizer, parse_config
+from .limits import check_finite
 
 # Ops a value passes through unchanged in meaning (dtype or layout only).
 _PASS = {"Cast", "Identity"}
@@ -60,20 +60,42 @@ def load_onnx(model_path: Path, tokenizer: Path | None = None) -> ImportedModel:
     model_path = Path(model_path)
     folder = model_path.parent
     cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
+    if not cfg_path.exists():
         raise UserError(f"{model_path}: no config.json beside it; copy the config.json of the model it was "
                         "exported from (transformers and optimum write it next to model.onnx)")
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"{cfg_path}: not readable JSON ({e}); re-export the model") from None
+    cfg = read_json(cfg_path, "config.json", 16 * 1024 * 1024)
+    if not isinstance(cfg, dict):
+        raise UserError(f"{cfg_path}: expected a JSON object at top level")
     config = parse_config(cfg, cfg_path)
     graph = _OnnxGraph.load(model_path)
-    weights = _Walker(graph, config).weights()
+    walker = _Walker(graph, config)
+    try:
+        weights = walker.weights()
+    except (IndexError, KeyError, ValueError, TypeError, RecursionError) as e:
+        # a node without the inputs/outputs its op has, or constants of impossible shapes
+        raise walker.fail(f"malformed graph ({type(e).__name__}: {first_line(e)[:120]})") from None
+    for name, w in weights.items():
+        check_finite(model_path.name, name, w)
     g = verify_graph(build_decoder_graph(config, weights))
 
     tok = load_tokenizer(config, folder, tokenizer)
     return ImportedModel(graph=g, tokenizer=tok, source=f"onnx:{model_path} ({cfg['architectures'][0]})")
+
+
+def _check_external_files(path: Path, model) -> None:
+    """Tensors kept in external data files: each file must be a regular
+    file beside the model (opening a FIFO would block)."""
+    tensors = list(model.graph.initializer)
+    for n in model.graph.node:
+        tensors += [a.t for a in n.attribute if a.HasField("t")]
+    for t in tensors:
+        if t.data_location != 1:  # onnx.TensorProto.EXTERNAL
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not loc or Path(loc).is_absolute() or ".." in Path(loc).parts:
+            raise UserError(f"{path}: initializer {t.name} names external data {loc!r}, not a file beside the "
+                            "model; re-export it")
+        check_regular_file(path.parent / loc, "ONNX external data file")
 
 
 class _OnnxGraph:
@@ -86,10 +108,20 @@ class _OnnxGraph:
         self.path = path
         g = model.graph
         self.nodes = list(g.node)
-        self.const: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        self.const: dict[str, np.ndarray] = {}
+
+        def array(t, what):
+            try:
+                return numpy_helper.to_array(t)
+            except Exception as e:  # raw data of the wrong length (a truncated file), unknown data types
+                raise UserError(f"{path.name}: {what} {t.name or '(unnamed)'} is unreadable ({first_line(e)[:160]}); "
+                                "the file is truncated or corrupt, re-export the model") from None
+
+        for t in g.initializer:
+            self.const[t.name] = array(t, "initializer")
         for n in self.nodes:
-            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-                self.const[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value" and n.output:
+                self.const[n.output[0]] = array(n.attribute[0].t, "constant")
         self.producer = {o: n for n in self.nodes for o in n.output}
         self.consumers: dict[str, list] = defaultdict(list)
         for n in self.nodes:
@@ -103,10 +135,17 @@ class _OnnxGraph:
             import onnx
         except ImportError:
             raise UserError("reading ONNX models needs the onnx package: pip install 'tinyllm-gen[onnx]'") from None
+        check_regular_file(path, "ONNX model")
         try:
-            model = onnx.load(str(path))
+            model = onnx.load(str(path), load_external_data=False)
+            _check_external_files(path, model)
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, str(path.parent))
+        except UserError:
+            raise
         except Exception as e:  # protobuf and external-data errors have no common base
-            raise UserError(f"{path}: not a readable ONNX model ({str(e).splitlines()[0][:160]}); "
+            raise UserError(f"{path}: not a readable ONNX model ({first_line(e)[:160]}); "
                             "re-export it, keeping model.onnx.data beside it") from None
         if not model.graph.node:
             raise UserError(f"{path}: an ONNX file without a graph (empty or truncated); re-export the model")
@@ -118,16 +157,29 @@ class _OnnxGraph:
     def origin(self, value: str) -> str:
         """The value behind dtype-only ops (Cast, Identity)."""
         p = self.producer.get(value)
-        while p is not None and p.op_type in _PASS:
+        seen = {value}
+        while p is not None and p.op_type in _PASS and p.input and p.input[0] not in seen:
             value = p.input[0]
+            seen.add(value)
             p = self.producer.get(value)
         return value
 
     def follow(self, value: str) -> list:
-        """Consumers of a value, looking through dtype-only ops."""
-        out = []
-        for n in self.consumers.get(value, []):
-            out += self.follow(n.output[0]) if n.op_type in _PASS else [n]
+        """Consumers of a value, looking through dtype-only ops (iteratively:
+        a malformed graph may chain or loop them)."""
+        out: list = []
+        path, on_path = [(value, iter(self.consumers.get(value, [])))], {value}
+        while path:
+            v, it = path[-1]
+            n = next(it, None)
+            if n is None:
+                path.pop()
+                on_path.discard(v)
+            elif n.op_type not in _PASS:
+                out.append(n)
+            elif n.output and n.output[0] not in on_path:  # a loop of Cast/Identity ends here
+                on_path.add(n.output[0])
+                path.append((n.output[0], iter(self.consumers.get(n.output[0], []))))
         return out
 
     def weight_of(self, node) -> np.ndarray | None:
@@ -160,7 +212,17 @@ class _OnnxGraph:
             else:
                 return None
         arr = self.const[name]
-        return (transposed, arr.astype(np.float32)) if arr.ndim == 2 else None
+        if arr.ndim != 2:
+            return None
+        return transposed, self.float_weight(arr, name)
+
+    def float_weight(self, arr: np.ndarray, name: str) -> np.ndarray:
+        """A constant used as a weight: it must be floating point (an
+        integer initializer would be silently cast)."""
+        if arr.dtype.kind != "f":
+            raise UserError(f"{self.path.name}: initializer {name} is used as a weight but has dtype {arr.dtype}; "
+                            "export float weights (dequantize the model first)")
+        return arr.astype(np.float32)
 
 
 class _Walker:
@@ -207,7 +269,7 @@ class _Walker:
             for n in self.g.follow(name):
                 table = self.g.const.get(n.input[0]) if n.op_type == "Gather" else None
                 if table is not None and table.shape == want:
-                    return n.output[0], table.astype(np.float32)
+                    return n.output[0], self.g.float_weight(table, n.input[0])
         raise self.fail(f"no embedding lookup (Gather of a constant {want[0]}x{want[1]} table by the input ids)")
 
     def _norm_nodes(self, h: str):
@@ -238,12 +300,14 @@ class _Walker:
         found = None
         for n, consts, weight in self._norm_nodes(h):
             if n.op_type == "Add":
+                if consts[0].size != 1:
+                    raise self.fail(f"the {what} adds a constant of {consts[0].size} values, expected the scalar eps", n)
                 eps = float(consts[0].reshape(-1)[0])
-                if consts[0].size != 1 or not np.isclose(eps, self.c.norm_eps, rtol=1e-3, atol=0):
+                if not np.isclose(eps, self.c.norm_eps, rtol=1e-3, atol=0):
                     raise self.fail(f"the {what} adds eps {eps:g} but config.json says rms_norm_eps "
                                     f"{self.c.norm_eps:g}", n)
             if weight is not None and found is None:
-                found = n.output[0], weight.astype(np.float32)
+                found = n.output[0], self.g.float_weight(weight, f"(the {what} weight)")
         if found is None:
             raise self.fail(f"no RMSNorm with a [{self.c.dim}] weight found for the {what}")
         return found
@@ -261,7 +325,7 @@ class _Walker:
             for a in adds:
                 k = [self.g.const[i] for i in a.input if i in self.g.const and self.g.const[i].ndim == 1]
                 if k and k[0].shape == (wt.shape[0],):
-                    y, bias = a.output[0], k[0].astype(np.float32)
+                    y, bias = a.output[0], self.g.float_weight(k[0], f"(a bias of {n.name or n.op_type})")
             out.append((n, wt, bias, y))
         if not out:
             raise self.fail(f"no projection MatMul reads the {what}")

@@ -16,13 +16,17 @@ Special tokens (BOS/EOS/pad...) print nothing.
 """
 from __future__ import annotations
 
-import json
+import heapq
 import re
 import struct
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..errors import UserError
+from ..errors import UserError, check_regular_file, first_line, parse_json, read_json, read_regular_bytes, \
+    read_regular_text
+
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024  # whole files are read: far above any real tokenizer
+MAX_VOCAB = 1 << 20  # as frontends/limits.py: the largest vocabulary accepted
 
 _BYTE_PIECE = re.compile(rb"<0x([0-9A-Fa-f]{2})>")
 _SP_SPACE = "\u2581"  # SentencePiece's visible space
@@ -126,6 +130,13 @@ class Tokenizer:
 
     def encode(self, text: str, bos: bool | None = None) -> list[int]:
         """`bos=None` follows the model (`add_bos`); True/False force it."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a str, not {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: invalid UTF-8 bytes on the command line
+            raise UserError(f"the text is not valid UTF-8 (undecodable byte or lone surrogate at character "
+                            f"{e.start}); pass UTF-8 text") from None
         ids = self._encode(text)
         if bos is None:
             bos = self._add_bos
@@ -146,29 +157,48 @@ class Tokenizer:
                   eos_id: int | None = None) -> "Tokenizer":
         """A user-given --tokenizer: `*.json` is Hugging Face, anything else llama2.c."""
         path = Path(path)
-        if not path.is_file():
+        try:
+            exists = path.exists()
+        except OSError as e:  # a name too long for the OS, a symlink loop
+            raise UserError(f"{str(path)[:200]}: cannot open the tokenizer ({e.strerror or e})") from None
+        if not exists:
             raise UserError(f"{path}: tokenizer file not found; pass a tokenizer.json or a llama2.c tokenizer.bin")
+        check_regular_file(path, "tokenizer")
         if path.suffix == ".json":
-            return cls.from_hf_json(path, bos_id, eos_id)
+            return cls.from_hf_json(path, bos_id, eos_id, vocab_size)
         return cls.from_llama2c(path, vocab_size)
 
     # ------------------------------------------------------------------ HF
 
     @classmethod
-    def from_hf_json(cls, path: Path, bos_id: int | None = None, eos_id: int | None = None) -> "Tokenizer":
+    def from_hf_json(cls, path: Path, bos_id: int | None = None, eos_id: int | None = None,
+                     vocab_size: int | None = None) -> "Tokenizer":
         """Load a Hugging Face tokenizer.json.
 
         BOS/EOS: the explicit arguments (the model's config.json) win, then
-        tokenizer_config.json next to the file, else None."""
+        tokenizer_config.json next to the file, else None.  With `vocab_size`
+        (the model's), a tokenizer whose ids reach past it is refused before
+        its pieces are built."""
         from tokenizers import Tokenizer as HFTokenizer  # core dependency, imported lazily
 
         path = Path(path)
+        text = read_regular_text(path, "tokenizer", MAX_TOKENIZER_BYTES)
+        spec = parse_json(text, path, "tokenizer")
+        if not isinstance(spec, dict):
+            raise UserError(f"{path}: cannot read tokenizer (expected a JSON object); "
+                            "re-save it with tokenizer.save_pretrained()")
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-            tok = HFTokenizer.from_str(json.dumps(spec))
-        except Exception as e:  # OSError, bad JSON, or tokenizers' own plain Exception
+            tok = HFTokenizer.from_str(text)
+        except BaseException as e:  # tokenizers' plain Exception, or a Rust panic (a BaseException)
+            _reraise_unless_library_error(e)
             raise UserError(f"{path}: cannot read tokenizer ({_one_line(e)}); "
                             "re-save it with tokenizer.save_pretrained()") from None
+        ids = tok.get_vocab(with_added_tokens=True).values()
+        n_ids = max(ids, default=-1) + 1
+        limit = MAX_VOCAB if vocab_size is None else vocab_size
+        if n_ids > limit:
+            raise UserError(f"{path}: the tokenizer has token ids up to {n_ids - 1:,} but the model's vocab_size is "
+                            f"{limit:,}; use the tokenizer the model was trained with")
 
         if bos_id is None or eos_id is None:
             named = _tokenizer_config_ids(path.parent / "tokenizer_config.json", tok)
@@ -179,7 +209,7 @@ class Tokenizer:
         byte_level = _uses_byte_level(spec)
         added = tok.get_added_tokens_decoder()  # id -> AddedToken
         pieces = []
-        for i in range(tok.get_vocab_size(with_added_tokens=True)):
+        for i in range(max(n_ids, tok.get_vocab_size(with_added_tokens=True))):
             s = tok.id_to_token(i)
             if s is None or (i in added and added[i].special):
                 pieces.append(b"")
@@ -195,10 +225,18 @@ class Tokenizer:
 
         def encode(text: str) -> list[int]:
             # BOS is ours to add (Tokenizer.encode), so no post-processor specials.
-            return list(tok.encode(text, add_special_tokens=False).ids)
+            try:
+                return list(tok.encode(text, add_special_tokens=False).ids)
+            except BaseException as e:
+                _reraise_unless_library_error(e)
+                raise UserError(f"{path}: the tokenizer cannot encode the text ({_one_line(e)})") from None
 
         def decode(ids: list[int]) -> str:
-            return tok.decode(ids, skip_special_tokens=True)
+            try:
+                return tok.decode(ids, skip_special_tokens=True)
+            except BaseException as e:
+                _reraise_unless_library_error(e)
+                raise UserError(f"{path}: the tokenizer cannot decode ids ({_one_line(e)})") from None
 
         return cls(token_bytes=tuple(pieces), bos_id=bos_id, eos_id=eos_id,
                    encode=encode, decode=decode, source=f"hf:{path}",
@@ -212,10 +250,7 @@ class Tokenizer:
         vocabulary size (run.c takes it from the checkpoint), so without
         `vocab_size` we read entries until the end of the file."""
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise UserError(f"{path}: cannot read tokenizer ({_one_line(e)})") from None
+        data = read_regular_bytes(path, "tokenizer", MAX_TOKENIZER_BYTES)
         if len(data) < 4:
             raise UserError(f"{path}: too short for a llama2.c tokenizer.bin (no max_token_length header)")
         (max_len,) = struct.unpack_from("<i", data, 0)
@@ -238,8 +273,10 @@ class Tokenizer:
         if vocab_size is not None and len(pieces) < vocab_size:
             raise UserError(f"{path}: holds {len(pieces)} tokens but the checkpoint's vocab_size is "
                             f"{vocab_size}; use the tokenizer exported for this model")
-        if len(pieces) < 3:  # <unk>, <s>, </s> at least
-            raise UserError(f"{path}: only {len(pieces)} tokens; not a llama2.c tokenizer.bin")
+        if len(pieces) < _Llama2cCodec.BYTE_OFFSET + 256:  # <unk>, <s>, </s>, then the 256 byte pieces
+            raise UserError(f"{path}: only {len(pieces)} tokens, fewer than the 259 of a llama2.c tokenizer.bin "
+                            "(<unk>, <s>, </s> and 256 byte-fallback pieces); use the tokenizer exported "
+                            "with this model")
         return _Llama2cCodec(pieces, scores).tokenizer(f"llama2c:{path}")
 
 
@@ -273,15 +310,56 @@ class _Llama2cCodec:
                 ids.append(tid)
             else:
                 ids.extend(x + self.BYTE_OFFSET for x in b)
-        while True:
-            best, best_i, best_id = -1e10, -1, -1
-            for i in range(len(ids) - 1):
-                tid = self.lookup.get(self.pieces[ids[i]] + self.pieces[ids[i + 1]])
-                if tid is not None and self.scores[tid] > best:
-                    best, best_i, best_id = self.scores[tid], i, tid
-            if best_i < 0:
-                return ids
-            ids[best_i:best_i + 2] = [best_id]
+        return self._merge(ids)
+
+    def _merge(self, ids: list[int]) -> list[int]:
+        """run.c's merge loop: while some adjacent pair concatenates to a
+        token scoring above -1e10, merge the best-scoring pair (leftmost on
+        ties).  The same choices as rescanning after every merge, in
+        O(n log n) instead of O(n^2) (a 100 KB prompt took minutes): a
+        linked list of the current tokens and a heap of candidate pairs
+        keyed (-score, left token's original index), whose order is the
+        current left-to-right order; pairs whose tokens changed are skipped
+        when popped."""
+        n = len(ids)
+        if n < 2:
+            return ids
+        tok = list(ids)
+        nxt = list(range(1, n + 1))  # n: the end
+        prv = list(range(-1, n - 1))
+        version = [0] * n
+        alive = [True] * n
+        heap: list[tuple[float, int, int, int, int]] = []
+
+        def push(i: int) -> None:
+            j = nxt[i]
+            if j >= n:
+                return
+            tid = self.lookup.get(self.pieces[tok[i]] + self.pieces[tok[j]])
+            if tid is not None and self.scores[tid] > -1e10:  # run.c's starting best; NaN never wins
+                heapq.heappush(heap, (-self.scores[tid], i, version[i], version[j], tid))
+
+        for i in range(n - 1):
+            push(i)
+        while heap:
+            _, i, vi, vj, tid = heapq.heappop(heap)
+            j = nxt[i] if alive[i] else n
+            if j >= n or version[i] != vi or version[j] != vj:
+                continue  # stale: one of the two tokens was merged since
+            tok[i] = tid
+            version[i] += 1
+            alive[j] = False
+            nxt[i] = nxt[j]
+            if nxt[j] < n:
+                prv[nxt[j]] = i
+            if prv[i] >= 0:
+                push(prv[i])
+            push(i)
+        out, i = [], 0
+        while i < n:
+            out.append(tok[i])
+            i = nxt[i]
+        return out
 
     def token_bytes(self, i: int) -> bytes:
         if i in (self.BOS, self.EOS):
@@ -321,9 +399,15 @@ class _Llama2cCodec:
         )
 
 
-def _one_line(e: BaseException) -> str:
-    s = str(e).strip().splitlines()
-    return s[0] if s else type(e).__name__
+_one_line = first_line
+
+
+def _reraise_unless_library_error(e: BaseException) -> None:
+    """tokenizers raises plain Exceptions for bad input and, from Rust, a
+    pyo3 PanicException (a BaseException); anything else that is not an
+    Exception (KeyboardInterrupt, SystemExit, a test's timeout) goes on."""
+    if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+        raise e
 
 
 def _uses_byte_level(spec: dict) -> bool:
@@ -344,9 +428,13 @@ def _uses_byte_level(spec: dict) -> bool:
 def _tokenizer_config_ids(path: Path, tok) -> tuple[int | None, int | None]:
     """bos_token / eos_token from tokenizer_config.json (a string or an
     AddedToken dict), mapped to ids."""
+    if not path.exists():
+        return None, None
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = read_json(path, "tokenizer_config.json", MAX_TOKENIZER_BYTES)
+    except UserError:  # optional: a broken one is ignored, a FIFO never opened
+        return None, None
+    if not isinstance(cfg, dict):
         return None, None
 
     def tid(key):
@@ -361,9 +449,11 @@ def _tokenizer_config_ids(path: Path, tok) -> tuple[int | None, int | None]:
 def _tokenizer_config_chat(path: Path) -> tuple[bool, str | None]:
     """add_bos_token (default True: BOS before every prompt, as before) and
     chat_template from tokenizer_config.json."""
+    if not path.exists():
+        return True, None
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = read_json(path, "tokenizer_config.json", MAX_TOKENIZER_BYTES)
+    except UserError:  # optional: a broken one is ignored, a FIFO never opened
         return True, None
     if not isinstance(cfg, dict):
         return True, None

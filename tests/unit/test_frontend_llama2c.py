@@ -136,9 +136,12 @@ def q80_mats(t, tied: bool):
 
 
 def write_v2(path: Path, t, vocab: int, tied: bool, group: int) -> Path:
+    """export.py's version2_export byte for byte (checked against the real
+    exporter, tests/regression/test_llama2c_v2_export.py): fp32 norms, then
+    per tensor its int8 values immediately followed by its fp32 scales."""
     norms = _f32(*t["attention_norm"], *t["ffn_norm"], t["norm"])
     quant = [q80(m, group) for m in q80_mats(t, tied)]
-    body = norms + b"".join(q.tobytes() for q, _ in quant) + _f32(*(s for _, s in quant))
+    body = norms + b"".join(q.tobytes() + _f32(s) for q, s in quant)
     path.write_bytes(_v12_header(2, vocab, tied, struct.pack("<i", group)) + body)
     return path
 

@@ -40,7 +40,7 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("onnx")
     out = {}
     for name, shape in SHAPES.items():
-        hf = make_hf_model(root / f"{name}-hf", vocab=200, context=64, seed=21, **shape)
+        hf = make_hf_model(root / f"{name}-hf", vocab=300, context=64, seed=21, **shape)
         out[name] = (hf, export_onnx(hf, root / f"{name}-onnx"))
     return out
 
@@ -112,7 +112,7 @@ def test_not_a_decoder_and_not_onnx(exported, tmp_path):
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
     onnx.save(helper.make_model(g), str(d / "model.onnx"))
-    with pytest.raises(UserError, match=r"no embedding lookup \(Gather of a constant 200x64 table"):
+    with pytest.raises(UserError, match=r"no embedding lookup \(Gather of a constant 300x64 table"):
         load_model(d)
     (d / "model.onnx").write_bytes(b"not protobuf at all")
     with pytest.raises(UserError, match=r"not a readable ONNX model"):

@@ -73,6 +73,7 @@ class RmsNorm:
     n: int
     eps: np.float32
     out: BufferRef
+    eps_name: str = ""  # the C constant holding eps (TLLM_NORM_EPS) when it is the model's, "" for a literal
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class RmsNormX16:
     eps: np.float32
     group: int
     stream: BufferRef
+    eps_name: str = ""  # as RmsNorm.eps_name
 
 
 @dataclass(frozen=True)
@@ -328,6 +330,10 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
         value_buf[node.output] = r
         return r
 
+    def eps_name(node: Node) -> str:
+        """Every norm of a model shares its eps: one named constant in the C (bit-equal, or a literal)."""
+        return "TLLM_NORM_EPS" if np.float32(node.attrs["eps"]) == np.float32(c.norm_eps) else ""
+
     def linear_out(node: Node) -> BufferRef:
         """A linear's output; the classifier's is the logits (read by the
         sampler after the step, or one argmax chunk in a greedy build)."""
@@ -376,9 +382,10 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
         elif node.op == "rmsnorm" and node.output in fused:
             quantized.add(node.output)
             emit(RmsNormX16(val(ins[0]), vec(ins[1], c.dim), c.dim, np.float32(node.attrs["eps"]), src.group_size,
-                            stream(node.output)), node)
+                            stream(node.output), eps_name(node)), node)
         elif node.op == "rmsnorm":
-            emit(RmsNorm(val(ins[0]), vec(ins[1], c.dim), c.dim, np.float32(node.attrs["eps"]), out_value(node)), node)
+            emit(RmsNorm(val(ins[0]), vec(ins[1], c.dim), c.dim, np.float32(node.attrs["eps"]), out_value(node),
+                         eps_name(node)), node)
         elif node.op == "linear" and node.output in fused_up:
             continue  # computed by the gate's combined matvec
         elif node.op == "linear" and node.output in gate_up:

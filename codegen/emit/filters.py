@@ -42,13 +42,13 @@ def c_statement(call: KernelCall) -> str:
         layout, args = _matvec_call(a)
         return f"tllm_matvec_{layout}({args});"
     if isinstance(a, RmsNorm):
-        return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, "
-                f"{c_float_literal(a.eps)}, {_b(a.out)});")
+        return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, TLLM_DIM, "
+                f"{a.eps_name or c_float_literal(a.eps)}, {_b(a.out)});")
     if isinstance(a, SiluMulPairsX16):
         return f"tllm_silu_mul_pairs_x16({_b(a.gu)}, {a.n}, {a.group}, {_b(a.stream)});"
     if isinstance(a, RmsNormX16):
-        return (f"tllm_rmsnorm_x16({_b(a.x)}, {vector_macro(a.weight.name)}, {a.n}, {c_float_literal(a.eps)}, "
-                f"{a.group}, {_b(a.stream)});")
+        return (f"tllm_rmsnorm_x16({_b(a.x)}, {vector_macro(a.weight.name)}, TLLM_DIM, "
+                f"{a.eps_name or c_float_literal(a.eps)}, TLLM_GROUP_SIZE, {_b(a.stream)});")
     if isinstance(a, QuantizeI8):
         return f"tllm_quantize_i8({_b(a.x)}, {a.n}, {a.group}, {_b(a.q)}, {_b(a.scales)});"
     if isinstance(a, Rope):

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Mapping
 
 import jinja2
+import numpy as np
 
 from .. import __version__
 from ..frontends.tokenizer import Tokenizer
+from ..exact import c_float_literal
 from ..lower import FcS4PerChannel, Program, Q4Ref
 from ..plan.lifetimes import GEN_STATE_BYTES
 from ..plan.memory import CANARY_BYTES
@@ -134,7 +136,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
                       for i in range(c.n_layers)],
-        "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1", "calls": _calls_with_layer_marks(program),
+        "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
+        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "calls": _calls_with_layer_marks(program),
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "vocab_external": vocab_external,
         "vocab_offsets_at": program.blob.entry("vocab", "u32").offset if vocab_external else 0,

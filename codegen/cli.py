@@ -81,8 +81,11 @@ def _quant_options(f):
 
 
 def _scheme_options(f):
-    f = click.option("--weight-quant", type=click.Choice(["rtn", "clip", "awq"]), default="rtn", show_default=True,
-                     help="INT4 weights: round-to-nearest, or calibrated on --calibration text: error-minimising "
+    f = click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq"]), default="auto",
+                     show_default=True,
+                     help="auto: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 tensors, else rtn. gguf: keep llama.cpp's "
+                          "blocks as they are (lossless; other matrices fall back to rtn). INT4 weights: "
+                          "round-to-nearest, or calibrated on --calibration text: error-minimising "
                           "clipping (clip), activation-aware scales folded into the norms + clipping (awq); "
                           "give --calibration a few thousand tokens of in-domain text.")(f)
     f = click.option("--calibration", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,

@@ -31,6 +31,7 @@ import numpy as np
 from . import exact
 from .exact import F32
 from .ir import Graph
+from .quant.formats import gguf_fields
 from .quant.kv import kv_layout
 from .reference import rope_tables
 
@@ -72,7 +73,22 @@ class SeqQuantKernels(_SeqRope):
         self.att_scale = exact.attention_scale(c.head_dim)
         self._wf = {}  # int4 weights as float32, converted once (exact: small integers)
 
+    def _gguf(self, name):
+        gm = getattr(self.qg, "gguf", {}).get(name)
+        if gm is None:
+            return None, None
+        f = self._wf.get(name)
+        if f is None:
+            d, m, q = gm.fields()
+            f = self._wf[name] = (d, m, q.astype(F32))
+        return gm, f
+
     def embedding(self, node, tokens):
+        gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
+        if gm is not None:  # QuantKernels.embedding per token (ggml's dequantize arithmetic)
+            d, m, q = gguf_fields(gm.qtype, gm.data[np.asarray(tokens)], gm.cols)
+            return np.stack([exact.dequant_row_gguf(gm.qtype, d[i], None if m is None else m[i], q[i])
+                             for i in range(len(d))])
         t = self.qg.q4[node.inputs[1]]
         s = np.repeat(t.scales[tokens], t.group_size, axis=1)[:, : t.cols]
         return t.q[tokens].astype(F32) * s
@@ -85,6 +101,20 @@ class SeqQuantKernels(_SeqRope):
         return (x * r[:, None]) * self.qg.vectors[node.inputs[1]].astype(F32)
 
     def linear(self, node, x):
+        gm, f = self._gguf(node.inputs[1])
+        if gm is not None:  # exact.matvec_gguf for every token: blocks left to right
+            d, m, q = f
+            acc = np.zeros((x.shape[0], gm.rows), F32)
+            for b in range(gm.n_blocks):
+                a, e = 32 * b, 32 * b + 32
+                xq, xs = quantize_groups_i8_seq(x[:, a:e])
+                isum = (xq.astype(F32) @ q[:, a:e].T).astype(np.int32)  # exact: integers below 2^24
+                xsum = xq.astype(np.int32).sum(axis=1)[:, None]
+                acc = acc + exact.gguf_block_terms(gm.qtype, d[None, :, b], None if m is None else m[None, :, b],
+                                                   isum, xsum, xs[:, None])
+            if len(node.inputs) > 2:
+                acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
+            return acc
         t = self.qg.q4[node.inputs[1]]
         acc = np.zeros((x.shape[0], t.rows), F32)
         wq = self._wf.get(t.name)

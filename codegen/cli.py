@@ -395,8 +395,9 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="Held-out text; documents separated by blank lines, each scored from BOS.")
 @click.option("--max-tokens", type=click.IntRange(0), default=20000, show_default=True,
               help="Score whole documents up to this many tokens (0: all of --data).")
-@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["rtn", "clip", "awq"]),
-              help="INT4 weight methods to compare (repeatable; default: rtn).")
+@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["gguf", "rtn", "clip", "awq"]),
+              help="Weight methods to compare (repeatable; default: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 "
+                   "tensors, its blocks kept as they are (group 32 only), else rtn).")
 @click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(["32", "64", "128"]),
               help="Group sizes (repeatable; default: 32, 64, 128).")
 @click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(["8", "4"]),
@@ -416,8 +417,16 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
     m = load_model(model, tokenizer)
     verify_graph(m.graph)
     docs = encode_documents(m, read_documents(data), max_tokens or None)
-    configs = [QuantConfig(w, int(g), int(k)) for w in (weight_quants or ("rtn",))
-               for g in (group_sizes or ("32", "64", "128")) for k in (kv_bits or ("8", "4"))]
+    from .compile import resolve_weight_quant
+
+    methods = weight_quants or (resolve_weight_quant(m, "auto"),)
+    for w in methods:
+        resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
+    configs = [QuantConfig(w, int(g), int(k)) for w in methods
+               for g in (group_sizes or ("32", "64", "128")) for k in (kv_bits or ("8", "4"))
+               if w != "gguf" or g == "32"]  # llama.cpp's blocks are 32 weights
+    if not configs:
+        raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")
     total = sum(len(d) - 1 for d in docs) * (1 + len(configs))
     with click.progressbar(length=total, label="scoring", file=sys.stderr) as bar:
         result = evaluate(m, docs, configs, make_quantizer(m, calibration), progress=bar.update)

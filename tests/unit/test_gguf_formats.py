@@ -241,3 +241,27 @@ def test_every_smollm2_tensor_from_our_blob_equals_gguf_dequantized():
             got = mat.dequantized()
         assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32)), t.name
     assert kinds == {"Q8_0": 1, "Q4_1": 210, "F32": 61}
+
+
+# ------------------------------------------------- whole-sequence evaluator (eval)
+@pytest.mark.parametrize("case,kv", [("llama-q4_1-embd-q8_0", 8), ("llama-q4_0", 4), ("qwen2-q8_0-untied", 8)])
+def test_sequence_evaluator_is_bit_identical_on_gguf_blocks(tmp_path, case, kv):
+    """`eval` scores the logits the firmware computes: SeqQuantKernels ==
+    QuantKernels step by step, bit for bit, on kept GGUF blocks."""
+    from dataclasses import replace
+
+    from gguf_firmware import gguf_case
+    from tinyllm_gen.compile import CompileOptions, quantize
+    from tinyllm_gen.frontends import load_model
+    from tinyllm_gen.reference import Executor, QuantKernels
+    from tinyllm_gen.reference_seq import SeqQuantKernels, run_sequence
+
+    m = load_model(gguf_case(tmp_path, case))
+    qg = replace(quantize(m, CompileOptions()), kv_bits=kv)
+    assert qg.gguf
+    tokens = m.tokenizer.encode("Once upon a time there was a cat. The cat liked to play.")[:24]
+    seq, _ = run_sequence(m.graph, SeqQuantKernels(qg, 64), tokens)
+    ex = Executor(m.graph, QuantKernels(qg, 64))
+    ex.reset()
+    ref = np.stack([ex.step(t, p) for p, t in enumerate(tokens)])
+    assert seq.dtype == np.float32 and np.array_equal(seq.view(np.uint32), ref.view(np.uint32))

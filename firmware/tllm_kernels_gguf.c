@@ -19,7 +19,8 @@ enum { Q40_BYTES = 18, Q41_BYTES = 20, Q80_BYTES = 34 };
  * beyond that a block's sum is recomputed per row (same integers). */
 #define XSUM_BLOCKS 64
 
-float tllm_fp16_to_f32(uint16_t h) {
+/* Exact: every fp16 value is a float32 value. */
+static inline float fp16_bits_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
     if (exp == 0) { /* zero or subnormal: man * 2^-24, exact */
@@ -31,6 +32,21 @@ float tllm_fp16_to_f32(uint16_t h) {
     memcpy(&f, &bits, 4);
     return f;
 }
+
+/* One VCVTB.F32.F16 where the FPU converts half precision (FPv5: IEEE
+ * format while FPSCR.AHP = 0, its reset value; exact, subnormals included
+ * while FPSCR.FZ = 0, also the reset value and never changed here). */
+static inline float h2f(uint16_t h) {
+#if defined(__ARM_FP) && (__ARM_FP & 2) && defined(__thumb2__)
+    float f;
+    __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
+    return f;
+#else
+    return fp16_bits_to_f32(h);
+#endif
+}
+
+float tllm_fp16_to_f32(uint16_t h) { return h2f(h); }
 
 static inline uint16_t load16(const uint8_t *p) {
     uint16_t v;
@@ -44,20 +60,38 @@ static inline uint32_t load32(const void *p) {
     memcpy(&v, p, 4);
     return v;
 }
+
+static inline uint32_t ror8(uint32_t v) { return (v >> 8) | (v << 24); } /* SXTB16's free ROR #8 */
 #endif
 
 /* sum(q * x) over one 32-element block of nibbles (q in 0..15). */
 static inline int32_t dot_nibbles(const uint8_t *qs, const int8_t *x) {
 #if GGUF_SMLAD
+    /* Byte i of w holds q[k+i] (low) and q[k+16+i] (high): one AND with
+     * 0x000F000F after a shift puts two of them in the int16 lanes SMLAD
+     * multiplies with SXTB16's lanes of x (bytes 0 and 2, or 1 and 3). */
+    const uint32_t mask = 0x000F000Fu;
     int32_t s = 0;
+#pragma GCC unroll 4
     for (int32_t k = 0; k < 16; k += 4) {
         const uint32_t w = load32(qs + k);
-        const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
         const uint32_t xl = load32(x + k), xh = load32(x + 16 + k);
-        s = __smlad(__uxtb16(lo), __sxtb16(xl), s);
-        s = __smlad(__uxtb16(lo >> 8), __sxtb16(xl >> 8), s);
-        s = __smlad(__uxtb16(hi), __sxtb16(xh), s);
-        s = __smlad(__uxtb16(hi >> 8), __sxtb16(xh >> 8), s);
+        uint32_t t, u;
+        /* gcc does not fold the shifts into AND / the rotations into SXTB16 */
+        __asm__("and %[t], %[m], %[w]\n\t"
+                "sxtb16 %[u], %[xl]\n\t"
+                "smlad %[s], %[t], %[u], %[s]\n\t"
+                "and %[t], %[m], %[w], lsr #8\n\t"
+                "sxtb16 %[u], %[xl], ror #8\n\t"
+                "smlad %[s], %[t], %[u], %[s]\n\t"
+                "and %[t], %[m], %[w], lsr #4\n\t"
+                "sxtb16 %[u], %[xh]\n\t"
+                "smlad %[s], %[t], %[u], %[s]\n\t"
+                "and %[t], %[m], %[w], lsr #12\n\t"
+                "sxtb16 %[u], %[xh], ror #8\n\t"
+                "smlad %[s], %[t], %[u], %[s]"
+                : [s] "+r"(s), [t] "=&r"(t), [u] "=&r"(u)
+                : [w] "r"(w), [xl] "r"(xl), [xh] "r"(xh), [m] "r"(mask));
     }
     return s;
 #else
@@ -71,10 +105,11 @@ static inline int32_t dot_nibbles(const uint8_t *qs, const int8_t *x) {
 static inline int32_t dot_i8(const int8_t *q, const int8_t *x) {
 #if GGUF_SMLAD
     int32_t s = 0;
+#pragma GCC unroll 8
     for (int32_t k = 0; k < 32; k += 4) {
         const uint32_t w = load32(q + k), xv = load32(x + k);
         s = __smlad(__sxtb16(w), __sxtb16(xv), s);
-        s = __smlad(__sxtb16(w >> 8), __sxtb16(xv >> 8), s);
+        s = __smlad(__sxtb16(ror8(w)), __sxtb16(ror8(xv)), s);
     }
     return s;
 #else
@@ -104,7 +139,7 @@ void tllm_matvec_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *x
     for (int32_t r = 0; r < m->rows; r++) {
         float acc = 0.0f;
         for (int32_t b = 0; b < nb; b++, blk += Q41_BYTES) {
-            const float d = tllm_fp16_to_f32(load16(blk)), mn = tllm_fp16_to_f32(load16(blk + 2));
+            const float d = h2f(load16(blk)), mn = h2f(load16(blk + 2));
             const int32_t isum = dot_nibbles(blk + 4, xq + 32 * b);
             const int32_t s = b < kept ? xsum[b] : sum_i8(xq + 32 * b);
             float t = (d * xs[b]) * (float)isum;
@@ -124,7 +159,7 @@ void tllm_matvec_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *x
     for (int32_t r = 0; r < m->rows; r++) {
         float acc = 0.0f;
         for (int32_t b = 0; b < nb; b++, blk += Q40_BYTES) {
-            const float d = tllm_fp16_to_f32(load16(blk));
+            const float d = h2f(load16(blk));
             const int32_t s = b < kept ? xsum[b] : sum_i8(xq + 32 * b);
             const int32_t isum = dot_nibbles(blk + 2, xq + 32 * b) - 8 * s;
             acc = acc + (d * xs[b]) * (float)isum;
@@ -140,7 +175,7 @@ void tllm_matvec_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *x
     for (int32_t r = 0; r < m->rows; r++) {
         float acc = 0.0f;
         for (int32_t b = 0; b < nb; b++, blk += Q80_BYTES) {
-            const float d = tllm_fp16_to_f32(load16(blk));
+            const float d = h2f(load16(blk));
             const int32_t isum = dot_i8((const int8_t *)(blk + 2), xq + 32 * b);
             acc = acc + (d * xs[b]) * (float)isum;
         }
@@ -153,7 +188,7 @@ void tllm_embed_q41(const tllm_gguf_matrix *m, int32_t token, float *out) {
     const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
     const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q41_BYTES);
     for (int32_t b = 0; b < nb; b++, blk += Q41_BYTES, out += 32) {
-        const float d = tllm_fp16_to_f32(load16(blk)), mn = tllm_fp16_to_f32(load16(blk + 2));
+        const float d = h2f(load16(blk)), mn = h2f(load16(blk + 2));
         for (int32_t j = 0; j < 16; j++) {
             out[j] = d * (float)(blk[4 + j] & 0xF) + mn;
             out[j + 16] = d * (float)(blk[4 + j] >> 4) + mn;
@@ -165,7 +200,7 @@ void tllm_embed_q40(const tllm_gguf_matrix *m, int32_t token, float *out) {
     const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
     const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q40_BYTES);
     for (int32_t b = 0; b < nb; b++, blk += Q40_BYTES, out += 32) {
-        const float d = tllm_fp16_to_f32(load16(blk));
+        const float d = h2f(load16(blk));
         for (int32_t j = 0; j < 16; j++) {
             out[j] = d * (float)((int32_t)(blk[2 + j] & 0xF) - 8);
             out[j + 16] = d * (float)((int32_t)(blk[2 + j] >> 4) - 8);
@@ -177,7 +212,7 @@ void tllm_embed_q80(const tllm_gguf_matrix *m, int32_t token, float *out) {
     const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
     const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q80_BYTES);
     for (int32_t b = 0; b < nb; b++, blk += Q80_BYTES, out += 32) {
-        const float d = tllm_fp16_to_f32(load16(blk));
+        const float d = h2f(load16(blk));
         for (int32_t j = 0; j < 32; j++) out[j] = d * (float)(int8_t)blk[2 + j];
     }
 }

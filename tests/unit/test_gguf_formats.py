@@ -234,10 +234,15 @@ def test_every_smollm2_tensor_from_our_blob_equals_gguf_dequantized():
 
 # ------------------------------------------------- whole-sequence evaluator (eval)
 @pytest.mark.parametrize("case,kv", [("llama-q4_1-embd-q8_0", 8), ("llama-q4_0", 4), ("qwen2-q8_0-untied", 8)])
-def test_sequence_evaluator_is_bit_identical_on_gguf_blocks(tmp_path, case, kv):
+def test_sequence_evaluator_is_bit_identical_on_gguf_blocks(tmp_path, monkeypatch, case, kv):
     """`eval` scores the logits the firmware computes: SeqQuantKernels ==
-    QuantKernels step by step, bit for bit, on kept GGUF blocks."""
+    QuantKernels step by step, bit for bit, on kept GGUF blocks (row chunks
+    smaller than the matrices, as for SmolLM2's classifier)."""
     from dataclasses import replace
+
+    from tinyllm_gen import reference_seq
+
+    monkeypatch.setattr(reference_seq, "SEQ_ROW_CHUNK", 40)
 
     from gguf_firmware import gguf_case
     from tinyllm_gen.compile import CompileOptions, quantize

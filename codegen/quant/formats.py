@@ -12,6 +12,10 @@ Q4 weights (`Q4Tensor`), used for every matrix including the embedding:
 * scales: float32 little-endian, [rows][n_groups] row-major, stored after
   the packed nibbles of the tensor.
 
+GGUF blocks (`GGUFMatrix`, --weight-quant gguf): a GGUF file's Q4_0 / Q4_1 /
+Q8_0 matrices kept byte for byte in llama.cpp's own layout; stated at the
+end of this file.
+
 KV cache: int8 per (position, kv-head) with one float32 scale each, same
 rounding as the activations (exact.quantize_rows_i8); int4 KV (group-wise
 scales, low nibble first) is stated in quant/kv.py.

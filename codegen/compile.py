@@ -129,6 +129,9 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
     if opts.quant != "group":
         raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
     if opts.weight_quant == "gguf":  # lossless: the file's own blocks, portable kernels (quant/gguf_keep.py)
+        if opts.kernels == "cortex-m7":
+            raise UserError("--weight-quant gguf runs llama.cpp's blocks on the portable kernels (with SMLAD "
+                            "block sums): drop --kernels cortex-m7, or re-round with --weight-quant rtn")
         return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits)
     if opts.weight_quant != "rtn":
         from .quant.calibrated import calibration_documents, quantize_calibrated

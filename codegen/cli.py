@@ -310,11 +310,13 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
     b = load_board(opts.board)
     m = load_model(model, tokenizer)
-    from .compile import resolve_kernels
+    from .compile import resolve_kernels, resolve_weight_quant
 
-    # the same kernel set compile would pick: it decides the activation scratch
-    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, b),
-                       "per-channel" if quant == "per-channel" else "rtn", sampler)
+    # the same kernel set compile would pick: it decides the activation scratch (a GGUF's kept
+    # blocks run the portable kernels, quant/gguf_keep.py)
+    method = "per-channel" if quant == "per-channel" else resolve_weight_quant(m, "auto")
+    kernels = "portable" if method == "gguf" else resolve_kernels(opts, b)
+    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler)
     res = plan_for(shape, opts.max_seq, opts.ram_budget, b)
     check_weights(res, opts.board)
     if as_json:

@@ -94,6 +94,7 @@ if(NOT TARGET tinyllm_runtime)
   add_library(tinyllm_runtime OBJECT
     "${TINYLLM_RUNTIME_DIR}/tllm_kernels.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_kernels_m7.c"
+    "${TINYLLM_RUNTIME_DIR}/tllm_kernels_gguf.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_sampler.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_engine.c")
   add_library(tinyllm::runtime ALIAS tinyllm_runtime)

@@ -13,7 +13,8 @@ read as float32 directly):
    64  ..  tensors, in sorted name order
 
 Q4 tensors store packed nibbles then scales, or one q4x4 stream for the
-Cortex-M7 kernels (quant/formats.py says how);
+Cortex-M7 kernels (quant/formats.py says how); matrices kept in a GGUF
+block format (Q4_0/Q4_1/Q8_0) store the file's blocks byte for byte;
 float vectors and RoPE tables are float32 arrays.  The firmware checks
 magic, version, size and checksum at boot, so a stale or missing weights
 file is caught before it produces garbage.
@@ -28,7 +29,7 @@ import numpy as np
 
 from .abi import BLOB_HEADER_BYTES, BLOB_MAGIC, BLOB_VERSION
 from .fusion import fused_gate_up, interleave_gate_up
-from .quant.formats import QuantizedGraph, pack_q4x4
+from .quant.formats import QuantizedGraph, pack_gguf, pack_q4x4
 
 HEADER_BYTES = BLOB_HEADER_BYTES
 ALIGN = 16
@@ -37,7 +38,7 @@ ALIGN = 16
 @dataclass(frozen=True)
 class BlobEntry:
     name: str
-    kind: str  # "q4.packed" | "q4.scales" | "q4x4" | "f32" | "u32"/"u8" (the vocabulary, vocab.py)
+    kind: str  # "q4.packed" | "q4.scales" | "q4x4" | "gguf.q4_0"/"gguf.q4_1"/"gguf.q8_0" | "f32" | "u32"/"u8" (the vocabulary, vocab.py)
     offset: int
     nbytes: int
 
@@ -87,6 +88,9 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
         else:
             put(name, "q4.packed", t.packed())
             put(name, "q4.scales", np.ascontiguousarray(t.scales, "<f4").tobytes())
+    for name in sorted(getattr(qg, "gguf", {})):  # llama.cpp blocks, byte for byte (quant/formats.py)
+        t = qg.gguf[name]
+        put(name, gguf_blob_kind(t.qtype), pack_gguf(t))
     for name in sorted(qg.static):  # per-channel scheme: int32 bias, multipliers, shifts per linear
         st = qg.static[name]
         for kind, arr in (("s4pc.bias", st.bias), ("s4pc.multipliers", st.multipliers), ("s4pc.shifts", st.shifts)):
@@ -106,6 +110,11 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
     header = struct.pack("<8sIIII32s8x", BLOB_MAGIC, BLOB_VERSION, total, checksum, len(entries), sha)
     assert len(header) == HEADER_BYTES
     return WeightsBlob(data=header + payload, entries=tuple(entries), checksum=checksum, sha256=sha.hex())
+
+
+def gguf_blob_kind(qtype: str) -> str:
+    """The entry kind of a matrix kept in llama.cpp's block format `qtype`."""
+    return "gguf." + qtype.lower()
 
 
 def blob_checksum(payload: bytes) -> int:

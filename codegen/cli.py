@@ -134,8 +134,11 @@ def _quant_options(f):
 
 
 def _scheme_options(f):
-    f = click.option("--weight-quant", type=click.Choice(["rtn", "clip", "awq"]), default="rtn", show_default=True,
-                     help="INT4 weights: round-to-nearest, or calibrated on --calibration text: error-minimising "
+    f = click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq"]), default="auto",
+                     show_default=True,
+                     help="auto: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 tensors, else rtn. gguf: keep llama.cpp's "
+                          "blocks as they are (lossless; other matrices fall back to rtn). INT4 weights: "
+                          "round-to-nearest, or calibrated on --calibration text: error-minimising "
                           "clipping (clip), activation-aware scales folded into the norms + clipping (awq); "
                           "give --calibration a few thousand tokens of in-domain text.")(f)
     f = click.option("--calibration", type=_TextFile(), default=None,
@@ -362,11 +365,13 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
     b = load_board(opts.board)
     m = load_model(model, tokenizer)
-    from .compile import resolve_kernels
+    from .compile import resolve_kernels, resolve_weight_quant
 
-    # the same kernel set compile would pick: it decides the activation scratch
-    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, resolve_kernels(opts, b),
-                       "per-channel" if quant == "per-channel" else "rtn", sampler)
+    # the same kernel set compile would pick: it decides the activation scratch (a GGUF's kept
+    # blocks run the portable kernels, quant/gguf_keep.py)
+    method = "per-channel" if quant == "per-channel" else resolve_weight_quant(m, "auto")
+    kernels = "portable" if method == "gguf" else resolve_kernels(opts, b)
+    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler)
     res = plan_for(shape, opts.max_seq, opts.ram_budget, b)
     check_weights(res, opts.board)
     if as_json:
@@ -452,8 +457,9 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="Held-out text; documents separated by blank lines, each scored from BOS.")
 @click.option("--max-tokens", type=click.IntRange(0), default=20000, show_default=True,
               help="Score whole documents up to this many tokens (0: all of --data).")
-@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["rtn", "clip", "awq"]),
-              help="INT4 weight methods to compare (repeatable; default: rtn).")
+@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["gguf", "rtn", "clip", "awq"]),
+              help="Weight methods to compare (repeatable; default: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 "
+                   "tensors, its blocks kept as they are (group 32 only), else rtn).")
 @click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(["32", "64", "128"]),
               help="Group sizes (repeatable; default: 32, 64, 128).")
 @click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(["8", "4"]),
@@ -473,8 +479,16 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
     m = load_model(model, tokenizer)
     verify_graph(m.graph)
     docs = encode_documents(m, read_documents(data), max_tokens or None)
-    configs = [QuantConfig(w, int(g), int(k)) for w in (weight_quants or ("rtn",))
-               for g in (group_sizes or ("32", "64", "128")) for k in (kv_bits or ("8", "4"))]
+    from .compile import resolve_weight_quant
+
+    methods = weight_quants or (resolve_weight_quant(m, "auto"),)
+    for w in methods:
+        resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
+    configs = [QuantConfig(w, int(g), int(k)) for w in methods
+               for g in (group_sizes or ("32", "64", "128")) for k in (kv_bits or ("8", "4"))
+               if w != "gguf" or g == "32"]  # llama.cpp's blocks are 32 weights
+    if not configs:
+        raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")
     total = sum(len(d) - 1 for d in docs) * (1 + len(configs))
     with click.progressbar(length=total, label="scoring", file=sys.stderr) as bar:
         result = evaluate(m, docs, configs, make_quantizer(m, calibration), progress=bar.update)

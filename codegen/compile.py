@@ -11,7 +11,7 @@ import errno
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .emit import EmittedTree, emit_tree
@@ -21,7 +21,8 @@ from .lower import Program, lower
 from .plan import MemoryPlan
 from .plan.memory import shape_of
 from .planning import model_context, plan_for
-from .quant.formats import KERNEL_SETS, QuantizedGraph
+from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
+from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .board import Board, load_board
@@ -44,7 +45,9 @@ class CompileOptions:
     kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
     quant: str = "group"  # "group": W4A8 group-wise; "per-channel": CMSIS-NN arithmetic (quant/per_channel.py)
     calibration: Path | None = None  # text for per-channel static scales (None: the built-in sample)
-    weight_quant: str = "rtn"  # group scheme's INT4 weights: rtn | clip | awq (quant/calibrated.py, uses `calibration`)
+    # group scheme's weights: "auto" (a GGUF input's Q4_0/Q4_1/Q8_0 blocks kept as they are, "gguf";
+    # otherwise "rtn"), gguf (quant/gguf_keep.py), rtn | clip | awq (INT4, quant/calibrated.py, uses `calibration`)
+    weight_quant: str = "auto"
     sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
 
 
@@ -108,8 +111,25 @@ def check_sampler(opts: CompileOptions) -> None:
                         "sampler: drop one of them")
 
 
+def resolve_weight_quant(model: ImportedModel, weight_quant: str) -> str:
+    """"auto": keep a GGUF file's llama.cpp blocks ("gguf") when it has any, else "rtn"."""
+    if weight_quant not in ("auto",) + WEIGHT_QUANTS:
+        raise UserError(f"--weight-quant {weight_quant} is not known: choose auto, {', '.join(WEIGHT_QUANTS)}")
+    blocks = getattr(model, "blocks", None)
+    if weight_quant == "gguf" and blocks is None:
+        raise UserError(f"--weight-quant gguf keeps a GGUF file's blocks; {model.source} is not a GGUF file: "
+                        "use rtn, clip or awq")
+    if weight_quant != "auto":
+        return weight_quant
+    return "gguf" if blocks and kept_formats(blocks) else "rtn"
+
+
 def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
     graph = verify_graph(model.graph)
+    weight_quant = resolve_weight_quant(model, opts.weight_quant)
+    if opts.quant == "per-channel" and opts.weight_quant == "auto":
+        weight_quant = "rtn"
+    opts = replace(opts, weight_quant=weight_quant)
     if opts.quant == "per-channel" and opts.weight_quant != "rtn":
         raise UserError(f"--weight-quant {opts.weight_quant} applies to --quant group only: drop one of them")
     if opts.quant == "per-channel":
@@ -117,6 +137,11 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
         return quantize_per_channel(graph, tokens, opts.kv_bits)
     if opts.quant != "group":
         raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
+    if opts.weight_quant == "gguf":  # lossless: the file's own blocks, portable kernels (quant/gguf_keep.py)
+        if opts.kernels == "cortex-m7":
+            raise UserError("--weight-quant gguf runs llama.cpp's blocks on the portable kernels (with SMLAD "
+                            "block sums): drop --kernels cortex-m7, or re-round with --weight-quant rtn")
+        return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits)
     if opts.weight_quant != "rtn":
         from .quant.calibrated import calibration_documents, quantize_calibrated
 

@@ -358,3 +358,51 @@ def cmsis_fc_s4(x_q: np.ndarray, w_q: np.ndarray, bias: np.ndarray, multipliers:
 
 def dequantize_s8(q: np.ndarray, scale: np.float32) -> np.ndarray:
     return q.astype(F32) * F32(scale)
+
+
+# --- llama.cpp block formats kept as they are (quant/formats.py GGUFMatrix) --
+# Twins of firmware/tllm_kernels_gguf.c.  Per block b of 32 inputs, with the
+# activation group's int8 xq and float32 scale sx (quantize_groups_i8, group 32):
+#   isum = sum(q * xq) (int32, exact), xsum = sum(xq) (int32, exact)
+#   Q8_0: t = (d * sx) * (float)isum
+#   Q4_0: t = (d * sx) * (float)(isum - 8 * xsum)
+#   Q4_1: t = (d * sx) * (float)isum + (m * sx) * (float)xsum
+# and acc = acc + t over the blocks left to right, then + bias.  d and m
+# are the fp16 fields converted exactly to float32.
+def gguf_block_terms(qtype: str, d: np.ndarray, m: np.ndarray | None, isum: np.ndarray, xsum, sx) -> np.ndarray:
+    """One block's float32 term; arrays broadcast (rows, or tokens x rows)."""
+    sx = np.asarray(sx, F32)
+    if qtype == "Q4_0":
+        return (d * sx) * (isum - 8 * xsum).astype(F32)
+    t = (d * sx) * isum.astype(F32)
+    if qtype == "Q4_1":
+        t = t + (m * sx) * np.asarray(xsum).astype(F32)
+    return t
+
+
+def matvec_gguf(qtype: str, d: np.ndarray, m: np.ndarray | None, q: np.ndarray, x_q: np.ndarray,
+                x_scales: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """y = W x for a GGUF matrix given as its fields (GGUFMatrix.fields())."""
+    rows, cols = q.shape
+    acc = np.zeros(rows, F32)
+    wq = q if q.dtype == F32 else q.astype(F32)  # float32 products of small integers: exact
+    xq = x_q.astype(F32)
+    for b in range(cols // 32):
+        a, e = 32 * b, 32 * b + 32
+        isum = (wq[:, a:e] @ xq[a:e]).astype(np.int32)  # |partial sums| < 2^24: exact in any order
+        xsum = np.int32(x_q[a:e].astype(np.int32).sum())
+        acc = acc + gguf_block_terms(qtype, d[:, b], None if m is None else m[:, b], isum, xsum, x_scales[b])
+    if bias is not None:
+        acc = acc + bias.astype(F32)
+    return acc
+
+
+def dequant_row_gguf(qtype: str, d: np.ndarray, m: np.ndarray | None, q: np.ndarray) -> np.ndarray:
+    """Embedding lookup of one row (d, m [n_blocks], q [cols]): ggml's
+    dequantize_row_* arithmetic, = gguf.quants.dequantize bit for bit."""
+    dr = np.repeat(d.astype(F32), 32)
+    if qtype == "Q4_0":
+        return dr * (q.astype(np.int32) - 8).astype(F32)
+    if qtype == "Q4_1":
+        return dr * q.astype(F32) + np.repeat(m.astype(F32), 32)
+    return dr * q.astype(F32)

@@ -16,12 +16,12 @@ from typing import Union
 import numpy as np
 
 from . import exact
-from .blob import WeightsBlob, build_blob
+from .blob import WeightsBlob, build_blob, gguf_blob_kind
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
 from .plan.lifetimes import GEN_STATE_BYTES, logits_rows, request_bytes
 from .fusion import fused_gate_up, fused_norm_outputs
-from .quant.formats import QuantizedGraph, n_groups, x16_stream_bytes
+from .quant.formats import GGUF_BLOCK, QuantizedGraph, n_groups, x16_stream_bytes
 from .quant.kv import kv_layout
 from .reference import rope_tables
 
@@ -52,6 +52,27 @@ class Q4Ref:
 
 
 @dataclass(frozen=True)
+class GGUFRef:
+    """A matrix kept in one of llama.cpp's block formats (quant/formats.py
+    GGUFMatrix): its blocks exactly as in the GGUF file, in the weights blob."""
+
+    name: str
+    qtype: str  # "Q4_0" | "Q4_1" | "Q8_0"
+    rows: int
+    cols: int
+    offset: int
+
+    @property
+    def group(self) -> int:
+        return GGUF_BLOCK
+
+    @property
+    def suffix(self) -> str:
+        """The C kernels' name part: tllm_matvec_q41 etc."""
+        return self.qtype.lower().replace("_", "")
+
+
+@dataclass(frozen=True)
 class VectorRef:
     """A float32 vector (norm weight, bias, RoPE table) in the weights blob."""
 
@@ -63,6 +84,14 @@ class VectorRef:
 @dataclass(frozen=True)
 class EmbedQ4:
     table: Q4Ref
+    out: BufferRef
+
+
+@dataclass(frozen=True)
+class EmbedGGUF:
+    """Embedding row lookup from a GGUF block table (tllm_embed_q40/q41/q80)."""
+
+    table: GGUFRef
     out: BufferRef
 
 
@@ -120,6 +149,18 @@ class MatvecQ4:
 
 
 @dataclass(frozen=True)
+class MatvecGGUF:
+    """W4A8 / W8A8 over a GGUF block matrix with the int8 activations of
+    QuantizeI8 (group 32 = one block): tllm_matvec_q40/q41/q80."""
+
+    matrix: GGUFRef
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+
+@dataclass(frozen=True)
 class QuantizeX16:
     """int8 quantization into the Cortex-M7 int16 activation stream."""
 
@@ -143,11 +184,11 @@ class ArgmaxClassifier:
     time into its output buffer, keeping the first maximum (tllm_argmax's
     order): the token, without a [vocab] logits vector."""
 
-    matvec: Union[MatvecQ4, MatvecQ4x4]
+    matvec: Union[MatvecQ4, MatvecQ4x4, "MatvecGGUF"]
     chunk_rows: int
 
     @property
-    def matrix(self) -> Q4Ref:
+    def matrix(self) -> Union[Q4Ref, GGUFRef]:
         return self.matvec.matrix
 
 
@@ -222,7 +263,7 @@ class SiluMul:
     n: int
 
 
-KernelArgs = Union[EmbedQ4, RmsNorm, RmsNormX16, SiluMulPairsX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
+KernelArgs = Union[EmbedQ4, EmbedGGUF, MatvecGGUF, RmsNorm, RmsNormX16, SiluMulPairsX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
                    ArgmaxClassifier, FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
@@ -306,6 +347,8 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
     m7 = src.kernels == "cortex-m7"
     per_channel = src.method == "per-channel"
     static = src.static if isinstance(src, QuantizedGraph) else {}
+    kept = getattr(src, "gguf", {})  # weight name -> GGUFMatrix: llama.cpp blocks kept (quant/gguf_keep.py)
+    assert not (kept and (m7 or per_channel)), "GGUF block formats run the portable kernels with group-wise int8"
     decls: dict[str, BufferDecl] = {}
     value_buf: dict[str, BufferRef] = {}
     last_read: dict[str, int] = {}
@@ -359,6 +402,10 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
         layout = "q4x4" if m7 and not per_channel else "q4"
         return Q4Ref(node.inputs[1], rows, cols, src.group_size, -1, -1, layout)
 
+    def gguf(node: Node) -> GGUFRef | None:
+        t = kept.get(node.inputs[1])
+        return None if t is None else GGUFRef(t.name, t.qtype, t.rows, t.cols, -1)
+
     def vec(name: str, count: int) -> VectorRef:
         return VectorRef(name, count, -1)
 
@@ -378,7 +425,8 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
     for i, node in enumerate(g.nodes):
         ins = node.inputs
         if node.op == "embedding":
-            emit(EmbedQ4(q4(node), out_value(node)), node)
+            table = gguf(node)
+            emit(EmbedGGUF(table, out_value(node)) if table else EmbedQ4(q4(node), out_value(node)), node)
         elif node.op == "rmsnorm" and node.output in fused:
             quantized.add(node.output)
             emit(RmsNormX16(val(ins[0]), vec(ins[1], c.dim), c.dim, np.float32(node.attrs["eps"]), src.group_size,
@@ -424,7 +472,9 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
                 emit(q, node, label=f"quantize {src_v}")
             bias = vec(ins[2], g.values[node.output][0]) if len(ins) > 2 else None
             out = linear_out(node)
+            kept_w = gguf(node)
             mv = (MatvecQ4x4(q4(node), buf(src_v + ".x16"), bias, out) if m7 else
+                  MatvecGGUF(kept_w, buf(src_v + ".q8"), buf(src_v + ".qs"), bias, out) if kept_w else
                   MatvecQ4(q4(node), buf(src_v + ".q8"), buf(src_v + ".qs"), bias, out))
             if greedy and node.output == g.output:
                 mv = ArgmaxClassifier(mv, logits_rows(c, sampler))
@@ -494,6 +544,8 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
             return BufferRef(obj.name, obj.ctype, obj.count, p.offset, p.region)
         if isinstance(obj, Q4Ref):
             return q4ref(obj)
+        if isinstance(obj, GGUFRef):
+            return dataclasses.replace(obj, offset=blob.entry(obj.name, gguf_blob_kind(obj.qtype)).offset)
         if isinstance(obj, VectorRef):
             e = blob.entry(obj.name, "f32")
             return VectorRef(obj.name, e.nbytes // 4, e.offset)

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import exact
 from .ir import Graph, Node
+from .quant.formats import gguf_fields
 from .quant.kv import kv_layout
 from .sampler import Sampler, SamplingOptions
 
@@ -195,6 +196,7 @@ class QuantKernels:
         self.max_seq = max_seq
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
         self.att_scale = exact.attention_scale(c.head_dim)
+        self._fields = {}  # GGUF matrices' (d, m, q), unpacked once
         self.reset()
 
     def reset(self) -> None:
@@ -210,13 +212,30 @@ class QuantKernels:
             self.v_s = np.zeros_like(self.k_s)
 
     def embedding(self, node, token):
+        gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
+        if gm is not None:  # a llama.cpp block format kept as it is (tllm_embed_q40/q41/q80)
+            d, m, q = gguf_fields(gm.qtype, gm.data[token:token + 1], gm.cols)
+            return exact.dequant_row_gguf(gm.qtype, d[0], None if m is None else m[0], q[0])
         t = self.qg.q4[node.inputs[1]]
         return exact.dequant_row_q4(t.q[token], t.scales[token], t.group_size)
+
+    def _gguf_fields(self, gm):
+        f = self._fields.get(gm.name)
+        if f is None:
+            d, m, q = gm.fields()
+            f = self._fields[gm.name] = (d, m, q.astype(np.float32))
+        return f
 
     def rmsnorm(self, node, x):
         return exact.rmsnorm(x, self.qg.vectors[node.inputs[1]], node.attrs["eps"])
 
     def linear(self, node, x):
+        gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
+        if gm is not None:  # tllm_matvec_q40/q41/q80: two integer sums per block, one float term
+            xq, xs = exact.quantize_groups_i8(x, gm.group_size)
+            bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
+            d, m, q = self._gguf_fields(gm)
+            return exact.matvec_gguf(gm.qtype, d, m, q, xq, xs, bias)
         t = self.qg.q4[node.inputs[1]]
         if self.qg.method == "per-channel":  # CMSIS-NN arithmetic: static int8 in, int8 out
             st = self.qg.static[node.output]

@@ -31,6 +31,7 @@ import numpy as np
 from . import exact
 from .exact import F32
 from .ir import Graph
+from .quant.formats import gguf_fields
 from .quant.kv import kv_layout
 from .reference import rope_tables
 
@@ -60,6 +61,9 @@ class _SeqRope:
         return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
 
+SEQ_ROW_CHUNK = 4096  # rows per batched block matmul of a GGUF matrix (bounds the [blocks, T, rows] scratch)
+
+
 class SeqQuantKernels(_SeqRope):
     """QuantKernels over a whole sequence (group-wise W4A8 only)."""
 
@@ -72,7 +76,24 @@ class SeqQuantKernels(_SeqRope):
         self.att_scale = exact.attention_scale(c.head_dim)
         self._wf = {}  # int4 weights as float32, converted once (exact: small integers)
 
+    def _gguf(self, name):
+        """(GGUFMatrix, (d, m, q as float32 [n_blocks, 32, rows])) or (None, None)."""
+        gm = getattr(self.qg, "gguf", {}).get(name)
+        if gm is None:
+            return None, None
+        f = self._wf.get(name)
+        if f is None:
+            d, m, q = gm.fields()
+            qb = np.ascontiguousarray(q.astype(F32).reshape(gm.rows, gm.n_blocks, 32).transpose(1, 2, 0))
+            f = self._wf[name] = (d, m, qb)
+        return gm, f
+
     def embedding(self, node, tokens):
+        gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
+        if gm is not None:  # QuantKernels.embedding per token (ggml's dequantize arithmetic)
+            d, m, q = gguf_fields(gm.qtype, gm.data[np.asarray(tokens)], gm.cols)
+            return np.stack([exact.dequant_row_gguf(gm.qtype, d[i], None if m is None else m[i], q[i])
+                             for i in range(len(d))])
         t = self.qg.q4[node.inputs[1]]
         s = np.repeat(t.scales[tokens], t.group_size, axis=1)[:, : t.cols]
         return t.q[tokens].astype(F32) * s
@@ -85,6 +106,27 @@ class SeqQuantKernels(_SeqRope):
         return (x * r[:, None]) * self.qg.vectors[node.inputs[1]].astype(F32)
 
     def linear(self, node, x):
+        gm, f = self._gguf(node.inputs[1])
+        if gm is not None:  # exact.matvec_gguf for every token: one float term per block, blocks left to right
+            d, m, qb = f
+            T, nb = x.shape[0], gm.n_blocks
+            xq, xs = quantize_groups_i8_seq(x.reshape(T * nb, 32))  # every (token, block) is one group
+            xq, xs = xq.reshape(T, nb, 32), xs.reshape(T, nb)
+            xsum = xq.astype(np.int32).sum(axis=2)
+            xf = np.ascontiguousarray(xq.astype(F32).transpose(1, 0, 2))  # [nb, T, 32]
+            acc = np.empty((T, gm.rows), F32)
+            for r0 in range(0, gm.rows, SEQ_ROW_CHUNK):
+                r1 = min(gm.rows, r0 + SEQ_ROW_CHUNK)
+                isum = np.matmul(xf, qb[:, :, r0:r1]).astype(np.int32)  # exact: integers below 2^24
+                a = np.zeros((T, r1 - r0), F32)
+                for b in range(nb):
+                    a = a + exact.gguf_block_terms(gm.qtype, d[None, r0:r1, b],
+                                                   None if m is None else m[None, r0:r1, b],
+                                                   isum[b], xsum[:, b:b + 1], xs[:, b:b + 1])
+                acc[:, r0:r1] = a
+            if len(node.inputs) > 2:
+                acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
+            return acc
         t = self.qg.q4[node.inputs[1]]
         acc = np.zeros((x.shape[0], t.rows), F32)
         wq = self._wf.get(t.name)

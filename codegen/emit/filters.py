@@ -5,7 +5,8 @@ tested through the generated C (tests/host, tests/emu) and tests/unit/test_deter
 from __future__ import annotations
 
 from ..exact import c_float_literal
-from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedQ4, KernelCall, MatvecQ4, MatvecQ4x4,
+from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
+                     MatvecQ4, MatvecQ4x4,
                      QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
                      QuantizeStaticS8, RmsNormX16, SiluMulPairsX16)
 from .names import buffer_macro, ident, matrix_name, vector_macro
@@ -15,10 +16,12 @@ def _b(ref: BufferRef) -> str:
     return buffer_macro(ref.name)
 
 
-def _matvec_call(a: MatvecQ4 | MatvecQ4x4) -> tuple[str, str]:
+def _matvec_call(a: MatvecQ4 | MatvecQ4x4 | MatvecGGUF) -> tuple[str, str]:
     """(layout suffix, C arguments) of a matvec, shared by tllm_matvec_* and
     the greedy builds' tllm_argmax_* (which add the chunk size)."""
     bias = vector_macro(a.bias.name) if a.bias else "0"
+    if isinstance(a, MatvecGGUF):
+        return a.matrix.suffix, f"&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)}"
     if isinstance(a, MatvecQ4x4):
         return "q4x4", f"&{matrix_name(a.matrix.name)}, {_b(a.x_stream)}, {bias}, {_b(a.out)}"
     return "q4", f"&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)}"
@@ -26,6 +29,8 @@ def _matvec_call(a: MatvecQ4 | MatvecQ4x4) -> tuple[str, str]:
 
 def c_statement(call: KernelCall) -> str:
     a = call.args
+    if isinstance(a, EmbedGGUF):
+        return f"tllm_embed_{a.table.suffix}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
     if isinstance(a, EmbedQ4):
         fn = "tllm_embed_q4x4" if a.table.layout == "q4x4" else "tllm_embed_q4"
         return f"{fn}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
@@ -38,7 +43,7 @@ def c_statement(call: KernelCall) -> str:
     if isinstance(a, ArgmaxClassifier):
         layout, args = _matvec_call(a.matvec)
         return f"greedy_token = tllm_argmax_{layout}({args}, {a.chunk_rows});"
-    if isinstance(a, (MatvecQ4, MatvecQ4x4)):
+    if isinstance(a, (MatvecQ4, MatvecQ4x4, MatvecGGUF)):
         layout, args = _matvec_call(a)
         return f"tllm_matvec_{layout}({args});"
     if isinstance(a, RmsNorm):
@@ -72,7 +77,8 @@ def c_comment(call: KernelCall) -> str:
         w = a.layer.weight
         what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
     elif isinstance(a, ArgmaxClassifier):
-        layout = "q4x4" if isinstance(a.matvec, MatvecQ4x4) else "q4"
+        layout = ("q4x4" if isinstance(a.matvec, MatvecQ4x4) else a.matrix.qtype if isinstance(a.matvec, MatvecGGUF)
+                  else "q4")
         what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, argmax over "
                 f"{a.chunk_rows}-row chunks")
         out = a.matvec.out
@@ -80,6 +86,11 @@ def c_comment(call: KernelCall) -> str:
         layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
         what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"
         out = a.out
+    elif isinstance(a, MatvecGGUF):
+        what = f"{a.matrix.qtype} matvec {a.matrix.rows}x{a.matrix.cols} (GGUF blocks){' +bias' if a.bias else ''}"
+        out = a.out
+    elif isinstance(a, EmbedGGUF):
+        what, out = f"embed {a.table.qtype} {a.table.rows}x{a.table.cols} (GGUF blocks)", a.out
     elif isinstance(a, EmbedQ4):
         what, out = f"embed_q4 {a.table.rows}x{a.table.cols}", a.out
     elif isinstance(a, RmsNorm):
@@ -119,6 +130,12 @@ def c_matrix(m: Q4Ref) -> str:
             f"(const float *)TLLM_W({c_hex(m.scales_offset)}), {m.rows}, {m.cols}, {m.group}}};")
 
 
+def c_gguf_matrix(m: GGUFRef) -> str:
+    """The const descriptor of one matrix kept in a GGUF block format (tllm_kernels_gguf.h)."""
+    return (f"static const tllm_gguf_matrix {matrix_name(m.name)} = {{TLLM_W({c_hex(m.offset)}), {m.rows}, {m.cols}}};"
+            f" /* {m.qtype} */")
+
+
 def fc_name(value: str) -> str:
     return "FC_" + ident(value)
 
@@ -156,6 +173,7 @@ FILTERS = {
     "c_hex": c_hex,
     "c_matrix": c_matrix,
     "c_fc": c_fc,
+    "c_gguf_matrix": c_gguf_matrix,
     "c_float": c_float_literal,
     "c_bytes": c_bytes,
     "buffer_macro": buffer_macro,

@@ -17,7 +17,7 @@ import numpy as np
 from .. import __version__
 from ..frontends.tokenizer import Tokenizer
 from ..exact import c_float_literal
-from ..lower import FcS4PerChannel, Program, Q4Ref
+from ..lower import FcS4PerChannel, GGUFRef, Program, Q4Ref
 from ..plan.lifetimes import GEN_STATE_BYTES
 from ..plan.memory import CANARY_BYTES
 from ..plan.human import report_files
@@ -43,9 +43,10 @@ def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
 # model-bound files), plus the console protocol the OUT's own firmware adds to its board code
 # (CONSOLE_SOURCES: not part of the library a user's firmware links).
 CONSOLE_SOURCES = ("tllm_main.c", "tllm_frame.c")
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
                    "tllm_weights.c") + CONSOLE_SOURCES
-RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h", "tllm_kernels_m7.h",
+RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
+                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h",
                    "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h", "tllm_frame.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
@@ -110,11 +111,13 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     env = _env()
     buffers = program.buffers()
     check_unique([b.name for b in buffers], "buffer")
-    matrices = sorted({m for call in program.calls for m in _matrices_of(call.args)}, key=lambda m: m.name)
+    all_matrices = sorted({m for call in program.calls for m in _matrices_of(call.args)}, key=lambda m: m.name)
+    matrices = [m for m in all_matrices if not isinstance(m, GGUFRef)]
+    gguf_matrices = [m for m in all_matrices if isinstance(m, GGUFRef)]  # llama.cpp blocks kept as they are
     fc_layers = sorted({call.args.layer for call in program.calls if isinstance(call.args, FcS4PerChannel)},
                        key=lambda f: f.name)
     assert all(isinstance(m, Q4Ref) for m in matrices)
-    check_unique([m.name for m in matrices], "matrix")
+    check_unique([m.name for m in all_matrices], "matrix")
     vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
     vector_refs = [{"name": e.name, "offset": e.offset, "count": e.nbytes // 4} for e in vectors]
     external = board.weights.storage == "external"
@@ -130,7 +133,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
         "weights_external": external,
         "weights_address": f"0x{board.weights.address:08X}" if board.weights.address is not None else "",
-        "matrices": matrices, "vectors": vector_refs, "fc_layers": fc_layers,
+        "matrices": matrices, "gguf_matrices": gguf_matrices, "vectors": vector_refs, "fc_layers": fc_layers,
         "request_capacity": plan.buffer("request").request.count,
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,

@@ -12,6 +12,10 @@ Q4 weights (`Q4Tensor`), used for every matrix including the embedding:
 * scales: float32 little-endian, [rows][n_groups] row-major, stored after
   the packed nibbles of the tensor.
 
+GGUF blocks (`GGUFMatrix`, --weight-quant gguf): a GGUF file's Q4_0 / Q4_1 /
+Q8_0 matrices kept byte for byte in llama.cpp's own layout; stated at the
+end of this file.
+
 KV cache: int8 per (position, kv-head) with one float32 scale each, same
 rounding as the activations (exact.quantize_rows_i8); int4 KV (group-wise
 scales, low nibble first) is stated in quant/kv.py.
@@ -82,7 +86,8 @@ def unpack_q4(data: bytes, rows: int, cols: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class QuantizedGraph:
-    """A Graph whose matrices are Q4 tensors; vectors (norms, biases) stay float32."""
+    """A Graph whose matrices are Q4 tensors (or kept GGUF blocks, `gguf`);
+    vectors (norms, biases) stay float32."""
 
     graph: Graph
     q4: Mapping[str, Q4Tensor]
@@ -96,6 +101,9 @@ class QuantizedGraph:
     # method "per-channel": value name of each linear's output -> its static
     # int8 parameters (quant/per_channel.StaticLinear)
     static: Mapping[str, object] = field(default_factory=dict)
+    # --weight-quant gguf: matrices kept in their llama.cpp block format
+    # (GGUFMatrix below), by weight name; these are not in q4
+    gguf: Mapping[str, "GGUFMatrix"] = field(default_factory=dict)
 
     @property
     def config(self):
@@ -196,3 +204,115 @@ X16_MAX_BATCH = 4
 
 def x16_batch_bytes(n: int, group_size: int, batch: int) -> int:
     return batch * x16_stream_bytes(n, group_size)
+
+
+# --- llama.cpp's own block formats, kept as they are ("gguf" weights) --------
+# A GGUF input's Q4_0 / Q4_1 / Q8_0 matrices go into the blob byte for byte:
+# the firmware holds exactly the file's q, d and m, no re-rounding.  Facts
+# from ggml-common.h (block structs) and ggml-quants.c (dequantize_row_*):
+#
+#   Q4_0  18 B / 32 weights: fp16 d, 16 B nibbles;        w = d * (q - 8), q in 0..15
+#   Q4_1  20 B / 32 weights: fp16 d, fp16 m, 16 B nibbles; w = d * q + m,  q in 0..15
+#   Q8_0  34 B / 32 weights: fp16 d, 32 int8 q;            w = d * q
+#
+# Nibble order (Q4_0/Q4_1): byte j of a block holds element j in its LOW
+# nibble and element j + 16 in its HIGH nibble.  All little-endian.  Rows are
+# stored one after another, cols / 32 blocks each, in Hugging Face row order
+# (the frontend has undone llama.cpp's Q/K row permutation on whole rows).
+# The C side (firmware/tllm_kernels_gguf.h) declares the same block structs
+# with _Static_assert on their sizes; GGUF_BLOCK_BYTES is checked against
+# them by the generated code (templates: TLLM_GGUF_*_BLOCK_BYTES).
+GGUF_BLOCK = 32
+GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+GGUF_KEPT = tuple(GGUF_BLOCK_BYTES)
+WEIGHT_QUANTS = ("gguf", "rtn", "clip", "awq")  # --weight-quant; "gguf" keeps llama.cpp blocks
+
+
+@dataclass(frozen=True, eq=False)
+class GGUFMatrix:
+    """One matrix in a llama.cpp block format, raw blocks [rows, row_bytes]."""
+
+    name: str
+    qtype: str  # "Q4_0" | "Q4_1" | "Q8_0"
+    data: np.ndarray  # uint8 [rows, cols / 32 * block_bytes]
+    cols: int
+
+    def __post_init__(self):
+        check_gguf_shape(self.qtype, self.data.shape, self.cols)
+
+    @property
+    def rows(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def n_blocks(self) -> int:
+        return self.cols // GGUF_BLOCK
+
+    @property
+    def group_size(self) -> int:
+        return GGUF_BLOCK
+
+    def packed(self) -> bytes:
+        return pack_gguf(self)
+
+    def fields(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(d float32 [rows, nb], m float32 [rows, nb] or None, q int8 [rows, cols]):
+        q as stored (0..15 for Q4_0/Q4_1, -128..127 for Q8_0)."""
+        return gguf_fields(self.qtype, self.data, self.cols)
+
+    def dequantized(self) -> np.ndarray:
+        return dequantize_gguf(self.qtype, self.data, self.cols)
+
+
+def check_gguf_shape(qtype: str, shape: tuple[int, ...], cols: int) -> None:
+    if qtype not in GGUF_BLOCK_BYTES:
+        raise ValueError(f"{qtype} is not a kept GGUF format ({', '.join(GGUF_KEPT)})")
+    if cols % GGUF_BLOCK or len(shape) != 2 or shape[1] != cols // GGUF_BLOCK * GGUF_BLOCK_BYTES[qtype]:
+        raise ValueError(f"{qtype} rows of {cols} columns are {cols // GGUF_BLOCK} blocks of "
+                         f"{GGUF_BLOCK_BYTES[qtype]} B, not {shape}")
+
+
+def gguf_row_bytes(qtype: str, cols: int) -> int:
+    return cols // GGUF_BLOCK * GGUF_BLOCK_BYTES[qtype]
+
+
+def pack_gguf(t: GGUFMatrix) -> bytes:
+    """The blob bytes of a GGUF matrix: its blocks exactly as in the file."""
+    data = np.ascontiguousarray(t.data, np.uint8).tobytes()
+    assert len(data) == t.rows * gguf_row_bytes(t.qtype, t.cols)
+    return data
+
+
+def unpack_gguf(name: str, qtype: str, data: bytes, rows: int, cols: int) -> GGUFMatrix:
+    """pack_gguf's inverse (size checked)."""
+    if len(data) != rows * gguf_row_bytes(qtype, cols):
+        raise ValueError(f"{name}: {len(data)} B is not {rows} rows of {qtype} x {cols}")
+    return GGUFMatrix(name, qtype, np.frombuffer(data, np.uint8).reshape(rows, -1).copy(), cols)
+
+
+def gguf_fields(qtype: str, data: np.ndarray, cols: int):
+    rows, nb = data.shape[0], cols // GGUF_BLOCK
+    b = np.ascontiguousarray(data, np.uint8).reshape(rows, nb, GGUF_BLOCK_BYTES[qtype])
+    d = b[:, :, 0:2].copy().view("<f2").reshape(rows, nb).astype(np.float32)
+    m = None
+    if qtype == "Q8_0":
+        q = b[:, :, 2:].copy().view(np.int8).reshape(rows, cols)
+        return d, m, q
+    if qtype == "Q4_1":
+        m = b[:, :, 2:4].copy().view("<f2").reshape(rows, nb).astype(np.float32)
+    nib = b[:, :, -16:]
+    q = np.concatenate([nib & 0xF, nib >> 4], axis=2).astype(np.int8).reshape(rows, cols)  # j low, j+16 high
+    return d, m, q
+
+
+def dequantize_gguf(qtype: str, data: np.ndarray, cols: int) -> np.ndarray:
+    """float32 weights, the same float operations as ggml's dequantize_row_*
+    and the firmware's tllm_embed_* (one rounding per multiply or add)."""
+    d, m, q = gguf_fields(qtype, data, cols)
+    dr = np.repeat(d, GGUF_BLOCK, axis=1)
+    if qtype == "Q4_0":
+        return dr * (q.astype(np.int32) - 8).astype(np.float32)
+    if qtype == "Q4_1":
+        return dr * q.astype(np.float32) + np.repeat(m, GGUF_BLOCK, axis=1)
+    return dr * q.astype(np.float32)
+

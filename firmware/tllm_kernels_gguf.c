@@ -1,0 +1,249 @@
+/* llama.cpp block formats kept as they are: see tllm_kernels_gguf.h for the
+ * layouts and the arithmetic; twins in codegen/exact.py.  The integer block
+ * sums use SMLAD on cores with the DSP extension (exact either way: only the
+ * float expression per block and the block order are part of the contract). */
+#include "tllm_kernels_gguf.h"
+#include "tllm_math.h"
+
+#include <string.h>
+
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+#define GGUF_SMLAD 1
+#else
+#define GGUF_SMLAD 0
+#endif
+
+enum { Q40_BYTES = 18, Q41_BYTES = 20, Q80_BYTES = 34 };
+/* Blocks whose activation sums are kept on the stack per matvec (2048 inputs);
+ * beyond that a block's sum is recomputed per row (same integers). */
+#define XSUM_BLOCKS 64
+
+/* Exact: every fp16 value is a float32 value. */
+static inline float fp16_bits_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact */
+        const float v = (float)man * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    const uint32_t bits = exp == 31 ? (sign | 0x7F800000u | (man << 13)) : (sign | ((exp + 112u) << 23) | (man << 13));
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* One VCVTB.F32.F16 where the FPU converts half precision (FPv5: IEEE
+ * format while FPSCR.AHP = 0, its reset value; exact, subnormals included
+ * while FPSCR.FZ = 0, also the reset value and never changed here). */
+static inline float h2f(uint16_t h) {
+#if defined(__ARM_FP) && (__ARM_FP & 2) && defined(__thumb2__)
+    float f;
+    __asm__("vmov %0, %1\n\tvcvtb.f32.f16 %0, %0" : "=t"(f) : "r"((uint32_t)h));
+    return f;
+#else
+    return fp16_bits_to_f32(h);
+#endif
+}
+
+float tllm_fp16_to_f32(uint16_t h) { return h2f(h); }
+
+static inline uint16_t load16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+#if GGUF_SMLAD
+static inline uint32_t load32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint32_t ror8(uint32_t v) { return (v >> 8) | (v << 24); } /* SXTB16's free ROR #8 */
+#endif
+
+/* sum(q * x) over one 32-element block of nibbles (q in 0..15). */
+static inline int32_t dot_nibbles(const uint8_t *qs, const int8_t *x) {
+#if GGUF_SMLAD
+    /* Byte i of w holds q[k+i] (low) and q[k+16+i] (high): one AND with
+     * 0x000F000F after a shift puts two of them in the int16 lanes SMLAD
+     * multiplies with SXTB16's lanes of x (bytes 0 and 2, or 1 and 3). */
+    const uint32_t mask = 0x000F000Fu;
+    int32_t s = 0;
+#pragma GCC unroll 4
+    for (int32_t k = 0; k < 16; k += 4) {
+        const uint32_t w = load32(qs + k);
+        const uint32_t xl = load32(x + k), xh = load32(x + 16 + k);
+        uint32_t t, u;
+        /* gcc does not fold the shifts into AND / the rotations into SXTB16 */
+        __asm__("and %[t], %[m], %[w]\n\t"
+                "sxtb16 %[u], %[xl]\n\t"
+                "smlad %[s], %[t], %[u], %[s]\n\t"
+                "and %[t], %[m], %[w], lsr #8\n\t"
+                "sxtb16 %[u], %[xl], ror #8\n\t"
+                "smlad %[s], %[t], %[u], %[s]\n\t"
+                "and %[t], %[m], %[w], lsr #4\n\t"
+                "sxtb16 %[u], %[xh]\n\t"
+                "smlad %[s], %[t], %[u], %[s]\n\t"
+                "and %[t], %[m], %[w], lsr #12\n\t"
+                "sxtb16 %[u], %[xh], ror #8\n\t"
+                "smlad %[s], %[t], %[u], %[s]"
+                : [s] "+r"(s), [t] "=&r"(t), [u] "=&r"(u)
+                : [w] "r"(w), [xl] "r"(xl), [xh] "r"(xh), [m] "r"(mask));
+    }
+    return s;
+#else
+    int32_t s = 0;
+    for (int32_t j = 0; j < 16; j++) s += (int32_t)(qs[j] & 0xF) * x[j] + (int32_t)(qs[j] >> 4) * x[j + 16];
+    return s;
+#endif
+}
+
+/* sum(q * x) over one 32-element block of int8. */
+static inline int32_t dot_i8(const int8_t *q, const int8_t *x) {
+#if GGUF_SMLAD
+    int32_t s = 0;
+#pragma GCC unroll 8
+    for (int32_t k = 0; k < 32; k += 4) {
+        const uint32_t w = load32(q + k), xv = load32(x + k);
+        s = __smlad(__sxtb16(w), __sxtb16(xv), s);
+        s = __smlad(__sxtb16(ror8(w)), __sxtb16(ror8(xv)), s);
+    }
+    return s;
+#else
+    int32_t s = 0;
+    for (int32_t j = 0; j < 32; j++) s += (int32_t)q[j] * x[j];
+    return s;
+#endif
+}
+
+static inline int32_t sum_i8(const int8_t *x) {
+    int32_t s = 0;
+    for (int32_t j = 0; j < 32; j++) s += x[j];
+    return s;
+}
+
+static int32_t fill_xsums(const int8_t *xq, int32_t n_blocks, int32_t *xsum) {
+    const int32_t kept = n_blocks < XSUM_BLOCKS ? n_blocks : XSUM_BLOCKS;
+    for (int32_t b = 0; b < kept; b++) xsum[b] = sum_i8(xq + 32 * b);
+    return kept;
+}
+
+void tllm_matvec_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    int32_t xsum[XSUM_BLOCKS];
+    const int32_t kept = fill_xsums(xq, nb, xsum);
+    const uint8_t *blk = m->blocks;
+    for (int32_t r = 0; r < m->rows; r++) {
+        float acc = 0.0f;
+        for (int32_t b = 0; b < nb; b++, blk += Q41_BYTES) {
+            const float d = h2f(load16(blk)), mn = h2f(load16(blk + 2));
+            const int32_t isum = dot_nibbles(blk + 4, xq + 32 * b);
+            const int32_t s = b < kept ? xsum[b] : sum_i8(xq + 32 * b);
+            float t = (d * xs[b]) * (float)isum;
+            t = t + (mn * xs[b]) * (float)s;
+            acc = acc + t;
+        }
+        if (bias) acc = acc + bias[r];
+        out[r] = acc;
+    }
+}
+
+void tllm_matvec_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    int32_t xsum[XSUM_BLOCKS];
+    const int32_t kept = fill_xsums(xq, nb, xsum);
+    const uint8_t *blk = m->blocks;
+    for (int32_t r = 0; r < m->rows; r++) {
+        float acc = 0.0f;
+        for (int32_t b = 0; b < nb; b++, blk += Q40_BYTES) {
+            const float d = h2f(load16(blk));
+            const int32_t s = b < kept ? xsum[b] : sum_i8(xq + 32 * b);
+            const int32_t isum = dot_nibbles(blk + 2, xq + 32 * b) - 8 * s;
+            acc = acc + (d * xs[b]) * (float)isum;
+        }
+        if (bias) acc = acc + bias[r];
+        out[r] = acc;
+    }
+}
+
+void tllm_matvec_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    const uint8_t *blk = m->blocks;
+    for (int32_t r = 0; r < m->rows; r++) {
+        float acc = 0.0f;
+        for (int32_t b = 0; b < nb; b++, blk += Q80_BYTES) {
+            const float d = h2f(load16(blk));
+            const int32_t isum = dot_i8((const int8_t *)(blk + 2), xq + 32 * b);
+            acc = acc + (d * xs[b]) * (float)isum;
+        }
+        if (bias) acc = acc + bias[r];
+        out[r] = acc;
+    }
+}
+
+void tllm_embed_q41(const tllm_gguf_matrix *m, int32_t token, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q41_BYTES);
+    for (int32_t b = 0; b < nb; b++, blk += Q41_BYTES, out += 32) {
+        const float d = h2f(load16(blk)), mn = h2f(load16(blk + 2));
+        for (int32_t j = 0; j < 16; j++) {
+            out[j] = d * (float)(blk[4 + j] & 0xF) + mn;
+            out[j + 16] = d * (float)(blk[4 + j] >> 4) + mn;
+        }
+    }
+}
+
+void tllm_embed_q40(const tllm_gguf_matrix *m, int32_t token, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q40_BYTES);
+    for (int32_t b = 0; b < nb; b++, blk += Q40_BYTES, out += 32) {
+        const float d = h2f(load16(blk));
+        for (int32_t j = 0; j < 16; j++) {
+            out[j] = d * (float)((int32_t)(blk[2 + j] & 0xF) - 8);
+            out[j + 16] = d * (float)((int32_t)(blk[2 + j] >> 4) - 8);
+        }
+    }
+}
+
+void tllm_embed_q80(const tllm_gguf_matrix *m, int32_t token, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q80_BYTES);
+    for (int32_t b = 0; b < nb; b++, blk += Q80_BYTES, out += 32) {
+        const float d = h2f(load16(blk));
+        for (int32_t j = 0; j < 32; j++) out[j] = d * (float)(int8_t)blk[2 + j];
+    }
+}
+
+typedef void (*gguf_matvec_fn)(const tllm_gguf_matrix *, const int8_t *, const float *, const float *, float *);
+
+static int32_t argmax_chunked(gguf_matvec_fn mv, uint32_t block_bytes, const tllm_gguf_matrix *m, const int8_t *xq,
+                              const float *xs, const float *bias, float *chunk, int32_t chunk_rows) {
+    const uint32_t row_bytes = (uint32_t)(m->cols / TLLM_GGUF_BLOCK) * block_bytes;
+    int32_t best = 0;
+    float best_v = 0.0f;
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_gguf_matrix part = {m->blocks + (uint32_t)r0 * row_bytes, (uint16_t)n, m->cols};
+        mv(&part, xq, xs, bias ? bias + r0 : 0, chunk);
+        argmax_chunk(chunk, n, r0, &best, &best_v);
+    }
+    return best;
+}
+
+int32_t tllm_argmax_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
+                        int32_t chunk_rows) {
+    return argmax_chunked(tllm_matvec_q40, Q40_BYTES, m, xq, xs, bias, chunk, chunk_rows);
+}
+
+int32_t tllm_argmax_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
+                        int32_t chunk_rows) {
+    return argmax_chunked(tllm_matvec_q41, Q41_BYTES, m, xq, xs, bias, chunk, chunk_rows);
+}
+
+int32_t tllm_argmax_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
+                        int32_t chunk_rows) {
+    return argmax_chunked(tllm_matvec_q80, Q80_BYTES, m, xq, xs, bias, chunk, chunk_rows);
+}

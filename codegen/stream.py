@@ -376,6 +376,9 @@ def plan_streamed(shape, requested_seq, budget: int, board, mode: str, chunk_byt
 
     if mode not in MODES:
         raise UserError(f"--stream {mode} is not known: choose {', '.join(MODES)}")
+    if mode != "off" and shape.method == "per-channel":
+        raise UserError(f"--stream {mode} streams the group scheme's q4x4 matrices; --quant per-channel reads its "
+                        "layers in place: drop one of them")
     if mode == "off" or (mode == "auto" and board.weights.storage != "external"):
         return plan_for(shape, requested_seq, budget, board), None
     sizes = (chunk_bytes,) if chunk_bytes else CHUNK_FALLBACK

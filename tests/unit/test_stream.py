@@ -80,6 +80,8 @@ def test_plan_counts_stream_buffers_and_auto_pins_the_260k_blob():
     assert auto.plan.buffer("stream.pinned").region in board.memory.placement["bulk"]
     host, none = plan_streamed(_shape(), 64, 512 * 1024, load_board("host"), "auto")
     assert none is None  # weights linked in: nothing to stream
+    with pytest.raises(UserError, match="per-channel"):
+        plan_streamed(replace(_shape(), method="per-channel"), 64, 512 * 1024, board, "all")
 
 
 def test_schedule_in_report_deterministic(tmp_path):

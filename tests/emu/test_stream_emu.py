@@ -110,3 +110,17 @@ def test_story260k_pinned_reads_no_flash_after_boot(root, board):
     assert res.exit_code == 0 and not res.error and res.violations == []
     assert res.weight_reads_after_first_copy == 0
     assert res.mdma.bytes_moved == sum(p["copy_bytes"] for p in sched["pinned"])
+
+
+def test_story260k_pinned_under_qemu(root):
+    """--stream auto under QEMU (weights in PSRAM): the pinned copy made by
+    the synchronous hook at the first step, the same tokens."""
+    need("arm-none-eabi-gcc")
+    need("qemu-system-arm")
+    built, _ = build_streamed(root, STORY, "story", "qemu-mps2-an500", stream="auto", max_seq=64)
+    sched = json.loads((built.out / "report.json").read_text())["stream_schedule"]
+    assert sched["pinned"] and "TLLM_P(" in (built.out / "src" / "tllm_model.c").read_text()
+    ids = prompt_for(built.model_dir)
+    for sampling in (GREEDY, TOP_P):
+        fw = run_firmware(built.out, ids, 24, sampling)
+        assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, sampling, 64)[:24]

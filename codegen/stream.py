@@ -289,6 +289,13 @@ def schedule_of(program) -> list[ScheduledChunk]:
     for ch in out:
         if ch.src + ch.copy_bytes > total:
             raise AssertionError(f"chunk {ch.index} reads past the blob ({ch.src + ch.copy_bytes} > {total})")
+    for call in program.calls:  # the embedding's last tile, rounded up to a line, too
+        a = call.args
+        if isinstance(a, StreamedEmbedQ4x4):
+            m = a.table
+            last = m.packed_offset + q4x4_bytes_of(m.rows, m.cols, m.group) - a.tile_bytes
+            if last + a.copy_bytes > total:
+                raise AssertionError(f"the embedding's last tile reads past the blob ({last + a.copy_bytes} > {total})")
     return out
 
 

@@ -181,6 +181,15 @@ def inspect(model, tokenizer, as_json):
     click.echo(json.dumps(info, indent=2) if as_json else describe_text(info))
 
 
+_stream_option = click.option(
+    "--stream", type=click.Choice(["off", "all", "auto"]), default="off", show_default=True,
+    help="Weight streaming (DWUP, q4x4 matrices): all = every matrix through two stream buffers; auto = pin "
+         "what fits in the SRAM the plan leaves (copied once at boot), stream the rest (boards with external "
+         "weights; elsewhere off).")
+_stream_chunk_option = click.option(
+    "--stream-chunk", default=None, help="Bytes per stream chunk, e.g. 4K (default: 16K, less when SRAM is short).")
+
+
 @cli.command("compile")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
@@ -190,16 +199,19 @@ def inspect(model, tokenizer, as_json):
 @_quant_options
 @_scheme_options
 @_sampler_option
+@_stream_option
+@_stream_chunk_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler):
+                weight_quant, sampler, stream, stream_chunk):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
-    from .compile import check_out_dir, compile_path, write_tree
+    from .compile import check_out_dir, compile_path, parse_size, write_tree
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
-                   calibration=calibration, weight_quant=weight_quant, sampler=sampler)
+                   calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
+                   stream_chunk=parse_size(stream_chunk) if stream_chunk else None)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -208,6 +220,10 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
                f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
+    if compiled.program.stream is not None:
+        from .stream import schedule_json, schedule_text
+
+        click.echo(schedule_text(schedule_json(compiled.program)).splitlines()[0])
 
 
 @cli.command()
@@ -351,14 +367,17 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_sampler_option
 @click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,
               help="The scheme to plan for (per-channel: static int8 scratch instead of the int4 streams).")
+@_stream_option
+@_stream_chunk_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, as_json):
+def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
+             as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from .frontends import load_model
     from .plan.memory import GraphShape
     from .plan.report import plan_json, plan_text
-    from .planning import check_weights, plan_for
+    from .planning import check_weights
     from .board import load_board
     from .verify import verify_graph
 
@@ -372,14 +391,22 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     method = "per-channel" if quant == "per-channel" else resolve_weight_quant(m, "auto")
     kernels = "portable" if method == "gguf" else resolve_kernels(opts, b)
     shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler)
-    res = plan_for(shape, opts.max_seq, opts.ram_budget, b)
+    from .compile import parse_size
+    from .stream import plan_streamed, trade_off_rows, trade_off_text
+
+    chunk = parse_size(stream_chunk) if stream_chunk else None
+    res, stream_opts = plan_streamed(shape, opts.max_seq, opts.ram_budget, b, stream, chunk)
     check_weights(res, opts.board)
+    rows = trade_off_rows(shape, opts.ram_budget, b) if stream != "off" else []
     if as_json:
         doc = plan_json(res.plan)
         doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
                    trade_off=res.trade_off or None)
         from .timing import predicted, shape_of_config
         doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b)
+        if stream != "off":
+            doc["stream"] = {"mode": stream, "chunk_bytes": stream_opts.chunk_bytes if stream_opts else None,
+                             "pinned": sorted(stream_opts.pinned) if stream_opts else [], "trade_off": rows}
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         click.echo(plan_text(res.plan), nl=False)
@@ -387,6 +414,11 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
                    f"in the board's weights storage")
         if res.trade_off:
             click.echo("  " + res.trade_off)
+        if stream_opts is not None:
+            click.echo(f"  weight stream --stream {stream}: chunks of at most {stream_opts.chunk_bytes:,} B, "
+                       f"{len(stream_opts.pinned)} weight entries pinned in SRAM")
+        if rows:
+            click.echo(trade_off_text(rows), nl=False)
 
 
 @cli.command()
@@ -412,8 +444,16 @@ def report(out, as_json):
             raise TypeError("not a JSON object")
         pred = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
                          int(manifest["options"]["group_size"]), load_board(manifest["board"]))
-        text = json.dumps({"plan": {k: v for k, v in plan_doc.items() if k != "buffers"}, "elf_size": size,
-                           "predicted": pred}) if as_json else summary_text(plan_doc, size) + "\n" + predicted_text(pred)
+        if as_json:
+            text = json.dumps({"plan": {k: v for k, v in plan_doc.items() if k not in ("buffers", "stream_schedule")},
+                               "stream_schedule": plan_doc.get("stream_schedule"), "elf_size": size,
+                               "predicted": pred})
+        else:
+            text = summary_text(plan_doc, size) + "\n" + predicted_text(pred)
+            if "stream_schedule" in plan_doc:
+                from .stream import schedule_text
+
+                text = text.rstrip("\n") + "\n" + schedule_text(plan_doc["stream_schedule"])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError) as e:
         raise UserError(f"{out}: report.json, build/size.json or src/tllm_model.h is not what tinyllm-gen wrote "
                         f"({type(e).__name__}: {e}); recompile with `tinyllm-gen compile MODEL -o {out}`") from None

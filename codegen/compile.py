@@ -20,7 +20,8 @@ from .frontends import ImportedModel, Tokenizer, load_model
 from .lower import Program, lower
 from .plan import MemoryPlan
 from .plan.memory import shape_of
-from .planning import model_context, plan_for
+from .planning import model_context
+from .stream import plan_streamed
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.per_channel import calibration_tokens, quantize_per_channel
@@ -49,6 +50,8 @@ class CompileOptions:
     # otherwise "rtn"), gguf (quant/gguf_keep.py), rtn | clip | awq (INT4, quant/calibrated.py, uses `calibration`)
     weight_quant: str = "auto"
     sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
+    stream: str = "off"  # weight streaming (stream.py): off | all | auto (pin what fits, stream the rest)
+    stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
 
 
 @dataclass(frozen=True)
@@ -156,11 +159,12 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     board = load_board(opts.board)
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
-    planned = plan_for(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board)  # shared with `plan`
+    planned, stream = plan_streamed(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board, opts.stream,
+                                    opts.stream_chunk)  # shared with `plan`
     plan = planned.plan
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
     external_vocab = vocab_in_weights(board, vocab)  # too big for the code flash: into the weights blob
-    program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None))
+    program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None, stream))
     check_vocab_fits(board, vocab, len(program.blob.data))
     limit = board.weights.max_bytes
     if limit is not None and len(program.blob.data) > limit:
@@ -169,6 +173,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
                "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
                "kernels": qg.kernels, "sampler": opts.sampler}
+    if stream is not None:  # only when on: trees compiled without it keep their manifests
+        options.update(stream=opts.stream, stream_chunk=stream.chunk_bytes)
     tree = emit_tree(program, tokenizer, board, options)
     return Compiled(model, qg, plan, program, tree, planned.trade_off)
 

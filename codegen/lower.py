@@ -288,6 +288,7 @@ class Program:
     kv_bits: int
     kernels: str = "portable"
     greedy: bool = False  # the classifier ends in an argmax (ArgmaxClassifier): no logits vector, no sampler
+    stream: object = None  # stream.StreamPlan (the same the step carried), None: weights read in place
 
     @property
     def max_seq(self) -> int:
@@ -309,8 +310,10 @@ class BufferDecl:
     name: str
     ctype: str
     count: int
-    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | request
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | request | stream | pinned
     span: str | None = None
+    placement: str = ""  # hot | bulk | dma; "" = by kind (plan/lifetimes.placement_of)
+    align: int = 16  # stream buffers: 32 (whole D-cache lines for the H750's MDMA)
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,7 @@ class LoweredStep:
     kv_bits: int
     kernels: str
     greedy: bool
+    stream: object = None  # stream.StreamPlan when weights are streamed or pinned (codegen/stream.py)
 
     def decl(self, name: str) -> BufferDecl:
         for d in self.decls:
@@ -564,16 +568,19 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
         config=c, calls=calls, plan=plan, blob=blob, logits=transform(step.logits),
         rope_cos=VectorRef("rope.cos", cos.nbytes // 4, cos.offset), rope_sin=VectorRef("rope.sin", sin.nbytes // 4, sin.offset),
         attention_scale=exact.attention_scale(c.head_dim), group_size=step.group_size, kv_bits=step.kv_bits,
-        kernels=step.kernels, greedy=step.greedy,
+        kernels=step.kernels, greedy=step.greedy, stream=step.stream,
     )
 
 
-def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None) -> Program:
+def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None, stream=None) -> Program:
     """QuantizedGraph + its MemoryPlan -> Program.  The plan was made from
     lower_step on the same graph and options (plan/lifetimes.py); bind checks
     that both name the same buffers.  vocab: a vocab.Vocabulary to keep in
-    the weights blob (external flash), or None."""
+    the weights blob (external flash), or None.  stream: the
+    stream.StreamOptions the plan was made with (None: weights in place)."""
     c = qg.config
     cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
     blob = build_blob(qg, cos, sin, vocab.text if vocab else None, vocab.offsets if vocab else None)
-    return bind(lower_step(qg, plan.max_seq, sampler), plan, blob, qg)
+    from .stream import stream_step  # stream.StreamOptions: the same pass the plan saw (None: off)
+
+    return bind(stream_step(lower_step(qg, plan.max_seq, sampler), stream), plan, blob, qg)

@@ -74,6 +74,9 @@ class UnicornResult:
     scb_ccr: int = 0  # at exit: bit 17 I-cache, bit 16 D-cache enabled
     usart_brr: int = 0  # the console's baud divisor, as last written
     mdma: MdmaModel | None = None  # bytes_moved, transfers, violations
+    # watch_weight_reads: CPU loads from the weights blob after the first MDMA
+    # transfer started (the boot copy of pinned weights); None when not watched
+    weight_reads_after_first_copy: int | None = None
 
     @property
     def violations(self) -> list[str]:
@@ -116,7 +119,8 @@ def _thumb_widths(code: bytes) -> int:
 
 
 def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path | None,
-                uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V", on_line=None) -> UnicornResult:
+                uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V", on_line=None,
+                watch_weight_reads: bool = False) -> UnicornResult:
     """Boot ``elf`` on a Unicorn model of ``board`` (an STM32H750 board) and
     run it to its "@TLLM exit" line; ``revision`` is the silicon DBGMCU
     reports ("V": 480 MHz parts, "Y": the early 400 MHz ones)."""
@@ -195,7 +199,10 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
         if mdma.cpu_access(address, size, access == uc.UC_MEM_WRITE) is not None:
             _mu.emu_stop()
 
+    copying = [False]  # set at the first MDMA transfer (watch_weight_reads)
+
     def mdma_start(t):
+        copying[0] = True
         watches[t.channel] = mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_pending_access,
                                          begin=t.dst, end=t.dst + t.length - 1)
         mu.ctl_flush_tb()
@@ -268,6 +275,14 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
         _mu.mem_write(DWT_CYCCNT, struct.pack("<I", executed[0] & 0xFFFFFFFF))
 
     mu.hook_add(uc.UC_HOOK_BLOCK, on_block)
+    weight_reads = [0]
+    if watch_weight_reads and weights_bin is not None:  # weight streaming: no flash reads once pinned
+        def on_weight_read(_mu, _access, _address, _size, _value, _user):
+            if copying[0]:
+                weight_reads[0] += 1
+
+        w0 = board.weights.address
+        mu.hook_add(uc.UC_HOOK_MEM_READ, on_weight_read, begin=w0, end=w0 + Path(weights_bin).stat().st_size - 1)
     mu.hook_add(uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
 
     sp, pc = struct.unpack("<II", mu.mem_read(regions["flash"].address, 8))
@@ -283,4 +298,4 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     timed_out = console.exit_code is None and not error
     scb_ccr, = struct.unpack("<I", mu.mem_read(SCB_CCR, 4))
     return UnicornResult(console.exit_code, bytes(console.out), executed[0], error, timed_out, clock, qspi, scb_ccr,
-                         console.brr, mdma)
+                         console.brr, mdma, weight_reads[0] if watch_weight_reads and weights_bin is not None else None)

@@ -165,6 +165,21 @@ int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, con
     return best;
 }
 
+int32_t tllm_q4x4_tile_bytes(const tllm_q4x4_matrix *m) { return tile_bytes_of(m); }
+
+/* Weight streaming: tllm_argmax_q4x4 over rows row0.. of the whole matrix
+ * (m is the row range's view), continuing the race in *best / *best_v. */
+void tllm_argmax_q4x4_from(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *chunk,
+                           int32_t chunk_rows, int32_t row0, int32_t *best, float *best_v) {
+    const int32_t tile_bytes = tile_bytes_of(m);
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {m->stream + (r0 / TILE) * tile_bytes, (uint16_t)n, m->cols, m->group};
+        tllm_matvec_q4x4(&part, x_stream, bias ? bias + r0 : 0, chunk);
+        argmax_chunk(chunk, n, row0 + r0, best, best_v);
+    }
+}
+
 /* --- batched prefill (see tllm_kernels_m7.h) ------------------------------ */
 int32_t tllm_x16_bytes(int32_t n, int32_t group) {
     int32_t bytes = 0;

@@ -39,6 +39,15 @@ void tllm_matvec_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const 
 int32_t tllm_argmax_q4x4(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *chunk,
                          int32_t chunk_rows);
 
+/* Weight streaming (tllm_stream.h): bytes of one 4-row tile (a row range of
+ * whole tiles is one contiguous byte range), and tllm_argmax_q4x4 over a
+ * row range view m of the matrix starting at row0 (chunk_rows a multiple
+ * of 4), continuing the first-maximum race in *best / *best_v (row 0
+ * starts it): over consecutive ranges it returns tllm_argmax_q4x4's token. */
+int32_t tllm_q4x4_tile_bytes(const tllm_q4x4_matrix *m);
+void tllm_argmax_q4x4_from(const tllm_q4x4_matrix *m, const uint8_t *x_stream, const float *bias, float *chunk,
+                           int32_t chunk_rows, int32_t row0, int32_t *best, float *best_v);
+
 /* Embedding row lookup from the q4x4 layout. */
 void tllm_embed_q4x4(const tllm_q4x4_matrix *m, int32_t token, float *out);
 

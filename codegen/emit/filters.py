@@ -9,6 +9,7 @@ from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, Emb
                      MatvecQ4, MatvecQ4x4,
                      QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
                      QuantizeStaticS8, RmsNormX16, SiluMulPairsX16)
+from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4
 from .names import buffer_macro, ident, matrix_name, vector_macro
 
 
@@ -27,8 +28,25 @@ def _matvec_call(a: MatvecQ4 | MatvecQ4x4 | MatvecGGUF) -> tuple[str, str]:
     return "q4", f"&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)}"
 
 
+def c_stream_statement(a) -> str | None:
+    """Weight streaming (stream.py): the call over the stream (tllm_stream.h)."""
+    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        mv = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax.matvec
+        bias = vector_macro(mv.bias.name) if mv.bias else "0"
+        args = f"&weight_stream, &{matrix_name(mv.matrix.name)}, {a.chunk_rows}, {_b(mv.x_stream)}, {bias}, {_b(mv.out)}"
+        if isinstance(a, StreamedMatvecQ4x4):
+            return f"tllm_stream_matvec_q4x4({args});"
+        return f"greedy_token = tllm_stream_argmax_q4x4({args}, {a.argmax.chunk_rows});"
+    if isinstance(a, StreamedEmbedQ4x4):
+        return f"tllm_stream_embed_q4x4(&weight_stream, &{matrix_name(a.table.name)}, {a.copy_bytes}u, token, {_b(a.embed.out)});"
+    return None
+
+
 def c_statement(call: KernelCall) -> str:
     a = call.args
+    streamed = c_stream_statement(a)
+    if streamed is not None:
+        return streamed
     if isinstance(a, EmbedGGUF):
         return f"tllm_embed_{a.table.suffix}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
     if isinstance(a, EmbedQ4):
@@ -73,6 +91,13 @@ def c_comment(call: KernelCall) -> str:
     """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
     a = call.args
     where = f"layer {call.layer}" if call.layer is not None else ""
+    via = ""
+    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
+        a = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax
+    elif isinstance(a, StreamedEmbedQ4x4):
+        via = f", its tile fetched ({a.copy_bytes} B)"
+        a = a.embed
     if isinstance(a, FcS4PerChannel):
         w = a.layer.weight
         what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
@@ -117,13 +142,16 @@ def c_comment(call: KernelCall) -> str:
     else:
         raise AssertionError(type(a).__name__)
     label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16, QuantizeStaticS8)) else ""
-    text = " ".join(p for p in (where, label, what) if p)
+    text = " ".join(p for p in (where, label, what) if p) + via
     return f"/* {text} -> {out.name} @{out.region}+0x{out.offset:x} */"
 
 
-def c_matrix(m: Q4Ref) -> str:
-    """The const descriptor of one Q4 matrix, in its layout's struct."""
+def c_matrix(m: Q4Ref, pinned: dict | None = None) -> str:
+    """The const descriptor of one Q4 matrix, in its layout's struct; a
+    pinned one (stream.py) points into the pinned SRAM copy (TLLM_P)."""
     name = matrix_name(m.name)
+    if m.layout == "q4x4" and pinned and m.name in pinned:
+        return f"static const tllm_q4x4_matrix {name} = {{TLLM_P({c_hex(pinned[m.name])}), {m.rows}, {m.cols}, {m.group}}};"
     if m.layout == "q4x4":
         return f"static const tllm_q4x4_matrix {name} = {{TLLM_W({c_hex(m.packed_offset)}), {m.rows}, {m.cols}, {m.group}}};"
     return (f"static const tllm_q4_matrix {name} = {{TLLM_W({c_hex(m.packed_offset)}), "

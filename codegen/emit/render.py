@@ -30,6 +30,7 @@ from ..board import Board
 from ..vocab import vocabulary_of
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from .regions import arena_regions, linker_variables
+from ..stream import BUFFERS, PINNED, pin_table, pinned_at, schedule_of
 
 
 
@@ -46,8 +47,8 @@ CONSOLE_SOURCES = ("tllm_main.c", "tllm_frame.c")
 RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
                    "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
-                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h",
-                   "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h", "tllm_sampler.h", "tllm_frame.h")
+                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h",
+                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -105,6 +106,20 @@ def _vocab(tokenizer: Tokenizer, vocab_size: int) -> tuple[list[bytes], list[lis
     return chunks, rows
 
 
+def _stream_context(program: Program, pinned: dict) -> dict:
+    """The weight stream's C tables (stream.py, firmware/tllm_stream.h)."""
+    plan = program.stream
+    if plan is None:
+        return {"stream": None, "pinned_at": {}}
+    streamed = bool(plan.buffer_bytes)
+    return {"pinned_at": pinned, "stream": {
+        "chunks": [{"src": ch.src, "len": ch.copy_bytes, "what": f"{ch.label} rows {ch.row0}+{ch.rows}"}
+                   for ch in schedule_of(program)],
+        "pins": [{"src": p.src, "len": p.copy_bytes, "dst": p.dst, "name": p.name} for p in pin_table(program)],
+        "buf0": BUFFERS[0] if streamed else "", "buf1": BUFFERS[1] if streamed else "", "streamed": streamed,
+        "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode}}
+
+
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object]) -> EmittedTree:
     c = program.config
     plan = program.plan
@@ -119,7 +134,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     assert all(isinstance(m, Q4Ref) for m in matrices)
     check_unique([m.name for m in all_matrices], "matrix")
     vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
-    vector_refs = [{"name": e.name, "offset": e.offset, "count": e.nbytes // 4} for e in vectors]
+    pinned = pinned_at(program)  # entry -> offset in stream.pinned (copied at boot, stream.py)
+    vector_refs = [{"name": e.name, "offset": pinned.get(e.name, e.offset), "count": e.nbytes // 4,
+                    "base": "TLLM_P" if e.name in pinned else "TLLM_W"} for e in vectors]
     external = board.weights.storage == "external"
     option_text = " ".join(f"{k}={options[k]}" for k in sorted(options))
     vocab_external = any(e.name == "vocab" for e in program.blob.entries)  # in external flash (vocab.py)
@@ -148,6 +165,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
+        **_stream_context(program, pinned),
     }
 
     def render(name: str, **extra) -> bytes:

@@ -118,7 +118,8 @@ def lifetimes_of(step) -> Lifetimes:
             first, last = spans[d.name]
             if d.kind == "logits":
                 last = end  # read by the sampler
-        requests.append(BufferRequest(d.name, d.ctype, d.count, first, last, d.kind))
+        requests.append(BufferRequest(d.name, d.ctype, d.count, first, last, d.kind,
+                                      getattr(d, "align", ALIGN), getattr(d, "placement", "")))
     return Lifetimes(buffers=tuple(requests), n_steps=end)
 
 
@@ -126,5 +127,6 @@ def find_lifetimes(shape, max_seq: int) -> Lifetimes:
     """shape: plan.memory.GraphShape (the graph and the options that decide
     the buffers; no weights need be quantized for `tinyllm-gen plan`)."""
     from ..lower import lower_step
+    from ..stream import stream_step  # off: the step unchanged
 
-    return lifetimes_of(lower_step(shape, max_seq, shape.sampler))
+    return lifetimes_of(stream_step(lower_step(shape, max_seq, shape.sampler), getattr(shape, "stream", None)))

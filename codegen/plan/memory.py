@@ -35,6 +35,7 @@ class GraphShape:
     kernels: str = "portable"  # decides the activation scratch and the fusions (lower.lower_step)
     method: str = "rtn"  # "per-channel" adds static int8 scratch instead
     sampler: str = "full"  # "greedy": no logits vector, no sampler scratch (lifetimes.ARGMAX_CHUNK_ROWS)
+    stream: object = None  # stream.StreamOptions: stream buffers and pinned weights join the plan
 
     @property
     def config(self):

@@ -46,6 +46,10 @@ def plan_json(plan: MemoryPlan, program=None) -> dict:
     }
     if program is not None:
         doc["weights_bytes"] = len(program.blob.data)
+        if getattr(program, "stream", None) is not None:  # the stream schedule (codegen/stream.py)
+            from ..stream import schedule_json
+
+            doc["stream_schedule"] = schedule_json(program)
     return doc
 
 

@@ -1,0 +1,121 @@
+/* Weight streaming (DWUP, issue 14): the generated model's side of the
+ * stream schedule codegen/stream.py makes.
+ *
+ * The compiler writes the step's chunk table (blob offset and copy length of
+ * every chunk, in execution order) and two stream buffers into the plan.
+ * One transfer is in flight at any time (tllm_board.h's contract):
+ *
+ *   take():  wait for chunk k (it lands in buf[slot]);
+ *            start chunk k+1 (mod n: the step's last chunk starts the next
+ *            step's first) into the other buffer, free since the previous
+ *            take's caller is done with it;
+ *            return buf[slot] holding chunk k.
+ *
+ * The embedding tile depends on the token, so it is copied synchronously
+ * into the free buffer (fetch_now) after the chunk in flight has landed.
+ * Pinned entries are copied once, at the first step, into the planned
+ * "stream.pinned" buffer. Host and QEMU copy with memcpy behind the same
+ * calls, so every test tier runs this code. */
+#ifndef TLLM_STREAM_H
+#define TLLM_STREAM_H
+
+#include <stdint.h>
+
+#include "tllm_board.h"
+#include "tllm_kernels_m7.h"
+
+typedef struct {
+    uint32_t src;  /* blob offset */
+    uint32_t len;  /* bytes copied: whole 32-byte lines */
+} tllm_stream_chunk;
+
+typedef struct {
+    uint32_t src;  /* blob offset (a line at or below the entry) */
+    uint32_t len;  /* bytes copied */
+    uint32_t dst;  /* offset in the pinned buffer */
+} tllm_stream_pin;
+
+typedef struct {
+    const tllm_stream_chunk *chunks;
+    uint32_t n_chunks;
+    const tllm_stream_pin *pins;
+    uint32_t n_pins;
+    const uint8_t *base; /* the weights blob (TLLM_WEIGHTS_BASE) */
+    uint8_t *buf[2];
+    uint8_t *pinned;
+    uint32_t next;   /* the chunk in flight (or landed) */
+    uint32_t slot;   /* the buffer it goes to */
+    uint32_t booted;
+} tllm_stream;
+
+#define TLLM_STREAM_PIN_PIECE 65536u /* one copy moves at most 64 KiB (a multiple of 32) */
+
+/* Once, before the first step computes: the pins, then chunk 0 in flight. */
+static inline void tllm_stream_boot(tllm_stream *s) {
+    if (s->booted) return;
+    s->booted = 1;
+    for (uint32_t i = 0; i < s->n_pins; i++) {
+        const tllm_stream_pin *p = &s->pins[i];
+        for (uint32_t o = 0; o < p->len; o += TLLM_STREAM_PIN_PIECE) {
+            const uint32_t n = p->len - o < TLLM_STREAM_PIN_PIECE ? p->len - o : TLLM_STREAM_PIN_PIECE;
+            tllm_board_copy_start(s->pinned + p->dst + o, s->base + p->src + o, n);
+            tllm_board_copy_wait();
+        }
+    }
+    s->next = 0;
+    s->slot = 0;
+    if (s->n_chunks) tllm_board_copy_start(s->buf[0], s->base + s->chunks[0].src, s->chunks[0].len);
+}
+
+static inline const uint8_t *tllm_stream_take(tllm_stream *s) {
+    tllm_board_copy_wait();
+    const uint8_t *ready = s->buf[s->slot];
+    s->next = s->next + 1u == s->n_chunks ? 0u : s->next + 1u;
+    s->slot ^= 1u;
+    tllm_board_copy_start(s->buf[s->slot], s->base + s->chunks[s->next].src, s->chunks[s->next].len);
+    return ready;
+}
+
+static inline const uint8_t *tllm_stream_fetch_now(tllm_stream *s, const uint8_t *src, uint32_t len) {
+    tllm_board_copy_wait(); /* the chunk in flight lands in buf[slot]; buf[slot ^ 1] is free */
+    uint8_t *dst = s->buf[s->slot ^ 1u];
+    tllm_board_copy_start(dst, src, len);
+    tllm_board_copy_wait();
+    return dst;
+}
+
+/* tllm_matvec_q4x4 over the stream: chunk_rows rows (whole tiles) per chunk,
+ * each chunk's rows computed from its buffer into out + r0. */
+static inline void tllm_stream_matvec_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                           const uint8_t *x_stream, const float *bias, float *out) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_matvec_q4x4(&part, x_stream, bias ? bias + r0 : 0, out + r0);
+    }
+}
+
+/* tllm_argmax_q4x4 over the stream: one running first maximum. */
+static inline int32_t tllm_stream_argmax_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                              const uint8_t *x_stream, const float *bias, float *chunk,
+                                              int32_t argmax_rows) {
+    int32_t best = 0;
+    float best_v = 0.0f;
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_argmax_q4x4_from(&part, x_stream, bias ? bias + r0 : 0, chunk, argmax_rows, r0, &best, &best_v);
+    }
+    return best;
+}
+
+/* tllm_embed_q4x4 from the token's tile, fetched into the free buffer. */
+static inline void tllm_stream_embed_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, uint32_t copy_bytes,
+                                          int32_t token, float *out) {
+    const int32_t tile_bytes = tllm_q4x4_tile_bytes(m);
+    const tllm_q4x4_matrix tile = {tllm_stream_fetch_now(s, m->stream + (token / 4) * tile_bytes, copy_bytes), 4,
+                                   m->cols, m->group};
+    tllm_embed_q4x4(&tile, token % 4, out);
+}
+
+#endif

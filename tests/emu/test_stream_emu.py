@@ -1,0 +1,126 @@
+"""Weight streaming (issue 14) in the emulator tiers: the Cortex-M7 build
+under QEMU mps2-an500 (synchronous copy behind tllm_board_copy_start/wait)
+and the STM32H750 images under Unicorn, where the MDMA model moves the
+chunks and stops the run at the first broken rule (a CPU read of a stream
+buffer still in flight among them). Tokens equal the reference; the
+bundled 260K model with --stream auto pins its whole blob and reads no
+weights from flash after the boot copy."""
+import json
+from pathlib import Path
+
+import pytest
+
+from firmware_harness import GREEDY, SHAPES, TOP_P, Built, assert_identical, need, prompt_for, reference_tokens
+from tinymodels import make_hf_model
+from tinyllm_gen.board import load_board
+from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
+from tinyllm_gen.protocol import pack_request
+from tinyllm_gen.run_unicorn import run_unicorn
+
+pytestmark = pytest.mark.emu
+
+STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("stream-emu")
+
+
+def build_streamed(root, model_dir, tag, board, kv_bits=8, stream="all", chunk=None, max_seq=None, sampler="full"):
+    out = root / f"out-{tag}-{board}-kv{kv_bits}-{stream}-{chunk}-{sampler}"
+    compiled = compile_path(model_dir, CompileOptions(board=board, kv_bits=kv_bits, stream=stream,
+                                                      stream_chunk=chunk, max_seq=max_seq, sampler=sampler))
+    write_tree(compiled.tree, out)
+    build(out)
+    return Built(model_dir, out, kv_bits), compiled
+
+
+def tiny(root, shape):
+    model_dir = root / f"model-{shape}"
+    if not model_dir.exists():
+        make_hf_model(model_dir, eos=None, **SHAPES[shape])
+    return model_dir
+
+
+@pytest.mark.parametrize("shape,kv_bits,chunk", [("qwen2-bias-untied", 8, 1024), ("llama-tied-gqa", 4, None)])
+def test_streamed_under_qemu(root, shape, kv_bits, chunk):
+    need("arm-none-eabi-gcc")
+    need("qemu-system-arm")
+    built, _ = build_streamed(root, tiny(root, shape), shape, "qemu-mps2-an500", kv_bits, chunk=chunk)
+    assert "tllm_stream_matvec_q4x4(&weight_stream" in (built.out / "src" / "tllm_model.c").read_text()
+    assert_identical(built, 32, GREEDY)
+    assert_identical(built, 32, TOP_P)
+
+
+def _unicorn(built, board, ids, n, sampling, watch=False):
+    request = built.out / "build" / "request.bin"
+    request.write_bytes(pack_request(ids, n, sampling, 0))
+    return run_unicorn(built.out / "build" / "firmware.elf", load_board(board), built.out / "weights.bin", request,
+                       timeout_s=120, watch_weight_reads=watch)
+
+
+# Each MDMA transfer adds and removes the model's watch hook (a translation
+# flush), so these runs take minutes: one sampling mode per (board, KV) pair,
+# both boards, both KV precisions and both modes covered.
+@pytest.mark.parametrize("board,kv_bits,sampling,chunk", [
+    ("stm32h750b-dk", 8, GREEDY, None), ("stm32h750b-dk", 4, TOP_P, 4096),
+    ("weact-h750", 8, TOP_P, 4096), ("weact-h750", 4, GREEDY, None)])
+def test_streamed_h750_under_unicorn(root, board, kv_bits, sampling, chunk):
+    """MDMA fills the stream buffers (AXI SRAM: the board's "dma" class) while
+    the core computes; its misuse rules are armed for the whole run."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built, compiled = build_streamed(root, tiny(root, "qwen2-bias-untied"), "qwen2", board, kv_bits, chunk=chunk)
+    plan = json.loads((built.out / "report.json").read_text())
+    bufs = {b["name"]: b for b in plan["buffers"]}
+    assert bufs["stream.buf0"]["region"] in ("axi", "sram1", "sram2", "sram3", "sram4")
+    assert bufs["stream.buf0"]["placement"] == "dma" and bufs["stream.buf0"]["offset"] % 32 == 0
+    assert_identical(built, 32, sampling)
+    ids = prompt_for(built.model_dir)
+    res = _unicorn(built, board, ids, 4, GREEDY)
+    assert res.exit_code == 0 and not res.error and res.violations == []
+    sched = plan["stream_schedule"]
+    steps = len(ids) + 4 - 1
+    per_step = sum(c["copy_bytes"] for c in sched["chunks"])
+    assert res.mdma.bytes_moved >= steps * per_step  # every step's chunks came through the MDMA
+
+
+@pytest.mark.parametrize("board", ["stm32h750b-dk", "weact-h750"])
+def test_story260k_pinned_reads_no_flash_after_boot(root, board):
+    """--stream auto: the whole 260K blob fits the SRAM the plan leaves, so
+    every matrix, vector and table is pinned (copied once by MDMA at the
+    first step) and no CPU load touches the QSPI weights afterwards."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built, compiled = build_streamed(root, STORY, "story", board, stream="auto", max_seq=64)
+    sched = json.loads((built.out / "report.json").read_text())["stream_schedule"]
+    assert sched["chunks_per_step"] == 0 and sched["buffer_bytes"] == 0
+    names = {e.name for e in compiled.program.blob.entries if e.kind in ("q4x4", "f32")}
+    assert {p["name"] for p in sched["pinned"]} == names
+    ids = prompt_for(built.model_dir)
+    for sampling in (GREEDY, TOP_P):
+        fw = run_firmware(built.out, ids, 24, sampling)
+        ref = reference_tokens(built.model_dir, 32, ids, sampling, 64)[:24]
+        assert fw.output.generated_ids == ref
+    res = _unicorn(built, board, ids, 24, TOP_P, watch=True)
+    assert res.exit_code == 0 and not res.error and res.violations == []
+    assert res.weight_reads_after_first_copy == 0
+    assert res.mdma.bytes_moved == sum(p["copy_bytes"] for p in sched["pinned"])
+
+
+def test_story260k_pinned_under_qemu(root):
+    """--stream auto under QEMU (weights in PSRAM): the pinned copy made by
+    the synchronous hook at the first step, the same tokens."""
+    need("arm-none-eabi-gcc")
+    need("qemu-system-arm")
+    built, _ = build_streamed(root, STORY, "story", "qemu-mps2-an500", stream="auto", max_seq=64)
+    sched = json.loads((built.out / "report.json").read_text())["stream_schedule"]
+    assert sched["pinned"] and "TLLM_P(" in (built.out / "src" / "tllm_model.c").read_text()
+    ids = prompt_for(built.model_dir)
+    for sampling in (GREEDY, TOP_P):
+        fw = run_firmware(built.out, ids, 24, sampling)
+        assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, sampling, 64)[:24]

@@ -104,9 +104,9 @@ void tllm_console_write(const char *s, size_t n) {
 
 static void con_puts(const char *s) { tllm_console_write(s, strlen(s)); }
 
-static void con_put_u32(uint32_t v) {
-    char buf[11];
-    int i = 10;
+void tllm_console_put_u64(uint64_t v) {
+    char buf[21];
+    int i = 20;
     buf[i] = 0;
     do {
         buf[--i] = (char)('0' + v % 10u);
@@ -114,6 +114,8 @@ static void con_put_u32(uint32_t v) {
     } while (v);
     con_puts(buf + i);
 }
+
+static void con_put_u32(uint32_t v) { tllm_console_put_u64(v); }
 
 /* ---------------------------------------------------------------- frames */
 

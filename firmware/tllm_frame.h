@@ -65,5 +65,7 @@ void tllm_frame_done(const tllm_frame_reader *r, int status);
 
 /* The console writer: tllm_board_write plus the line CRC of "@TLLM" lines. */
 void tllm_console_write(const char *s, size_t n);
+/* v in decimal through tllm_console_write (the one number formatter of the console). */
+void tllm_console_put_u64(uint64_t v);
 
 #endif

@@ -30,16 +30,7 @@ enum { EXIT_OK = TLLM_EXIT_OK, EXIT_BAD_REQUEST = TLLM_EXIT_BAD_REQUEST, EXIT_BA
 
 static void puts_(const char *s) { tllm_console_write(s, strlen(s)); }
 
-static void put_u64(uint64_t v) {
-    char buf[21];
-    int i = 20;
-    buf[i] = 0;
-    do {
-        buf[--i] = (char)('0' + v % 10u);
-        v /= 10u;
-    } while (v);
-    puts_(buf + i);
-}
+static void put_u64(uint64_t v) { tllm_console_put_u64(v); }
 
 static void put_escaped(const uint8_t *s, uint32_t n) {
     static const char hex[] = "0123456789abcdef";

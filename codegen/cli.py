@@ -134,15 +134,16 @@ def _quant_options(f):
 
 
 def _scheme_options(f):
-    f = click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq"]), default="auto",
+    f = click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq", "gptq"]), default="auto",
                      show_default=True,
                      help="auto: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 tensors, else rtn. gguf: keep llama.cpp's "
                           "blocks as they are (lossless; other matrices fall back to rtn). INT4 weights: "
                           "round-to-nearest, or calibrated on --calibration text: error-minimising "
-                          "clipping (clip), activation-aware scales folded into the norms + clipping (awq); "
+                          "clipping (clip), activation-aware scales folded into the norms + clipping (awq), "
+                          "second-order rounding with each column's error spread over the rest (gptq); "
                           "give --calibration a few thousand tokens of in-domain text.")(f)
     f = click.option("--calibration", type=_TextFile(), default=None,
-                     help="Calibration text for --quant per-channel and --weight-quant clip|awq (default: a built-in sample).")(f)
+                     help="Calibration text for --quant per-channel and --weight-quant clip|awq|gptq (default: a built-in sample).")(f)
     f = click.option("--quant", type=click.Choice(["group", "per-channel"]), default="group", show_default=True,
                      help="group: INT4 group-wise W4A8; per-channel: CMSIS-NN arithmetic (static int8 activations).")(f)
     return f
@@ -497,7 +498,7 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="Held-out text; documents separated by blank lines, each scored from BOS.")
 @click.option("--max-tokens", type=click.IntRange(0), default=20000, show_default=True,
               help="Score whole documents up to this many tokens (0: all of --data).")
-@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["gguf", "rtn", "clip", "awq"]),
+@click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["gguf", "rtn", "clip", "awq", "gptq"]),
               help="Weight methods to compare (repeatable; default: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 "
                    "tensors, its blocks kept as they are (group 32 only), else rtn).")
 @click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(["32", "64", "128"]),

@@ -1,9 +1,12 @@
-"""Calibrated INT4 (`--weight-quant clip|awq`): Graph + calibration text -> QuantizedGraph.
+"""Calibrated INT4 (`--weight-quant clip|awq|gptq`): Graph + calibration text -> QuantizedGraph.
 
 * clip: every matrix gets error-minimising group scales (quant/clip.py),
   weighted by its input's second moment on calibration text;
 * awq:  activation-aware per-channel scaling folded into the graph
-  (quant/awq.py), then the same clipping on the scaled matrices.
+  (quant/awq.py), then the same clipping on the scaled matrices;
+* gptq: columns rounded in order with each one's error spread over the
+  columns not yet rounded, by the input's full second moment E[x x^T]
+  (quant/gptq.py); group scales by the same clip search.
 
 The output is an ordinary QuantizedGraph (Q4 tensors + float vectors, the
 formats of quant/formats.py), so lowering, the firmware and the reference
@@ -12,7 +15,8 @@ graph (the same function as the input in exact arithmetic).
 
 The tied embedding/classifier is looked up as an embedding AND used as the
 classifier: its clipping weight mixes the classifier input's second moment
-with a uniform term for the lookup (both normalised to mean 1).
+with a uniform term for the lookup (both normalised to mean 1); gptq mixes
+the full matrix the same way (H / mean diag H + I).
 """
 from __future__ import annotations
 
@@ -23,10 +27,10 @@ import numpy as np
 
 from ..errors import UserError
 from ..ir import Graph, output_weight_name
-from .formats import GROUP_SIZES, KV_BITS, QuantizedGraph
+from .formats import GROUP_SIZES, KV_BITS, WEIGHT_QUANTS as ALL_WEIGHT_QUANTS, QuantizedGraph
 from .rtn import quantize_graph
 
-WEIGHT_QUANTS = ("rtn", "clip", "awq")
+WEIGHT_QUANTS = tuple(m for m in ALL_WEIGHT_QUANTS if m != "gguf")  # the ones this module makes
 CALIBRATION_TOKENS = 4096  # enough for a stable E[x^2] per channel at these widths
 DOC_SEPARATOR = "\n\n"
 
@@ -72,6 +76,7 @@ def quantize_calibrated(graph: Graph, docs: Sequence[Sequence[int]], method: str
                         kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
     from .awq import apply_awq
     from .clip import quantize_q4_clip
+    from .gptq import quantize_q4_gptq
 
     if method not in WEIGHT_QUANTS:
         raise UserError(f"--weight-quant {method} is not known: choose one of {', '.join(WEIGHT_QUANTS)}")
@@ -85,20 +90,29 @@ def quantize_calibrated(graph: Graph, docs: Sequence[Sequence[int]], method: str
     col_scale: dict[str, np.ndarray] = {}
     if method == "awq":
         graph, col_scale, _ = apply_awq(graph, acts, group_size)
-    second = {}  # weight name -> E[x_j^2] of the (scaled) input it multiplies
+    second = {}  # weight name -> E[x_j^2] (clip, awq) or E[x x^T] (gptq) of the (scaled) input it multiplies
+    moments: dict[str, np.ndarray] = {}  # gptq: one [n, n] matrix per input value, shared by its consumers
     for node in graph.nodes:
         if node.op == "linear":
             w = node.inputs[1]
             x = acts[node.inputs[0]] / col_scale.get(w, 1.0)
-            second[w] = (x * x).mean(axis=0)
+            if method != "gptq":
+                second[w] = (x * x).mean(axis=0)
+                continue
+            if node.inputs[0] not in moments:
+                moments[node.inputs[0]] = x.T @ x / len(x)
+            second[w] = moments[node.inputs[0]]
     tied = output_weight_name(graph.config) == "tok_embeddings"
     if tied:
         h = second["tok_embeddings"]
-        second["tok_embeddings"] = h / h.mean() + 1.0
+        lookup = np.eye(len(h)) if h.ndim == 2 else 1.0  # an embedding row's error counts uniformly
+        second["tok_embeddings"] = h / np.diag(h).mean() + lookup if h.ndim == 2 else h / h.mean() + lookup
     q4, vectors = {}, {}
     for name in graph.weight_names():
         w = graph.weights[name]
-        if w.ndim == 2:
+        if w.ndim == 2 and method == "gptq" and name in second:  # an untied embedding is no linear: clip
+            q4[name] = quantize_q4_gptq(name, w, group_size, second[name])
+        elif w.ndim == 2:
             q4[name] = quantize_q4_clip(name, w, group_size, second.get(name))
         else:
             vectors[name] = np.ascontiguousarray(w, dtype=np.float32)

@@ -225,7 +225,7 @@ def x16_batch_bytes(n: int, group_size: int, batch: int) -> int:
 GGUF_BLOCK = 32
 GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
 GGUF_KEPT = tuple(GGUF_BLOCK_BYTES)
-WEIGHT_QUANTS = ("gguf", "rtn", "clip", "awq")  # --weight-quant; "gguf" keeps llama.cpp blocks
+WEIGHT_QUANTS = ("gguf", "rtn", "clip", "awq", "gptq")  # --weight-quant; "gguf" keeps llama.cpp blocks
 
 
 @dataclass(frozen=True, eq=False)

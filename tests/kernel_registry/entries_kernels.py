@@ -27,7 +27,7 @@ def q4_values(t) -> dict:
 
 
 def q4_of(v) -> tuple[np.ndarray, np.ndarray]:
-    rows, cols, group = v["rows"], v["cols"], v["group"]
+    rows, cols = v["rows"], v["cols"]
     return (unpack_q4(np.asarray(v["w_packed"]).tobytes(), rows, cols),
             np.asarray(v["w_scales"], F32).reshape(rows, -1))
 
@@ -240,11 +240,10 @@ ATTENTION_I8 = Kernel(
                    struct_of("kv", "tllm_kv_layer", k="k_cache", v="v_cache", k_scale="k_scale", v_scale="v_scale"),
                    Scalar("pos", "int32_t")) + SCRATCH,
     ("shape", "q", "k", "v", "kv", "pos", "q8", "scores", "out"), _attn_i8_twin,
-    tuple(_attn_i8_case(nh, nkv, hd, pos, seed=hd + nh + pos, zero_v_head=hd == 16)
-          for nh, nkv, hd in [(8, 4, 8), (4, 2, 16), (6, 6, 48), (2, 1, 6)] for pos in (0, 1, 39))
-    + (_attn_i8_case(8, 4, 8, 2, 5, zero_query=True),)
+    tuple(_attn_i8_case(nh, nkv, hd, pos, seed=hd + nh + pos, zero_v_head=hd == 16, zero_query=pos == 2)
+          for nh, nkv, hd in [(8, 4, 8), (4, 2, 16), (6, 6, 48), (2, 1, 6)] for pos in (0, 1, 2, 7, 16, 39))
     # past 516 keys the integer softmax weights narrow below 15 bits (n_keys * W * 127 < 2^31)
-    + tuple(_attn_i8_case(2, 1, 8, pos, seed=3) for pos in (515, 516, 517, 599)))
+    + tuple(_attn_i8_case(2, 1, 8, pos, seed=3) for pos in (0, 1, 515, 516, 517, 599)))
 
 
 def _quant_i4_case(n, group, seed, kind="zero-group"):
@@ -307,7 +306,7 @@ ATTENTION_KV4 = Kernel(
     ("shape", "q", "k", "v", "kv", "pos", "q8", "scores", "out"), _attn_kv4_twin,
     tuple(_attn_kv4_case(nh, nkv, hd, g, pos, seed=hd + nh + pos)
           for nh, nkv, hd, g in [(4, 2, 16, 16), (6, 6, 48, 24), (8, 4, 8, 8), (2, 1, 64, 32), (2, 1, 34, 17)]
-          for pos in (0, 3, 8))
+          for pos in range(9))  # odd groups (17) start mid-byte
     + (_attn_kv4_case(2, 1, 16, 8, 599, seed=4),))
 
 

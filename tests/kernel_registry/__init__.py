@@ -1,8 +1,10 @@
 """The kernel registry: every C kernel of the firmware paired with its numpy
 twin, a typed description of its arguments and inputs that cover its edge
-cases.  It drives one generic host harness (harness_c.py, one C `main`
-generated from these entries) and tests/host/test_kernel_twins.py, which
-compares every case's outputs with the twin's bit for bit;
+cases.  It drives one generic harness (harness_c.py, one C `main`
+generated from these entries): tests/host/test_kernel_twins.py runs it built
+with the host gcc, tests/emu/test_kernel_twins_m7.py built for the Cortex-M7
+under QEMU (harness_m7.py), and both compare every case's outputs with the
+twin's bit for bit;
 tests/unit/test_kernel_registry_complete.py fails when a kernel declared in a
 firmware header has no entry (and no reason in headers.EXCLUDED), when an
 entry names a function no header declares, or when an entry has no case.
@@ -27,7 +29,9 @@ argument is passed as &name).  Lengths are Python expressions over the
 scalars (spec.LENGTH_HELPERS).  The twin returns every OUT and INOUT array
 (and "return" for a return value) as float32 / integer numpy arrays.  A
 kernel in a new header also needs its source in harness_c.HEADER_SOURCES and
-the header in headers.KERNEL_HEADERS.
+the header in headers.KERNEL_HEADERS.  A case the C is known to get wrong
+carries `known_difference` (or `m7_difference`, Cortex-M7 only): the tests
+then expect it to fail, strictly, so it stays visible until fixed.
 """
 from __future__ import annotations
 

@@ -276,14 +276,14 @@ SILU_MUL_PAIRS_X16B = Kernel(
     ("gu", "n", "group", "P", "p", "xb"), _producer_twin(_silu_pairs_of), EVEN_PRODUCER_CASES)
 
 
-def _mm_case(rows, cols, group, bias, P, seed, x_scale=2.0):
+def _mm_case(rows, cols, group, bias, P, seed, x_scale=2.0, tag=""):
     def make(r):
         t = I.q4_matrix(r, rows, cols, group)
         xs = [I.normal(r, cols, x_scale) for _ in range(P)]
         xb, _ = x16b_of([parse_x16(x16_of(x, group), cols, group) for x in xs])
         return dict(q4x4_values(t), xb=np.frombuffer(xb, np.uint8), P=P,
                     bias=I.normal(r, rows) if bias else np.zeros(0, F32))
-    return Case(f"{rows}x{cols}g{group}{'-bias' if bias else ''}-P{P}{'-zero' if x_scale == 0 else ''}", make, seed)
+    return Case(f"{rows}x{cols}g{group}{'-bias' if bias else ''}-P{P}{'-zero' if x_scale == 0 else ''}{tag}", make, seed)
 
 
 def _mm_twin(v):
@@ -300,7 +300,11 @@ MM_CASES = (tuple(_mm_case(r, c, g, b, P, seed=r * 1000 + c + P) for P in (1, 2,
             + tuple(_mm_case(9, 100, 32, True, P, seed=P) for P in (5, 8))  # past the assembly's 4: 4 at a time
             + tuple(_mm_case(11, 100, 32, False, P, seed=6, x_scale=0.0) for P in (2, 4))
             + tuple(_mm_case(r, c, g, b, P, seed=r + c + P)
-                    for i, (r, c, g, b) in enumerate(_random_shapes(25, 7)) for P in [1 + i % 4]))
+                    for i, (r, c, g, b) in enumerate(_random_shapes(25, 7)) for P in [1 + i % 4])
+            # tests/emu/test_batched_qemu.py's shapes (bench/micro.c), every group size
+            + tuple(_mm_case(r, c, g, False, P, seed=r * c + g + P, tag="-micro")
+                    for r, c in [(13, 172), (1, 40), (7, 256), (64, 64), (6, 20), (5, 3), (2, 8), (3, 200)]
+                    for g in (32, 64, 128) for P in (1, 2, 3, 4)))
 MM_ARGS = Q4X4_ARGS + (In("xb", "uint8_t", "P * x16_bytes(cols, group)"), Scalar("P", "int32_t"),
                        In("bias", "float", "rows", nullable=True),
                        Out("out", "float", "P * rows + 3", checked="P * rows"))

@@ -29,34 +29,58 @@ HEADER_SOURCES = {
 }
 WARNINGS = ("-Wall", "-Wextra", "-Werror")
 
-PRELUDE = f"""\
+COMMON = """\
 /* Generated from tests/kernel_registry (harness_c.py): do not edit.
- * argv[1] names the kernel; stdin holds its arguments, stdout gets its outputs
- * (tests/kernel_registry/spec.py states the format). */
+ * Per call: the kernel's arguments in, its outputs out, in the order and
+ * format tests/kernel_registry/spec.py states. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 %INCLUDES%
-static void read_exact(void *p, size_t n) {{
-    if (fread(p, 1, n, stdin) != n) exit(2); /* fewer bytes than the declaration */
-}}
-/* A uint32 element count, then (sent) the elements; otherwise the array is
- * filled with 0x{FILL_BYTE:02X} so an element the kernel never writes shows up. */
+"""
+
+# Host: argv[1] names the kernel, stdin holds its arguments, stdout gets its outputs.
+HOST_IO = """\
+static void fail(int code) { exit(code); }
+static void *harness_alloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 16);
+    if (!p) fail(4);
+    return p;
+}
+static void read_exact(void *p, size_t n) {
+    if (fread(p, 1, n, stdin) != n) fail(2); /* fewer bytes than the declaration */
+}
+static void done_reading(void) {
+    if (fgetc(stdin) != EOF) fail(5); /* more bytes than the declaration */
+}
+static void put(const void *p, size_t n) {
+    if (fwrite(p, 1, n, stdout) != n) fail(6);
+}
+"""
+
+HOST_MAIN = """
+int main(int argc, char **argv) {
+    if (argc != 2) return 3;
+    for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
+        if (!strcmp(argv[1], KERNELS[i].name)) {
+            KERNELS[i].run();
+            return fflush(stdout) ? 6 : 0;
+        }
+    return 3; /* no such kernel in the registry */
+}
+"""
+
+# Shared by both targets: a uint32 element count, then (sent) the elements;
+# otherwise the array is filled so an element the kernel never writes shows up.
+TAKE_ARRAY = f"""\
 static void *take_array(size_t elem, int sent, uint32_t *count) {{
     read_exact(count, 4);
     const size_t bytes = (size_t)*count * elem;
-    void *p = malloc(bytes ? bytes : 16);
-    if (!p) exit(4);
+    void *p = harness_alloc(bytes);
     if (sent) read_exact(p, bytes);
     else memset(p, 0x{FILL_BYTE:02X}, bytes);
     return p;
-}}
-static void done_reading(void) {{
-    if (fgetc(stdin) != EOF) exit(5); /* more bytes than the declaration */
-}}
-static void put(const void *p, size_t n) {{
-    if (fwrite(p, 1, n, stdout) != n) exit(6);
 }}
 """
 
@@ -76,11 +100,9 @@ def _runner(k: Kernel) -> str:
         lines.append("    uint32_t count;")
         lines.append("    read_exact(&count, 4);")
         for a in k.args:
-            lines.append(f"    {a.ctype} *in_{a.name} = malloc(sizeof *in_{a.name} * (count ? count : 1));")
-            lines.append(f"    if (!in_{a.name}) exit(4);")
+            lines.append(f"    {a.ctype} *in_{a.name} = harness_alloc(sizeof *in_{a.name} * count);")
             lines.append(f"    read_exact(in_{a.name}, sizeof *in_{a.name} * count);")
-        lines.append(f"    {k.returns} *ret = malloc(sizeof *ret * (count ? count : 1));")
-        lines.append("    if (!ret) exit(4);")
+        lines.append(f"    {k.returns} *ret = harness_alloc(sizeof *ret * count);")
         lines.append("    done_reading();")
         call = ", ".join(f"in_{a.name}[i]" for a in k.args)
         lines.append(f"    for (uint32_t i = 0; i < count; i++) ret[i] = {k.name}({call});")
@@ -121,10 +143,12 @@ def headers_of(kernels: Iterable[Kernel]) -> list[str]:
     return seen
 
 
-def harness_source(kernels: Iterable[Kernel]) -> str:
+def harness_source(kernels: Iterable[Kernel], io: str = HOST_IO, main: str = HOST_MAIN) -> str:
+    """The harness C: the I/O layer of the target (io), one runner per kernel,
+    the name table, and the target's main."""
     kernels = list(kernels)
     includes = "\n".join(f'#include "{h}"' for h in headers_of(kernels))
-    parts = [PRELUDE.replace("%INCLUDES%", includes)]
+    parts = [COMMON.replace("%INCLUDES%", includes), io, TAKE_ARRAY]
     parts += [_runner(k) for k in kernels]
     table = "\n".join(f'    {{"{k.name}", run_{k.name}}},' for k in kernels)
     parts.append(f"""static const struct {{
@@ -133,18 +157,9 @@ def harness_source(kernels: Iterable[Kernel]) -> str:
 }} KERNELS[] = {{
 {table}
 }};
-
-int main(int argc, char **argv) {{
-    if (argc != 2) return 3;
-    for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
-        if (!strcmp(argv[1], KERNELS[i].name)) {{
-            KERNELS[i].run();
-            return fflush(stdout) ? 6 : 0;
-        }}
-    return 3; /* no such kernel in the registry */
-}}
 """)
-    return "\n\n".join(parts)
+    parts.append(main)
+    return "\n".join(parts)
 
 
 def runtime_sources(kernels: Iterable[Kernel]) -> list[Path]:

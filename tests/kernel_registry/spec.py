@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import numpy as np
@@ -132,6 +132,7 @@ class Case:
     # A known disagreement between the C and its twin, stated so that it stays
     # visible (the test expects the case to fail, strictly) until it is fixed.
     known_difference: str = ""
+    m7_difference: str = ""  # the same, on the Cortex-M7 only (tests/emu/test_kernel_twins_m7.py)
 
     def values(self) -> dict:
         return self.make(np.random.default_rng(self.seed))
@@ -151,11 +152,8 @@ class Kernel:
     call: tuple[str, ...]
     twin: Callable[[Values], dict]
     cases: tuple[Case, ...]
-    returns: str | None = None
+    returns: str | None = None  # the C return type, compared as "return"
     elementwise: bool = False
-    # extra C sources besides the runtime kernels (none yet); kept for new headers
-    doc: str = ""
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def arg(self, name: str) -> Arg:
         return next(a for a in self.args if a.name == name)
@@ -230,6 +228,23 @@ def decode(k: Kernel, values: Values, raw: bytes) -> dict:
             take("return", k.returns, 1)
     assert at == len(raw), f"{k.name}: harness wrote {len(raw)} bytes, the declaration reads {at}"
     return got
+
+
+def output_bytes(k: Kernel, values: Values) -> int:
+    """How many bytes the harness writes for this call (decode's count)."""
+    def size(ctype: str) -> int:
+        return np.dtype(DTYPES[ctype]).itemsize
+
+    if k.elementwise:
+        return len(np.asarray(values[k.args[0].name])) * size(k.returns)
+    scalars, n = scalars_of(k, values), 0
+    for a in k.args:
+        if isinstance(a, Array) and a.returned:
+            count = np.asarray(values[a.name]).size if a.role is Role.INOUT else length_of(a.length, scalars)
+            n += count * size(a.ctype)
+        elif isinstance(a, Struct) and a.write_back:
+            n += sum(size(k.scalar_type(arg)) for _, arg in a.fields)
+    return n + (size(k.returns) if k.returns else 0)
 
 
 def expected(k: Kernel, values: Values) -> dict:

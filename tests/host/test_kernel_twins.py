@@ -52,3 +52,16 @@ def test_kernel_equals_its_twin(harness, kernel, case):
         bad = np.flatnonzero(bits(g) != bits(w))
         assert len(bad) == 0, (f"{kernel.name} {case.label}: {name} differs at {len(bad)} of {len(w)} elements, "
                                f"first [{bad[0]}]: C {g[bad[0]]!r} twin {w[bad[0]]!r}")
+
+
+def test_the_harness_refuses_bytes_that_do_not_fit_the_declaration(harness):
+    """A twin/declaration drift must not pass silently: short input exits 2,
+    extra input 5, an unknown kernel 3."""
+    from kernel_registry import BY_NAME
+    k = BY_NAME["tllm_add"]
+    data = encode(k, dict(a=np.ones(4, np.float32), b=np.ones(4, np.float32), n=4))
+    run = [str(harness), k.name]
+    assert subprocess.run(run, input=data, capture_output=True).returncode == 0
+    assert subprocess.run(run, input=data[:-1], capture_output=True).returncode == 2
+    assert subprocess.run(run, input=data + b"\0", capture_output=True).returncode == 5
+    assert subprocess.run([str(harness), "tllm_no_such_kernel"], input=data, capture_output=True).returncode == 3

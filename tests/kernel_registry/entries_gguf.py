@@ -64,7 +64,8 @@ def _matrix_case(qtype, rows, cols, bias, seed, tie=False, chunk=None):
         x = I.with_zero_groups(I.normal(r, cols, 3.0), 32)
         xq, xs = exact.quantize_groups_i8(x, 32)
         v = dict(blocks=data.reshape(-1), rows=rows, cols=cols, block_bytes=GGUF_BLOCK_BYTES[qtype], xq=xq, xs=xs,
-                 bias=I.normal(r, rows) if bias else np.zeros(0, F32), token=rows // 2)
+                 bias=I.tie_bias(r, rows, 1, rows - 1) if tie else I.normal(r, rows) if bias else np.zeros(0, F32),
+                 token=rows // 2)
         if chunk:
             v["chunk_rows"] = chunk
         return v

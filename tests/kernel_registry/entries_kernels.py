@@ -110,6 +110,8 @@ def _matvec_case(rows, cols, group, bias, seed, P=None, tie=False):
         xs_ = [I.activation(r, cols, group, zero_groups=p == 0) for p in range(P or 1)]
         v = dict(q4_values(t), xq=np.concatenate([a[1] for a in xs_]), xs=np.concatenate([a[2] for a in xs_]),
                  bias=I.normal(r, rows) if bias else np.zeros(0, F32))
+        if tie:  # rows 1 and rows-1: equal maxima in different chunks
+            v["bias"] = I.tie_bias(r, rows, 1, rows - 1)
         if P is not None:
             v["P"] = P
         return v

@@ -92,6 +92,8 @@ def _mv_case(rows, cols, group, bias, seed, tie=False, x_scale=2.0, extra=None):
         x = I.with_zero_groups(I.normal(r, cols, x_scale), group)
         v = dict(q4x4_values(t), x_stream=np.frombuffer(x16_of(x, group), np.uint8),
                  bias=I.normal(r, rows) if bias else np.zeros(0, F32))
+        if tie:  # rows 1 and rows-1: equal maxima in different chunks
+            v["bias"] = I.tie_bias(r, rows, 1, rows - 1)
         return dict(v, **(extra(r, v) if extra else {}))
     return Case(f"{rows}x{cols}g{group}{'-bias' if bias else ''}{'-tie' if tie else ''}", make, seed)
 

@@ -76,7 +76,7 @@ ARGMAX_CHUNK = Kernel(
     "argmax_chunk", H, (In("x", "float", "n"), Scalar("n", "int32_t"), Scalar("r0", "int32_t"),
                         InOut("best", "int32_t", "1"), InOut("best_v", "float", "1")),
     ("x", "n", "r0", "best", "best_v"), _argmax_chunk_twin,
-    (_chunk_case(7, 0, 99, 1e30, 1), _chunk_case(7, 14, 3, 1.0, 2), _chunk_case(9, 8, 3, 2.5, 3, tie=True),
+    (_chunk_case(7, 0, 99, 1e30, 1), _chunk_case(7, 14, 3, 1.0, 2), _chunk_case(9, 8, 3, 100.0, 3, tie=True),
      _chunk_case(1, 0, 5, -1e30, 4), _chunk_case(16, 32, 0, -1e30, 5)))
 
 

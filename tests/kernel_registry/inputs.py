@@ -65,6 +65,14 @@ def with_tied_rows(t: Q4Tensor, dst: int, src: int) -> Q4Tensor:
     return Q4Tensor(t.name, q, s, t.group_size)
 
 
+def tie_bias(rng: np.random.Generator, rows: int, a: int, b: int) -> np.ndarray:
+    """A bias that makes rows a and b (equal rows, with_tied_rows) the two
+    largest outputs, exactly equal: the argmax must return the first."""
+    bias = normal(rng, rows)
+    bias[[a, b]] = F32(1e4)
+    return bias
+
+
 def exp_edges() -> np.ndarray:
     """exp's clamp (88), underflow (-86), the polynomial's reduction edges (+-ln2/2), signed zeros."""
     return F32([0.0, -0.0, -86.0, -86.00001, -85.99999, 88.0, 88.5, 1e-30, -1e-30, 0.34657359, -0.34657359,

@@ -29,9 +29,10 @@ def _static_case(n, inv, seed, kind="normal", known_difference=""):
     return Case(f"n{n}-inv{inv}-{kind}", make, seed, known_difference)
 
 
-BEYOND_INT32 = ("tllm_quantize_static_s8 converts lroundf(x * inv_scale) to int32 before clamping to +-127, so "
-                "|x * inv_scale| >= 2^31 wraps (2^31 -> -127, 2.0409191e14 * 1 -> -127); exact.quantize_static_s8 "
-                "clamps to +127.  Reported to the lead; the kernels are not this helper's to change.")
+BEYOND_INT32 = ("tllm_quantize_static_s8 converts lroundf(x * inv_scale) to int32 before clamping to +-127: on "
+                "the host (64-bit long) |x * inv_scale| >= 2^31 wraps (2^31 -> -127, 2.0409191e14 -> -127); on the "
+                "M7 VCVTA saturates and the clamp is right, but the twin (exact.round_half_away: a float64 cast to "
+                "int64) overflows from 2^63 on (1e20 -> -127). Reported to the lead.")
 
 
 QUANTIZE_STATIC_S8 = Kernel(

@@ -77,16 +77,18 @@ RMSNORM = Kernel("tllm_rmsnorm", H, (In("x", "float", "n"), In("w", "float", "n"
                   _rmsnorm_case(48, 1.0, 1e-5, "all-zero", 7, zero=True)))
 
 
-def _quant_i8_case(n, group, seed, kind="zero-groups"):
+def _quant_i8_case(n, group, seed, kind="zero-groups", known_difference=""):
     def make(r):
-        if kind == "extreme":
+        if kind.startswith("tiny"):
+            x = I.tiny_group(n, group, float(kind[4:]))
+        elif kind == "extreme":
             x = I.extreme_vector(r, n)
         elif kind == "all-zero":
             x = np.zeros(n, F32)
         else:
             x = I.with_zero_groups(I.normal(r, n, 3.0), group)
         return dict(x=x, n=n, group=group)
-    return Case(f"n{n}g{group}-{kind}", make, seed)
+    return Case(f"n{n}g{group}-{kind}", make, seed, known_difference)
 
 
 def _quant_i8_twin(v):
@@ -99,7 +101,8 @@ QUANTIZE_I8 = Kernel(
                             Out("q", "int8_t", "n"), Out("scales", "float", "cdiv(n, group)")),
     ("x", "n", "group", "q", "scales"), _quant_i8_twin,
     tuple(_quant_i8_case(n, g, seed=n) for n, g in I.VECTOR_SHAPES)
-    + (_quant_i8_case(300, 32, 1, "extreme"), _quant_i8_case(70, 64, 2, "all-zero")))
+    + (_quant_i8_case(300, 32, 1, "extreme"), _quant_i8_case(70, 64, 2, "all-zero"), _quant_i8_case(64, 32, 3, "tiny1e-36"),
+       _quant_i8_case(64, 32, 3, "tiny1e-38", I.TINY_GROUP)))
 
 
 def _matvec_case(rows, cols, group, bias, seed, P=None, tie=False):
@@ -248,13 +251,15 @@ ATTENTION_I8 = Kernel(
     + tuple(_attn_i8_case(2, 1, 8, pos, seed=3) for pos in (0, 1, 515, 516, 517, 599)))
 
 
-def _quant_i4_case(n, group, seed, kind="zero-group"):
+def _quant_i4_case(n, group, seed, kind="zero-group", known_difference=""):
     def make(r):
         x = I.extreme_vector(r, n) if kind == "extreme" else I.normal(r, n, 2.0)
+        if kind.startswith("tiny"):
+            x = I.tiny_group(n, group, float(kind[4:]))
         if kind == "zero-group":
             x[:group] = 0.0
         return dict(x=x, n=n, group=group)
-    return Case(f"n{n}g{group}-{kind}", make, seed)
+    return Case(f"n{n}g{group}-{kind}", make, seed, known_difference)
 
 
 def _quant_i4_twin(v):
@@ -267,7 +272,8 @@ QUANTIZE_I4 = Kernel(
                             Out("packed", "uint8_t", "n // 2"), Out("scales", "float", "n // group")),
     ("x", "n", "group", "packed", "scales"), _quant_i4_twin,
     tuple(_quant_i4_case(n, g, seed=n) for n, g in [(16, 16), (48, 24), (8, 8), (64, 32), (34, 17), (128, 32)])
-    + (_quant_i4_case(96, 32, 1, "extreme"),))
+    + (_quant_i4_case(96, 32, 1, "extreme"), _quant_i4_case(64, 32, 2, "tiny3e-37"),
+       _quant_i4_case(64, 32, 2, "tiny1e-38", I.TINY_GROUP)))
 
 
 def _attn_kv4_case(nh, nkv, hd, group, pos, seed):

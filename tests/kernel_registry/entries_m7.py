@@ -36,16 +36,18 @@ def _bias(v):
 
 
 # --- producers of the x16 stream -------------------------------------------------
-def _x16_case(n, group, seed, kind="zero-groups"):
+def _x16_case(n, group, seed, kind="zero-groups", known_difference=""):
     def make(r):
-        if kind == "extreme":  # 1e-15..1e15: SiLU's gate * up stays finite
+        if kind.startswith("tiny"):
+            x = np.concatenate([I.tiny_group(n, group, float(kind[4:])), np.ones(n, F32)])
+        elif kind == "extreme":  # 1e-15..1e15: SiLU's gate * up stays finite
             x = I.extreme_vector(r, 2 * n, decades=15)
         else:
             x = I.normal(r, 2 * n, 2.0)
             x[:n] = I.with_zero_groups(x[:n], group)
             x[: min(4, n)] = F32([100.0, -100.0, 88.5, -87.0])[: min(4, n)]  # SiLU's exp edges (gate inputs)
         return dict(x=x[:n], gu=x, w=I.normal(r, n), n=n, group=group, eps=F32(1e-5))
-    return Case(f"n{n}g{group}-{kind}", make, seed)
+    return Case(f"n{n}g{group}-{kind}", make, seed, known_difference)
 
 
 X16_SPECS = [(n, g, "zero-groups") for n, g in [(64, 32), (172, 64), (96, 128), (40, 32), (37, 32), (101, 64),
@@ -67,7 +69,7 @@ QUANTIZE_X16 = Kernel(
     "tllm_quantize_x16", H, (In("x", "float", "n"), Scalar("n", "int32_t"), Scalar("group", "int32_t"),
                              Out("stream", "uint8_t", "x16_bytes(n, group)")),
     ("x", "n", "group", "stream"), lambda v: {"stream": np.frombuffer(x16_of(v["x"], v["group"]), np.uint8)},
-    X16_CASES)
+    X16_CASES + (_x16_case(64, 32, 3, "tiny1e-36"), _x16_case(64, 32, 3, "tiny1e-38", I.TINY_GROUP)))
 
 RMSNORM_X16 = Kernel(
     "tllm_rmsnorm_x16", H, (In("x", "float", "n"), In("w", "float", "n"), Scalar("n", "int32_t"),

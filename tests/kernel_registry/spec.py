@@ -264,10 +264,9 @@ def expected(k: Kernel, values: Values) -> dict:
         if np.dtype(DTYPES[ctype]).kind == "f":
             assert arr.dtype == np.float32, f"{k.name}: twin output {name} is {arr.dtype}, not float32"
         out[name] = np.ascontiguousarray(arr.astype(DTYPES[ctype])).reshape(-1)
-        a = k.args and name in {x.name for x in k.args} and k.arg(name)
-        if isinstance(a, Array) and a.checked is not None:
-            n = length_of(a.checked, scalars)
-            out[name] = out[name][:n]
+        arrays = {a.name: a for a in k.args if isinstance(a, Array)}
+        if name in arrays and arrays[name].checked is not None:
+            out[name] = out[name][: length_of(arrays[name].checked, scalars)]
     return out
 
 

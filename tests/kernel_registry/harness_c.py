@@ -5,7 +5,9 @@ stdin in the order spec.Kernel.args declares them, calls the kernel once
 
 Built with the host gcc and the project's numerics flags (board.py
 NUMERICS_CFLAGS, the same contract the firmware is built with), linked with
-every runtime kernel source the registry's headers need."""
+every runtime kernel source the registry's headers need.  Only the I/O layer
+and main depend on the target: HOST_IO / HOST_MAIN here, harness_m7.py's for
+the Cortex-M7 under QEMU; the per-kernel runners are the same text."""
 from __future__ import annotations
 
 import subprocess

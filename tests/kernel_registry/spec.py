@@ -1,5 +1,5 @@
 """The typed description of one C kernel's arguments, and the wire format
-the generic host harness (harness_c.py) reads and writes.
+the generic harness (harness_c.py, on the host and on the M7) reads and writes.
 
 A kernel's arguments are declared in the order the harness reads them from
 stdin; `call` then names the C function's parameters in order:

@@ -197,7 +197,7 @@ def attention_scale(head_dim: int) -> np.float32:
 # n << 23 to the exponent field: bits(t) << 23 is exactly n << 23 (mod 2^32)
 # because bits(MAGIC) << 23 vanishes.  Below -64 the input is clamped: W *
 # 2^-64 rounds to 0 for any weight limit W.  exp2_nonpos(0) == 1 exactly and
-# exp2_nonpos(y) <= 1 for y <= 0 (tests/host/test_attention_i8_host.py).
+# exp2_nonpos(y) <= 1 for y <= 0 (tests/unit/test_twin_properties.py).
 EXP2_MAGIC = f32(12582912.0)  # 1.5 * 2^23
 EXP2_FLOOR = f32(-64.0)
 EXP2_POLY = tuple(f32(float.fromhex(c)) for c in (

@@ -98,7 +98,7 @@ void tllm_rmsnorm_x16b(const float *x, const float *w, int32_t n, float eps, int
 void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t P, int32_t p, uint8_t *xb);
 
 /* out[p * rows + r] = tllm_matvec_q4x4(m, x16 stream p, bias)[r] bit for
- * bit, for p < P (the contract; tests/host/test_batched_kernels.py and
+ * bit, for p < P (the contract; tests/host/test_kernel_twins.py and
  * bench/micro.c check it): each weight word is unpacked once for the P
  * tokens, and per token and group the epilogue is the matvec's, the same
  * float operations in the same order. Serves the fused gate/up matrix too

@@ -95,16 +95,21 @@ SHAPES_CONTEXT = 96
 
 def build_c_harness(tmp: Path, source: str, kernel_file: str) -> Path:
     """A small C test driver linked with one runtime kernel file, built with
-    the host gcc under the same float rules as the firmware."""
+    the host gcc under the same float rules as the firmware (NUMERICS_CFLAGS).
+
+    For a kernel against its numpy twin, add an entry to the kernel registry
+    (tests/kernel_registry) instead: its one generated harness covers every
+    kernel, and the completeness check knows about it."""
     import subprocess
 
+    from tinyllm_gen.board import NUMERICS_CFLAGS
     from tinyllm_gen.resources import firmware_dir
     FIRMWARE = firmware_dir()
 
     need("gcc")
     (tmp / "h.c").write_text(source)
     exe = tmp / "h"
-    subprocess.run(["gcc", "-O2", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra", "-Werror",
+    subprocess.run(["gcc", "-O2", *NUMERICS_CFLAGS, "-Wall", "-Wextra", "-Werror",
                     "-I", str(FIRMWARE), str(tmp / "h.c"), str(FIRMWARE / kernel_file), "-lm", "-o", str(exe)],
                    check=True)
     return exe

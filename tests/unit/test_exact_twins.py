@@ -1,5 +1,5 @@
 """Properties of the bit-exact numpy twins (their C equality is tested in
-tests/host/test_kernels_host.py and end to end)."""
+tests/host/test_kernel_twins.py and end to end)."""
 import numpy as np
 
 from tinyllm_gen import exact

@@ -2,21 +2,18 @@
 
 * pack/unpack round trip and size checks of Q4_0 / Q4_1 / Q8_0 (quant/formats.py);
 * our dequantization equals llama.cpp's own (`gguf.quants.dequantize`) bit for bit;
-* the C kernels (firmware/tllm_kernels_gguf.c, host gcc) equal their numpy
-  twins (exact.matvec_gguf, exact.dequant_row_gguf) bit for bit, fp16 corner
-  cases included;
+* the twin is close to the float product (the C kernels equal the twins bit
+  for bit in the kernel registry, tests/host/test_kernel_twins.py, every fp16
+  value included);
 * the quantize step keeps the blocks of a GGUF input and falls back to RTN for
   others;
 * slow: every one of the real SmolLM2-135M GGUF's 272 tensors, unpacked from OUR
   weights blob, equals `gguf`'s dequantized tensor bit for bit."""
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
-from firmware_harness import build_c_harness
 from gguf_models import smollm2_path
 from tinyllm_gen import exact
 from tinyllm_gen.quant.formats import (GGUF_BLOCK_BYTES, GGUF_KEPT, GGUFMatrix, dequantize_gguf, pack_gguf,
@@ -58,76 +55,6 @@ def test_size_checks():
         GGUFMatrix("w", "Q4_1", np.zeros((2, 18), np.uint8), 32)
     with pytest.raises(ValueError, match="not a kept GGUF format"):
         GGUFMatrix("w", "Q5_0", np.zeros((2, 22), np.uint8), 32)
-
-
-HARNESS = r"""
-#include <stdio.h>
-#include <stdlib.h>
-#include "tllm_kernels_gguf.h"
-/* stdin: qtype rows cols, the blocks (hex bytes), xq (int), xs (float bits), bias flag + bias bits, token.
- * stdout: the matvec's float bits, the argmax (chunk 3), the embedding row's bits, fp16 table. */
-int main(void) {
-    int qt, rows, cols, has_bias, token;
-    if (scanf("%d %d %d", &qt, &rows, &cols) != 3) return 1;
-    const int bb = qt == 0 ? 18 : qt == 1 ? 20 : 34, nbytes = rows * cols / 32 * bb;
-    uint8_t *blk = malloc(nbytes);
-    int8_t *xq = malloc(cols);
-    float *xs = malloc(sizeof(float) * cols / 32), *bias = malloc(sizeof(float) * rows), *out = malloc(sizeof(float) * rows);
-    float *row = malloc(sizeof(float) * cols), chunk[3];
-    for (int i = 0; i < nbytes; i++) { unsigned v; if (scanf("%x", &v) != 1) return 1; blk[i] = (uint8_t)v; }
-    for (int i = 0; i < cols; i++) { int v; if (scanf("%d", &v) != 1) return 1; xq[i] = (int8_t)v; }
-    for (int i = 0; i < cols / 32; i++) { unsigned v; if (scanf("%x", &v) != 1) return 1; memcpy(&xs[i], &v, 4); }
-    if (scanf("%d", &has_bias) != 1) return 1;
-    for (int i = 0; i < rows; i++) { unsigned v; if (scanf("%x", &v) != 1) return 1; memcpy(&bias[i], &v, 4); }
-    if (scanf("%d", &token) != 1) return 1;
-    const tllm_gguf_matrix m = {blk, (uint16_t)rows, (uint16_t)cols};
-    const float *b = has_bias ? bias : 0;
-    int32_t am;
-    if (qt == 0) { tllm_matvec_q40(&m, xq, xs, b, out); am = tllm_argmax_q40(&m, xq, xs, b, chunk, 3); tllm_embed_q40(&m, token, row); }
-    else if (qt == 1) { tllm_matvec_q41(&m, xq, xs, b, out); am = tllm_argmax_q41(&m, xq, xs, b, chunk, 3); tllm_embed_q41(&m, token, row); }
-    else { tllm_matvec_q80(&m, xq, xs, b, out); am = tllm_argmax_q80(&m, xq, xs, b, chunk, 3); tllm_embed_q80(&m, token, row); }
-    for (int i = 0; i < rows; i++) { uint32_t v; memcpy(&v, &out[i], 4); printf("%08x ", v); }
-    printf("\n%d\n", (int)am);
-    for (int i = 0; i < cols; i++) { uint32_t v; memcpy(&v, &row[i], 4); printf("%08x ", v); }
-    printf("\n");
-    for (uint32_t h = 0; h < 65536; h++) { float f = tllm_fp16_to_f32((uint16_t)h); uint32_t v; memcpy(&v, &f, 4); printf("%08x\n", v); }
-    return 0;
-}
-"""
-HARNESS = HARNESS.replace("#include <stdlib.h>", "#include <stdlib.h>\n#include <string.h>")
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    return build_c_harness(tmp_path_factory.mktemp("gguf_twin"), HARNESS, "tllm_kernels_gguf.c")
-
-
-def bits(a) -> str:
-    return " ".join(f"{int(v):08x}" for v in np.asarray(a, np.float32).view(np.uint32))
-
-
-@pytest.mark.parametrize("qtype,cols,bias", [("Q4_0", 64, False), ("Q4_1", 96, True), ("Q8_0", 2112, False),
-                                             ("Q4_1", 2112, False)])  # 2112: past the 64 kept activation sums
-def test_c_kernels_equal_their_twins(harness, qtype, cols, bias):
-    rows = 10
-    t = random_matrix(qtype, rows, cols, cols)
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal(cols).astype(np.float32) * np.float32(3)
-    x[:32] = 0  # an all-zero group: scale 0
-    xq, xs = exact.quantize_groups_i8(x, 32)
-    b = rng.standard_normal(rows).astype(np.float32)
-    text = (f"{GGUF_KEPT.index(qtype)} {rows} {cols}\n" + " ".join(f"{v:x}" for v in t.data.reshape(-1)) + "\n"
-            + " ".join(str(int(v)) for v in xq) + "\n" + bits(xs) + f"\n{int(bias)}\n" + bits(b) + "\n4\n")
-    out = subprocess.run([str(harness)], input=text, capture_output=True, text=True, check=True).stdout.split("\n")
-    d, m, q = t.fields()
-    want = exact.matvec_gguf(qtype, d, m, q, xq, xs, b if bias else None)
-    assert out[0].split() == bits(want).split()
-    assert int(out[1]) == int(np.argmax(want))
-    assert out[2].split() == bits(exact.dequant_row_gguf(qtype, d[4], None if m is None else m[4], q[4])).split()
-    h = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
-    c = np.array([int(v, 16) for v in out[3:3 + 65536]], np.uint32)
-    nan = np.isnan(h)
-    assert np.array_equal(c[~nan], h[~nan].view(np.uint32)) and np.isnan(c[nan].view(np.float32)).all()
 
 
 def test_twin_is_close_to_the_float_product():

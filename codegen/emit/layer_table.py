@@ -119,16 +119,23 @@ class _Builder:
         self.shared: dict[str, SharedBuffer] = {}
 
     def field(self, args: list[CArg], what: str) -> str:
+        """The member holding this argument (one per distinct per-layer value list: the
+        input of wq, wk and wv is one buffer, so one field)."""
         key = (args[0].ctype, tuple(a.text for a in args))
         if key not in self.fields:
-            self.fields[key] = Field(layer_field(what), args[0].ctype, key[1], what)
+            f = Field(layer_field(what), args[0].ctype, key[1], what)
+            if any(g.name == f.name for g in self.fields.values()):
+                raise AssertionError(f"two layer descriptor fields are named {f.name} ({what})")
+            self.fields[key] = f
         return "L->" + self.fields[key].name
 
     def generic(self, args: list[CArg], where: str) -> str:
-        names = {layer_generic(a.name, l) for l, a in enumerate(args)}
-        if len(names) != 1:
-            raise NotIsomorphic(f"{where} reads {args[0].name} in layer 0 but {args[1].name} in layer 1")
-        return names.pop()
+        """The argument's name with the layer shown as <i>, the same in every layer."""
+        names = [layer_generic(a.name, l) for l, a in enumerate(args)]
+        for l, name in enumerate(names):
+            if name != names[0]:
+                raise NotIsomorphic(f"{where} reads {args[0].name} in layer 0 but {args[l].name} in layer {l}")
+        return names[0]
 
     def argument(self, args: list[CArg], where: str) -> str:
         """The loop body's text for one argument position (args: each layer's)."""
@@ -166,8 +173,7 @@ class _Builder:
 
 
 def _loop(layers: list[tuple[KernelCall, ...]]) -> LayerLoop:
-    n = len(layers)
-    if n < 2:
+    if len(layers) < 2:
         raise NotIsomorphic("one layer: nothing to loop over")
     if len({len(l) for l in layers}) > 1:
         raise NotIsomorphic(f"layer 0 makes {len(layers[0])} calls, another layer "
@@ -187,7 +193,7 @@ def _loop(layers: list[tuple[KernelCall, ...]]) -> LayerLoop:
         texts = [b.argument([cc.args[j] for cc in c_calls], where) for j in range(len(c_calls[0].args))]
         starts = stage_of[k] is not None and stage_of[k] != stage_now
         body.append(LoopStatement(block_comment(STAGES[stage_of[k]][1], BODY_INDENT) if starts else "",
-                                  _comment(calls, b), c_calls[0].text(texts, BODY_INDENT)))
+                                  _comment(calls), c_calls[0].text(texts, BODY_INDENT)))
         stage_now = stage_of[k] if stage_of[k] is not None else stage_now
     fields = tuple(b.fields.values())
     check_unique([f.what for f in fields], "layer descriptor field", layer_field)
@@ -216,7 +222,7 @@ def _stages(calls: tuple[KernelCall, ...]) -> list[int | None]:
     return out
 
 
-def _comment(calls: list[KernelCall], b: _Builder) -> str:
+def _comment(calls: list[KernelCall]) -> str:
     """The call's description once for every layer: l<i>.q for the output, and
     its offset where the planner gave every layer the same one."""
     what, out0 = describe(calls[0])

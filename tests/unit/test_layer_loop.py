@@ -167,3 +167,19 @@ def test_unrolled_host_build_matches_reference(tmp_path):
     write_tree(compiled.tree, out)
     build(out)
     assert_identical(Built(model_dir, out), 64, GREEDY)
+
+
+def test_kept_gguf_blocks_loop_unless_a_layer_keeps_another_format(tmp_path):
+    from gguf_firmware import gguf_case
+    from tinyllm_gen.lower import GGUFRef, MatvecGGUF
+
+    program = compile_path(gguf_case(tmp_path, "qwen2-q4_1-untied"), CompileOptions(board="host")).program
+    loop = step_form(program).loop
+    assert loop is not None and any("tllm_matvec_q41(L->wq, B_L_I_XN_Q8, B_L_I_XN_QS, L->bq, B_L_I_Q);" in s.statement
+                                    for s in loop.body)
+    assert {f.ctype for f in loop.fields if f.name.startswith("w")} == {"const tllm_gguf_matrix *"}
+    q80 = _replace_in_layer(program, 1, lambda a: dataclasses.replace(a, matrix=dataclasses.replace(
+        a.matrix, qtype="Q8_0")) if isinstance(a, MatvecGGUF) and isinstance(a.matrix, GGUFRef)
+        and a.matrix.name.endswith("w_down") else a)
+    form = step_form(q80)
+    assert form.loop is None and "layer 1's call" in form.why and "tllm_matvec_q80" in form.why

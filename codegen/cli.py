@@ -202,8 +202,10 @@ _stream_chunk_option = click.option(
 @_sampler_option
 @_stream_option
 @_stream_chunk_option
+@click.option("--unroll-layers", is_flag=True,
+              help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk):
+                weight_quant, sampler, stream, stream_chunk, unroll_layers):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
@@ -212,7 +214,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
-                   stream_chunk=parse_size(stream_chunk) if stream_chunk else None)
+                   stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan

@@ -52,6 +52,7 @@ class CompileOptions:
     sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
     stream: str = "off"  # weight streaming (stream.py): off | all | auto (pin what fits, stream the rest)
     stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
+    unroll_layers: bool = False  # print each layer's calls instead of the loop over LAYERS (emit/layer_table.py)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,9 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
                "kernels": qg.kernels, "sampler": opts.sampler}
     if stream is not None:  # only when on: trees compiled without it keep their manifests
         options.update(stream=opts.stream, stream_chunk=stream.chunk_bytes)
-    tree = emit_tree(program, tokenizer, board, options)
+    if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
+        options.update(unroll_layers=True)
+    tree = emit_tree(program, tokenizer, board, options, opts.unroll_layers)
     return Compiled(model, qg, plan, program, tree, planned.trade_off)
 
 

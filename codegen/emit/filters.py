@@ -6,91 +6,46 @@ from __future__ import annotations
 
 from ..exact import c_float_literal
 from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
-                     MatvecQ4, MatvecQ4x4,
-                     QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
-                     QuantizeStaticS8, RmsNormX16, SiluMulPairsX16)
+                     MatvecQ4, MatvecQ4x4, QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, SiluMulPairsX16,
+                     FcS4PerChannel, FcS4PcRef, QuantizeStaticS8, RmsNormX16)
 from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4
-from .names import buffer_macro, ident, matrix_name, vector_macro
+from .c_calls import LINE_WIDTH, c_call
+from .names import buffer_macro, fc_name, matrix_name, vector_macro
 
 
-def _b(ref: BufferRef) -> str:
-    return buffer_macro(ref.name)
+def c_statement(call: KernelCall, indent: int = 4) -> str:
+    """The call's C statement (c_calls.py), wrapped to LINE_WIDTH."""
+    return c_call(call).text(indent=indent)
 
 
-def _matvec_call(a: MatvecQ4 | MatvecQ4x4 | MatvecGGUF) -> tuple[str, str]:
-    """(layout suffix, C arguments) of a matvec, shared by tllm_matvec_* and
-    the greedy builds' tllm_argmax_* (which add the chunk size)."""
-    bias = vector_macro(a.bias.name) if a.bias else "0"
-    if isinstance(a, MatvecGGUF):
-        return a.matrix.suffix, f"&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)}"
-    if isinstance(a, MatvecQ4x4):
-        return "q4x4", f"&{matrix_name(a.matrix.name)}, {_b(a.x_stream)}, {bias}, {_b(a.out)}"
-    return "q4", f"&{matrix_name(a.matrix.name)}, {_b(a.xq)}, {_b(a.xs)}, {bias}, {_b(a.out)}"
-
-
-def c_stream_statement(a) -> str | None:
-    """Weight streaming (stream.py): the call over the stream (tllm_stream.h)."""
-    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
-        mv = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax.matvec
-        bias = vector_macro(mv.bias.name) if mv.bias else "0"
-        args = f"&weight_stream, &{matrix_name(mv.matrix.name)}, {a.chunk_rows}, {_b(mv.x_stream)}, {bias}, {_b(mv.out)}"
-        if isinstance(a, StreamedMatvecQ4x4):
-            return f"tllm_stream_matvec_q4x4({args});"
-        return f"greedy_token = tllm_stream_argmax_q4x4({args}, {a.argmax.chunk_rows});"
-    if isinstance(a, StreamedEmbedQ4x4):
-        return f"tllm_stream_embed_q4x4(&weight_stream, &{matrix_name(a.table.name)}, {a.copy_bytes}u, token, {_b(a.embed.out)});"
-    return None
-
-
-def c_statement(call: KernelCall) -> str:
-    a = call.args
-    streamed = c_stream_statement(a)
-    if streamed is not None:
-        return streamed
-    if isinstance(a, EmbedGGUF):
-        return f"tllm_embed_{a.table.suffix}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
-    if isinstance(a, EmbedQ4):
-        fn = "tllm_embed_q4x4" if a.table.layout == "q4x4" else "tllm_embed_q4"
-        return f"{fn}(&{matrix_name(a.table.name)}, token, {_b(a.out)});"
-    if isinstance(a, QuantizeStaticS8):
-        return f"tllm_quantize_static_s8({_b(a.x)}, {a.n}, {c_float_literal(a.inv_scale)}, {_b(a.q)});"
-    if isinstance(a, FcS4PerChannel):
-        return f"tllm_fc_s4pc(&{fc_name(a.layer.name)}, {_b(a.xq)}, {_b(a.q_out)}, {_b(a.out)});"
-    if isinstance(a, QuantizeX16):
-        return f"tllm_quantize_x16({_b(a.x)}, {a.n}, {a.group}, {_b(a.stream)});"
-    if isinstance(a, ArgmaxClassifier):
-        layout, args = _matvec_call(a.matvec)
-        return f"greedy_token = tllm_argmax_{layout}({args}, {a.chunk_rows});"
-    if isinstance(a, (MatvecQ4, MatvecQ4x4, MatvecGGUF)):
-        layout, args = _matvec_call(a)
-        return f"tllm_matvec_{layout}({args});"
-    if isinstance(a, RmsNorm):
-        return (f"tllm_rmsnorm({_b(a.x)}, {vector_macro(a.weight.name)}, TLLM_DIM, "
-                f"{a.eps_name or c_float_literal(a.eps)}, {_b(a.out)});")
-    if isinstance(a, SiluMulPairsX16):
-        return f"tllm_silu_mul_pairs_x16({_b(a.gu)}, {a.n}, {a.group}, {_b(a.stream)});"
-    if isinstance(a, RmsNormX16):
-        return (f"tllm_rmsnorm_x16({_b(a.x)}, {vector_macro(a.weight.name)}, TLLM_DIM, "
-                f"{a.eps_name or c_float_literal(a.eps)}, TLLM_GROUP_SIZE, {_b(a.stream)});")
-    if isinstance(a, QuantizeI8):
-        return f"tllm_quantize_i8({_b(a.x)}, {a.n}, {a.group}, {_b(a.q)}, {_b(a.scales)});"
-    if isinstance(a, Rope):
-        return f"tllm_rope({_b(a.x)}, {a.n_heads}, {a.head_dim}, rope_cos, rope_sin);"
-    if isinstance(a, Attention):
-        fn, table = ("tllm_attention_kv4", "KV4") if a.kv_bits == 4 else ("tllm_attention_i8", "KV")
-        return (f"{fn}(&ATTENTION_SHAPE, {_b(a.q)}, {_b(a.k)}, {_b(a.v)}, &{table}[{a.layer}], pos, "
-                f"{_b(a.q8)}, {_b(a.scores)}, {_b(a.out)});")
-    if isinstance(a, Add):
-        return f"tllm_add({_b(a.a)}, {_b(a.b)}, {a.n});"
-    if isinstance(a, SiluMul):
-        return f"tllm_silu_mul({_b(a.gate)}, {_b(a.up)}, {a.n});"
-    raise AssertionError(f"no C form for {type(a).__name__}")
-
-
-def c_comment(call: KernelCall) -> str:
+def c_comment(call: KernelCall, indent: int = 4) -> str:
     """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
-    a = call.args
+    what, out = describe(call)
     where = f"layer {call.layer}" if call.layer is not None else ""
+    return wrap_comment(" ".join(p for p in (where, what) if p) + f" -> {out.name} @{out.region}+0x{out.offset:x}",
+                        indent)
+
+
+def wrap_comment(text: str, indent: int = 4) -> str:
+    """/* text */ on one line, or broken at spaces into a block comment that fits LINE_WIDTH."""
+    if indent + len(text) + 6 <= LINE_WIDTH:
+        return f"/* {text} */"
+    lines, cur = [], ""
+    for word in text.split(" "):
+        if cur and indent + 3 + len(cur) + 1 + len(word) > LINE_WIDTH - 3:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    lines.append(cur)
+    pad = "\n" + " " * indent
+    return "/* " + pad.join([lines[0]] + [" * " + ln for ln in lines[1:]]) + " */"
+
+
+def describe(call: KernelCall) -> tuple[str, BufferRef]:
+    """What a call does (its label, kernel and shape) and the buffer it
+    writes: the parts of its comment that do not name the layer."""
+    a = call.args
     via = ""
     if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
         via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
@@ -142,8 +97,7 @@ def c_comment(call: KernelCall) -> str:
     else:
         raise AssertionError(type(a).__name__)
     label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16, QuantizeStaticS8)) else ""
-    text = " ".join(p for p in (where, label, what) if p) + via
-    return f"/* {text} -> {out.name} @{out.region}+0x{out.offset:x} */"
+    return " ".join(p for p in (label, what) if p) + via, out
 
 
 def c_matrix(m: Q4Ref, pinned: dict | None = None) -> str:
@@ -164,16 +118,14 @@ def c_gguf_matrix(m: GGUFRef) -> str:
             f" /* {m.qtype} */")
 
 
-def fc_name(value: str) -> str:
-    return "FC_" + ident(value)
-
-
 def c_fc(fc: FcS4PcRef) -> str:
     """The const descriptor of one per-channel int4 layer (tllm_cmsis.h)."""
     w = fc.weight
-    return (f"static const tllm_fc_s4pc_layer {fc_name(fc.name)} = {{TLLM_W({c_hex(w.packed_offset)}), "
-            f"(const int32_t *)TLLM_W({c_hex(fc.bias_offset)}), (const int32_t *)TLLM_W({c_hex(fc.multipliers_offset)}), "
-            f"(const int32_t *)TLLM_W({c_hex(fc.shifts_offset)}), {w.rows}, {w.cols}, {c_float_literal(fc.out_scale)}}};")
+    words = (f"(const int32_t *)TLLM_W({c_hex(fc.bias_offset)}),",
+             f"(const int32_t *)TLLM_W({c_hex(fc.multipliers_offset)}),",
+             f"(const int32_t *)TLLM_W({c_hex(fc.shifts_offset)}), {w.rows}, {w.cols}, {c_float_literal(fc.out_scale)}}};")
+    return f"static const tllm_fc_s4pc_layer {fc_name(fc.name)} = {{TLLM_W({c_hex(w.packed_offset)}),\n    " + \
+        "\n    ".join(words)
 
 
 def c_hex(n: int) -> str:

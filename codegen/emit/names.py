@@ -8,7 +8,7 @@ into one underscore: "layers.3.wq" -> W_LAYERS_3_WQ, "l3.xn.q8" -> B_L3_XN_Q8.""
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Callable, Iterable
 
 _NON_IDENT = re.compile(r"[^0-9A-Za-z]+")
 
@@ -34,11 +34,38 @@ def vector_macro(name: str) -> str:
     return "V_" + ident(name)
 
 
-def check_unique(names: Iterable[str], what: str) -> None:
-    """Two IR names that map to one C identifier would silently alias."""
+def fc_name(name: str) -> str:
+    """A per-channel int4 layer's descriptor (tllm_fc_s4pc_layer), named after its output value."""
+    return "FC_" + ident(name)
+
+
+# Per-layer names: weights "layers.<i>.wq", buffers "l<i>.q" (ir.py builds both).
+_LAYER_PREFIX = re.compile(r"^(layers\.|l)([0-9]+)\.")
+GENERIC_LAYER = "<i>"
+
+
+def layer_generic(name: str, layer: int) -> str:
+    """"layers.3.wq" in layer 3 -> "layers.<i>.wq", "l3.q" -> "l<i>.q"; a name
+    without this layer's prefix (the residual "x0") is returned as it is."""
+    m = _LAYER_PREFIX.match(name)
+    if m is None or int(m.group(2)) != layer:
+        return name
+    return f"{m.group(1)}{GENERIC_LAYER}.{name[m.end():]}"
+
+
+def layer_field(name: str) -> str:
+    """The per-layer descriptor field for a generic name: the layer prefix
+    dropped, "layers.<i>.attention_norm" -> attention_norm, "l<i>.xn.x16" -> xn_x16."""
+    m = re.match(r"^(layers\.|l)<i>\.", name)
+    return ident(name[m.end():] if m else name).lower()
+
+
+def check_unique(names: Iterable[str], what: str, to_c: Callable[[str], str] = ident) -> None:
+    """Two IR names that map to one C identifier (ident, or another rule
+    such as layer_field) would silently alias."""
     seen: dict[str, str] = {}
     for n in names:
-        i = ident(n)
+        i = to_c(n)
         if i in seen and seen[i] != n:
             raise AssertionError(f"{what} names {seen[i]!r} and {n!r} both become {i}")
         seen[i] = n

@@ -24,6 +24,7 @@ from ..plan.human import report_files
 from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
 from .filters import FILTERS
+from .layer_table import block_comment, c_layer_table, step_form
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
 from ..abi import ABI_VERSION  # the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..board import Board
@@ -71,6 +72,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.filters["offset_macro"] = offset_macro
+    env.filters.update(block_comment=block_comment, c_layer_table=c_layer_table)
     env.filters.update(arena_symbol=arena_symbol, arena_macro=arena_macro, canary_macro=canary_macro,
                        region_macro=region_macro)
     return env
@@ -87,12 +89,14 @@ def _matrices_of(args) -> list[Q4Ref]:
     return []
 
 
-def _calls_with_layer_marks(program: Program) -> list[dict]:
-    out, prev = [], None
-    for call in program.calls:
-        out.append({"call": call, "layer": call.layer, "layer_start": call.layer is not None and call.layer != prev})
-        prev = call.layer if call.layer is not None else prev
-    return out
+def _option_lines(words: list[str], width: int = 100) -> list[str]:
+    """The banner's options, a few per line so every generated file fits 120 columns."""
+    lines = [""]
+    for w in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(w) > width:
+            lines.append("")
+        lines[-1] = f"{lines[-1]} {w}".strip()
+    return lines
 
 
 def _vocab(tokenizer: Tokenizer, vocab_size: int) -> tuple[list[bytes], list[list[int]]]:
@@ -120,12 +124,15 @@ def _stream_context(program: Program, pinned: dict) -> dict:
         "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode}}
 
 
-def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object]) -> EmittedTree:
+def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
+              unroll_layers: bool = False) -> EmittedTree:
+    """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py)."""
     c = program.config
     plan = program.plan
     env = _env()
     buffers = program.buffers()
-    check_unique([b.name for b in buffers], "buffer")
+    step = step_form(program, unroll_layers)
+    check_unique([b.name for b in buffers] + [s.name for s in (step.loop.shared if step.loop else ())], "buffer")
     all_matrices = sorted({m for call in program.calls for m in _matrices_of(call.args)}, key=lambda m: m.name)
     matrices = [m for m in all_matrices if not isinstance(m, GGUFRef)]
     gguf_matrices = [m for m in all_matrices if isinstance(m, GGUFRef)]  # llama.cpp blocks kept as they are
@@ -138,13 +145,13 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     vector_refs = [{"name": e.name, "offset": pinned.get(e.name, e.offset), "count": e.nbytes // 4,
                     "base": "TLLM_P" if e.name in pinned else "TLLM_W"} for e in vectors]
     external = board.weights.storage == "external"
-    option_text = " ".join(f"{k}={options[k]}" for k in sorted(options))
+    option_lines = _option_lines([f"{k}={options[k]}" for k in sorted(options)])
     vocab_external = any(e.name == "vocab" for e in program.blob.entries)  # in external flash (vocab.py)
     vocab_chunks, vocab_rows = _vocab(tokenizer, c.vocab_size) if not vocab_external else ([], [])
 
     ctx = {
         "version": __version__, "abi_version": ABI_VERSION, "model_sha256": program.blob.sha256,
-        "arch": c.arch, "n_params": f"{c.n_params():,}", "options": option_text,
+        "arch": c.arch, "n_params": f"{c.n_params():,}", "option_lines": option_lines,
         "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits,
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
@@ -157,7 +164,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
                       for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
-        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "calls": _calls_with_layer_marks(program),
+        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "vocab_external": vocab_external,
         "vocab_offsets_at": program.blob.entry("vocab", "u32").offset if vocab_external else 0,

@@ -1,0 +1,169 @@
+"""One kernel call as a typed C call: the function and each argument with
+what it is (a planned buffer, a weight descriptor, a shape number ...).
+
+The unrolled step prints these as they are; layer_table.py compares them
+position by position across layers to decide which arguments become fields
+of the per-layer descriptor table.  Keeping the argument's record here (not
+only its text) is what lets that comparison ask "same buffer offset?"
+instead of parsing C strings."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..exact import c_float_literal
+from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, EmbedQ4, FcS4PcRef, FcS4PerChannel,
+                     GGUFRef, KernelCall, MatvecGGUF, MatvecQ4, MatvecQ4x4, Q4Ref, QuantizeI8, QuantizeStaticS8,
+                     QuantizeX16, RmsNorm, RmsNormX16, Rope, SiluMul, SiluMulPairsX16, VectorRef)
+from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4
+from .names import buffer_macro, fc_name, matrix_name, vector_macro
+
+LINE_WIDTH = 120  # generated C fits a screen
+
+# CArg.kind:
+FIXED = "fixed"    # text that is the same wherever the call is: TLLM_DIM, pos, rope_cos, a 0 bias
+SHAPE = "shape"    # an int giving the call's shape: layers must agree on it to share one loop body
+PARAM = "param"    # a number that may differ per layer (a stream's chunk rows, a static int8 scale)
+BUFFER = "buffer"  # a planned arena buffer (ref: BufferRef)
+WEIGHT = "weight"  # a weight descriptor or vector (ref: Q4Ref, GGUFRef, VectorRef, FcS4PcRef)
+KV = "kv"          # the layer's KV cache entry (ref: the layer index)
+
+
+@dataclass(frozen=True)
+class CArg:
+    text: str          # as the unrolled step prints it
+    kind: str          # one of the kinds above
+    ref: object = None  # the record it comes from (or the number, for SHAPE / PARAM / KV)
+    ctype: str = ""    # its C type as a descriptor-table field (BUFFER, WEIGHT, PARAM)
+    name: str = ""     # the IR name a field is named after (PARAM: "<buffer or matrix>.<what>")
+
+
+@dataclass(frozen=True)
+class CCall:
+    fn: str
+    args: tuple[CArg, ...]
+    assign: str = ""  # "greedy_token = " for the greedy classifier
+
+    def text(self, args: list[str] | None = None, indent: int = 4) -> str:
+        """The statement, wrapped after commas (continuation under the
+        opening parenthesis) where it would pass LINE_WIDTH."""
+        texts = [a.text for a in self.args] if args is None else args
+        head = f"{self.assign}{self.fn}("
+        lines, cur = [], head
+        for i, t in enumerate(texts):
+            piece = t + (", " if i + 1 < len(texts) else ");")
+            if cur != head and cur.strip() and indent + len(cur) + len(piece.rstrip()) > LINE_WIDTH:
+                lines.append(cur.rstrip())
+                cur = " " * len(head)
+            cur += piece
+        lines.append(cur)
+        return ("\n" + " " * indent).join(lines)
+
+
+def _buf(ref: BufferRef) -> CArg:
+    return CArg(buffer_macro(ref.name), BUFFER, ref, f"{ref.ctype} *", ref.name)
+
+
+def _matrix(ref: Q4Ref | GGUFRef) -> CArg:
+    ctype = ("const tllm_gguf_matrix *" if isinstance(ref, GGUFRef) else
+             "const tllm_q4x4_matrix *" if ref.layout == "q4x4" else "const tllm_q4_matrix *")
+    return CArg("&" + matrix_name(ref.name), WEIGHT, ref, ctype, ref.name)
+
+
+def _vec(ref: VectorRef | None) -> CArg:
+    if ref is None:
+        return CArg("0", FIXED)
+    return CArg(vector_macro(ref.name), WEIGHT, ref, "const float *", ref.name)
+
+
+def _fc(ref: FcS4PcRef) -> CArg:
+    return CArg("&" + fc_name(ref.name), WEIGHT, ref, "const tllm_fc_s4pc_layer *", ref.name + ".fc")
+
+
+def _fixed(text: str) -> CArg:
+    return CArg(text, FIXED)
+
+
+def _shape(n: int) -> CArg:
+    return CArg(str(n), SHAPE, n)
+
+
+def _param(text: str, value, ctype: str, name: str) -> CArg:
+    return CArg(text, PARAM, value, ctype, name)
+
+
+def _eps(a: RmsNorm | RmsNormX16) -> CArg:
+    return _fixed(a.eps_name or c_float_literal(a.eps))
+
+
+def _matvec_args(a: MatvecQ4 | MatvecQ4x4 | MatvecGGUF) -> tuple[str, list[CArg]]:
+    """(layout suffix, arguments) of a matvec, shared by tllm_matvec_* and
+    the greedy builds' tllm_argmax_* (which add the chunk size)."""
+    if isinstance(a, MatvecGGUF):
+        return a.matrix.suffix, [_matrix(a.matrix), _buf(a.xq), _buf(a.xs), _vec(a.bias), _buf(a.out)]
+    if isinstance(a, MatvecQ4x4):
+        return "q4x4", [_matrix(a.matrix), _buf(a.x_stream), _vec(a.bias), _buf(a.out)]
+    return "q4", [_matrix(a.matrix), _buf(a.xq), _buf(a.xs), _vec(a.bias), _buf(a.out)]
+
+
+def _stream_call(a) -> CCall | None:
+    """Weight streaming (stream.py): the call over the stream (tllm_stream.h)."""
+    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        mv = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax.matvec
+        rows = _param(str(a.chunk_rows), a.chunk_rows, "int32_t", mv.matrix.name + ".chunk_rows")
+        args = [_fixed("&weight_stream"), _matrix(mv.matrix), rows, _buf(mv.x_stream), _vec(mv.bias), _buf(mv.out)]
+        if isinstance(a, StreamedMatvecQ4x4):
+            return CCall("tllm_stream_matvec_q4x4", tuple(args))
+        return CCall("tllm_stream_argmax_q4x4", tuple(args + [_shape(a.argmax.chunk_rows)]), "greedy_token = ")
+    if isinstance(a, StreamedEmbedQ4x4):
+        return CCall("tllm_stream_embed_q4x4", (_fixed("&weight_stream"), _matrix(a.table),
+                                                _param(f"{a.copy_bytes}u", a.copy_bytes, "uint32_t",
+                                                       a.table.name + ".copy_bytes"),
+                                                _fixed("token"), _buf(a.embed.out)))
+    return None
+
+
+def c_call(call: KernelCall) -> CCall:
+    a = call.args
+    streamed = _stream_call(a)
+    if streamed is not None:
+        return streamed
+    if isinstance(a, EmbedGGUF):
+        return CCall(f"tllm_embed_{a.table.suffix}", (_matrix(a.table), _fixed("token"), _buf(a.out)))
+    if isinstance(a, EmbedQ4):
+        fn = "tllm_embed_q4x4" if a.table.layout == "q4x4" else "tllm_embed_q4"
+        return CCall(fn, (_matrix(a.table), _fixed("token"), _buf(a.out)))
+    if isinstance(a, QuantizeStaticS8):
+        scale = _param(c_float_literal(a.inv_scale), a.inv_scale, "float", a.x.name + ".inv_scale")
+        return CCall("tllm_quantize_static_s8", (_buf(a.x), _shape(a.n), scale, _buf(a.q)))
+    if isinstance(a, FcS4PerChannel):
+        return CCall("tllm_fc_s4pc", (_fc(a.layer), _buf(a.xq), _buf(a.q_out), _buf(a.out)))
+    if isinstance(a, QuantizeX16):
+        return CCall("tllm_quantize_x16", (_buf(a.x), _shape(a.n), _shape(a.group), _buf(a.stream)))
+    if isinstance(a, ArgmaxClassifier):
+        layout, args = _matvec_args(a.matvec)
+        return CCall(f"tllm_argmax_{layout}", tuple(args + [_shape(a.chunk_rows)]), "greedy_token = ")
+    if isinstance(a, (MatvecQ4, MatvecQ4x4, MatvecGGUF)):
+        layout, args = _matvec_args(a)
+        return CCall(f"tllm_matvec_{layout}", tuple(args))
+    if isinstance(a, RmsNorm):
+        return CCall("tllm_rmsnorm", (_buf(a.x), _vec(a.weight), _fixed("TLLM_DIM"), _eps(a), _buf(a.out)))
+    if isinstance(a, SiluMulPairsX16):
+        return CCall("tllm_silu_mul_pairs_x16", (_buf(a.gu), _shape(a.n), _shape(a.group), _buf(a.stream)))
+    if isinstance(a, RmsNormX16):
+        return CCall("tllm_rmsnorm_x16", (_buf(a.x), _vec(a.weight), _fixed("TLLM_DIM"), _eps(a),
+                                          _fixed("TLLM_GROUP_SIZE"), _buf(a.stream)))
+    if isinstance(a, QuantizeI8):
+        return CCall("tllm_quantize_i8", (_buf(a.x), _shape(a.n), _shape(a.group), _buf(a.q), _buf(a.scales)))
+    if isinstance(a, Rope):
+        return CCall("tllm_rope", (_buf(a.x), _shape(a.n_heads), _shape(a.head_dim), _fixed("rope_cos"),
+                                   _fixed("rope_sin")))
+    if isinstance(a, Attention):
+        fn, table = ("tllm_attention_kv4", "KV4") if a.kv_bits == 4 else ("tllm_attention_i8", "KV")
+        kv = CArg(f"&{table}[{a.layer}]", KV, a.layer, name=table)  # name: the table the loop indexes with l
+        return CCall(fn, (_fixed("&ATTENTION_SHAPE"), _buf(a.q), _buf(a.k), _buf(a.v), kv, _fixed("pos"), _buf(a.q8),
+                          _buf(a.scores), _buf(a.out)))
+    if isinstance(a, Add):
+        return CCall("tllm_add", (_buf(a.a), _buf(a.b), _shape(a.n)))
+    if isinstance(a, SiluMul):
+        return CCall("tllm_silu_mul", (_buf(a.gate), _buf(a.up), _shape(a.n)))
+    raise AssertionError(f"no C form for {type(a).__name__}")

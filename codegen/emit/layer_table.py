@@ -1,0 +1,279 @@
+"""The decode step's layers as one loop over a per-layer descriptor table.
+
+When every layer makes the same calls (same kernels, same shapes) and they
+differ only in which weights, vectors, buffers and KV entry they use, the
+step is printed like llama2.c's forward(): a `for` over the layers whose
+body reads the differing arguments from `LAYERS[l]`.  The decision is made
+per call position and argument on the typed C calls (c_calls.py): a weight
+differs by name, a buffer by its planned region and offset (a buffer the
+planner put at the same offset in every layer stays a literal macro), a
+number by value; a shape number that differs makes the layers different,
+and then (or with `compile --unroll-layers`) the step stays unrolled."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..lower import KernelCall, Program
+from .c_calls import BUFFER, FIXED, KV, LINE_WIDTH, PARAM, SHAPE, WEIGHT, CArg, CCall, c_call
+from .filters import describe, wrap_comment
+from .names import buffer_macro, check_unique, layer_field, layer_generic
+
+BODY_INDENT = 8  # inside tllm_model_step's for loop
+
+# Why each stage of a layer exists: printed once above the stage in the loop body.
+# A stage is named by the labels of its calls (ir.py); a quantize call belongs to the stage it feeds.
+STAGES = (
+    (("attention_norm",),
+     "Attention norm: RMSNorm brings the residual stream to unit RMS (times a learned gain), so every layer's "
+     "projections see inputs of one size."),
+    (("attn.wq", "attn.wk", "attn.wv"),
+     "Q, K, V: project the normed input; K and V have n_kv_heads heads, each shared by a group of query heads "
+     "(grouped-query attention)."),
+    (("rope.q", "rope.k"),
+     "RoPE: rotate q and k by this position's angles, so q.k depends on how far apart two tokens are, not on "
+     "where they are."),
+    (("attention",),
+     "Attention over the KV cache: store this position's k and v (quantized), then each head's "
+     "softmax(q.k / sqrt(head_dim)) over positions 0..pos weights their v."),
+    (("attn.wo", "residual.attn"),
+     "Output projection of the heads back to the residual width, added onto the residual stream (the skip "
+     "connection)."),
+    (("ffn_norm",), "FFN norm: RMSNorm of the residual stream again, the feed-forward block's input."),
+    (("ffn.w_gate", "ffn.w_up", "ffn.w_gate+w_up"),
+     "Gate and up projections to the hidden width (one interleaved matrix where the Cortex-M7 kernels fuse "
+     "the two)."),
+    (("ffn.silu_mul",), "SwiGLU: silu(gate) * up, the feed-forward block's nonlinearity."),
+    (("ffn.w_down", "residual.ffn"), "Down projection back to the residual width, added onto the residual stream."),
+)
+_STAGE_OF = {label: i for i, (labels, _) in enumerate(STAGES) for label in labels}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One member of the per-layer descriptor: its C type and each layer's initializer."""
+
+    name: str
+    ctype: str
+    values: tuple[str, ...]  # layer l's initializer
+    what: str  # the generic IR name it stands for, "layers.<i>.wq"
+
+
+@dataclass(frozen=True)
+class SharedBuffer:
+    """A buffer planned at the same offset in every layer: one macro for the loop body."""
+
+    name: str  # "l<i>.q"
+    macro: str  # B_L_I_Q
+    target: str  # layer 0's macro, B_L0_Q
+    what: str  # "l<i>.q float[64] @ram+0x3cd00"
+
+
+@dataclass(frozen=True)
+class LoopStatement:
+    stage: str  # the stage's why-comment when this call starts a stage, else ""
+    comment: str  # the call's own comment, the layer-varying parts shown generically
+    statement: str
+
+
+@dataclass(frozen=True)
+class LayerLoop:
+    fields: tuple[Field, ...]
+    shared: tuple[SharedBuffer, ...]
+    body: tuple[LoopStatement, ...]
+
+
+@dataclass(frozen=True)
+class StepForm:
+    """How tllm_model_step prints: the calls before the first layer, the
+    layers (a loop, or each layer's calls), the calls after the last layer."""
+
+    head: tuple[KernelCall, ...]
+    layers: tuple[tuple[KernelCall, ...], ...]
+    tail: tuple[KernelCall, ...]
+    loop: LayerLoop | None
+    why: str  # the comment at the top of the step: which form, and why
+
+
+class NotIsomorphic(Exception):
+    """The layers cannot share one loop body; the message says where they differ."""
+
+
+def _split(calls: tuple[KernelCall, ...]) -> tuple[tuple, list[tuple], tuple]:
+    """(head, per-layer calls, tail); layers must follow each other in order."""
+    head, layers, tail = [], [], []
+    for call in calls:
+        if call.layer is None:
+            (tail if layers else head).append(call)
+        elif tail or call.layer > len(layers) or (call.layer < len(layers) - 1):
+            raise NotIsomorphic(f"layer {call.layer}'s calls are not in one run after layer {len(layers) - 1}'s")
+        else:
+            if call.layer == len(layers):
+                layers.append([])
+            layers[call.layer].append(call)
+    return tuple(head), [tuple(l) for l in layers], tuple(tail)
+
+
+class _Builder:
+    def __init__(self):
+        self.fields: dict[tuple, Field] = {}  # (ctype, each layer's text) -> field
+        self.shared: dict[str, SharedBuffer] = {}
+
+    def field(self, args: list[CArg], what: str) -> str:
+        """The member holding this argument (one per distinct per-layer value list: the
+        input of wq, wk and wv is one buffer, so one field)."""
+        key = (args[0].ctype, tuple(a.text for a in args))
+        if key not in self.fields:
+            f = Field(layer_field(what), args[0].ctype, key[1], what)
+            if any(g.name == f.name for g in self.fields.values()):
+                raise AssertionError(f"two layer descriptor fields are named {f.name} ({what})")
+            self.fields[key] = f
+        return "L->" + self.fields[key].name
+
+    def generic(self, args: list[CArg], where: str) -> str:
+        """The argument's name with the layer shown as <i>, the same in every layer."""
+        names = [layer_generic(a.name, l) for l, a in enumerate(args)]
+        for l, name in enumerate(names):
+            if name != names[0]:
+                raise NotIsomorphic(f"{where} reads {args[0].name} in layer 0 but {args[l].name} in layer {l}")
+        return names[0]
+
+    def argument(self, args: list[CArg], where: str) -> str:
+        """The loop body's text for one argument position (args: each layer's)."""
+        a0 = args[0]
+        if any(a.kind != a0.kind or a.ctype != a0.ctype for a in args):
+            raise NotIsomorphic(f"{where}: argument {a0.text} is of a different kind in another layer")
+        texts = {a.text for a in args}
+        if a0.kind in (FIXED, SHAPE):
+            if len(texts) > 1:
+                l, a = next((l, a) for l, a in enumerate(args) if a.text != a0.text)
+                raise NotIsomorphic(f"{where}: layer {l} passes {a.text} where layer 0 passes {a0.text}")
+            return a0.text
+        if a0.kind == KV:
+            if any(a.ref != l for l, a in enumerate(args)):
+                raise NotIsomorphic(f"{where}: a layer reads another layer's KV cache")
+            return f"&{a0.name}[l]"
+        if a0.kind == PARAM:
+            return a0.text if len(texts) == 1 else self.field(args, self.generic(args, where))
+        if a0.kind == WEIGHT:
+            return a0.text if len(texts) == 1 else self.field(args, self.generic(args, where))
+        assert a0.kind == BUFFER, a0.kind
+        refs = [a.ref for a in args]
+        if len({(r.ctype, r.count) for r in refs}) > 1:
+            raise NotIsomorphic(f"{where}: buffer {a0.name} has another size in another layer")
+        if len(texts) == 1:
+            return a0.text  # one buffer for every layer (the residual stream)
+        name = self.generic(args, where)
+        if len({(r.region, r.offset) for r in refs}) > 1:
+            return self.field(args, name)
+        macro = buffer_macro(name)
+        r = refs[0]
+        self.shared.setdefault(macro, SharedBuffer(name, macro, a0.text, f"{name} {r.ctype}[{r.count}] "
+                                                                   f"@{r.region}+0x{r.offset:x}"))
+        return macro
+
+
+def _loop(layers: list[tuple[KernelCall, ...]]) -> LayerLoop:
+    if len(layers) < 2:
+        raise NotIsomorphic("one layer: nothing to loop over")
+    if len({len(l) for l in layers}) > 1:
+        raise NotIsomorphic(f"layer 0 makes {len(layers[0])} calls, another layer "
+                            f"{next(len(l) for l in layers if len(l) != len(layers[0]))}")
+    b = _Builder()
+    body, stage_now = [], None
+    stage_of = _stages(layers[0])
+    for k in range(len(layers[0])):
+        calls = [layer[k] for layer in layers]
+        c_calls: list[CCall] = [c_call(c) for c in calls]
+        where = f"call {k} ({calls[0].label})"
+        heads = [describe(c)[0] for c in calls]
+        for l, (cc, head) in enumerate(zip(c_calls, heads)):
+            if (cc.fn, cc.assign, len(cc.args), head) != (c_calls[0].fn, c_calls[0].assign, len(c_calls[0].args),
+                                                          heads[0]):
+                raise NotIsomorphic(f"layer {l}'s call {k} is {cc.fn}: {head}, layer 0's {c_calls[0].fn}: {heads[0]}")
+        texts = [b.argument([cc.args[j] for cc in c_calls], where) for j in range(len(c_calls[0].args))]
+        starts = stage_of[k] is not None and stage_of[k] != stage_now
+        body.append(LoopStatement(block_comment(STAGES[stage_of[k]][1], BODY_INDENT) if starts else "",
+                                  _comment(calls), c_calls[0].text(texts, BODY_INDENT)))
+        stage_now = stage_of[k] if stage_of[k] is not None else stage_now
+    fields = tuple(b.fields.values())
+    check_unique([f.what for f in fields], "layer descriptor field", layer_field)
+    return LayerLoop(fields, tuple(b.shared.values()), tuple(body))
+
+
+def block_comment(text: str, indent: int) -> str:
+    """Lines of text (split at "\\n", and at spaces where a line would pass
+    LINE_WIDTH) as one C block comment at this indent."""
+    lines = []
+    for para in text.split("\n"):
+        lines.append("")
+        for word in para.split(" "):
+            if lines[-1] and indent + 3 + len(lines[-1]) + 1 + len(word) > LINE_WIDTH - 3:
+                lines.append("")
+            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return ("\n" + " " * indent).join(["/* " + lines[0]] + [" * " + ln for ln in lines[1:]]) + " */"
+
+
+def _stages(calls: tuple[KernelCall, ...]) -> list[int | None]:
+    """Each call's stage (index into STAGES); a quantize call takes the stage of the call after it."""
+    out: list[int | None] = [_STAGE_OF.get(c.label) for c in calls]
+    for k in range(len(out) - 2, -1, -1):
+        if out[k] is None and calls[k].label.startswith("quantize "):
+            out[k] = out[k + 1]
+    return out
+
+
+def _comment(calls: list[KernelCall]) -> str:
+    """The call's description once for every layer: l<i>.q for the output, and
+    its offset where the planner gave every layer the same one."""
+    what, out0 = describe(calls[0])
+    outs = [describe(c)[1] for c in calls]
+    name = layer_generic(out0.name, calls[0].layer)
+    where = (f"@{out0.region}+0x{out0.offset:x}" if len({(o.region, o.offset) for o in outs}) == 1
+             else "@a per-layer offset")
+    return wrap_comment(f"{what} -> {name} {where}", BODY_INDENT)
+
+
+def step_form(program: Program, unroll: bool = False) -> StepForm:
+    head, layers, tail = (), [], ()
+    try:
+        head, layers, tail = _split(program.calls)
+        if len(layers) != program.config.n_layers:
+            raise NotIsomorphic(f"{len(layers)} layers of calls for a model of {program.config.n_layers}")
+        if unroll:
+            return StepForm(head, tuple(layers), tail, None, "The layers are unrolled (compile --unroll-layers).")
+        loop = _loop(layers)
+    except (NotIsomorphic, AssertionError) as e:
+        if not layers:
+            head, layers, tail = program.calls, [], ()
+        return StepForm(head, tuple(layers), tail, None, f"The layers are unrolled: they differ ({e}).")
+    return StepForm(head, tuple(layers), tail, loop,
+                    f"The {len(layers)} layers run as one loop: they make the same calls and differ only in the "
+                    "weights, buffers and KV cache named in LAYERS[l] (compile --unroll-layers prints each layer).")
+
+
+def c_layer_table(loop: LayerLoop) -> str:
+    """The descriptor type and the LAYERS[TLLM_N_LAYERS] table, with designated initializers."""
+    width = max(len(f.ctype) + len(f.name) + (0 if f.ctype.endswith("*") else 1) for f in loop.fields)
+    lines = ["typedef struct {"]
+    for f in loop.fields:
+        decl = f"{f.ctype}{'' if f.ctype.endswith('*') else ' '}{f.name};"
+        lines.append(f"    {decl:<{width + 1}} /* {f.what} */")
+    lines += ["} tllm_layer;", "", "static const tllm_layer LAYERS[TLLM_N_LAYERS] = {"]
+    for layer in range(len(loop.fields[0].values)):
+        head = f"    [{layer}] = {{"
+        lines.append(_packed(head, [f".{f.name} = {f.values[layer]}" for f in loop.fields], "},"))
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def _packed(head: str, items: list[str], close: str) -> str:
+    """items joined by ", " after head, wrapped under head's end to fit LINE_WIDTH."""
+    lines, cur = [], head
+    for i, item in enumerate(items):
+        piece = item + (", " if i + 1 < len(items) else close)
+        if cur.strip() and cur != head and len(cur) + len(piece.rstrip()) > LINE_WIDTH:
+            lines.append(cur.rstrip())
+            cur = " " * len(head)
+        cur += piece
+    lines.append(cur)
+    return "\n".join(lines)

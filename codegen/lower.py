@@ -23,7 +23,7 @@ from .plan.lifetimes import GEN_STATE_BYTES, logits_rows, request_bytes
 from .fusion import fused_gate_up, fused_norm_outputs
 from .quant.formats import GGUF_BLOCK, QuantizedGraph, n_groups, x16_stream_bytes
 from .quant.kv import kv_layout
-from .reference import rope_tables
+from .reference import head_start_node, rope_tables
 
 
 @dataclass(frozen=True)
@@ -289,6 +289,19 @@ class Program:
     kernels: str = "portable"
     greedy: bool = False  # the classifier ends in an argmax (ArgmaxClassifier): no logits vector, no sampler
     stream: object = None  # stream.StreamPlan (the same the step carried), None: weights read in place
+    head_start: int = -1  # calls[head_start:] are the head (LoweredStep.head_start); -1: not set
+
+    @property
+    def body_calls(self) -> tuple[KernelCall, ...]:
+        assert self.head_start > 0, "bind sets head_start"
+        return self.calls[:self.head_start]
+
+    @property
+    def head_calls(self) -> tuple[KernelCall, ...]:
+        """The final norm and the classifier: what a step without logits (a
+        prompt token before the last) skips."""
+        assert self.head_start > 0, "bind sets head_start"
+        return self.calls[self.head_start:]
 
     @property
     def max_seq(self) -> int:
@@ -334,6 +347,11 @@ class LoweredStep:
     kernels: str
     greedy: bool
     stream: object = None  # stream.StreamPlan when weights are streamed or pinned (codegen/stream.py)
+    # calls[head_start:] are the head: the final norm and the classifier, the
+    # calls of the graph's nodes after the last layer (reference.head_start_node).
+    # Only the last prompt token's logits are read, so the firmware's step
+    # skips them for the others (tllm_model_step's need_logits).
+    head_start: int = -1
 
     def decl(self, name: str) -> BufferDecl:
         for d in self.decls:
@@ -422,12 +440,15 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
     gate_up = fused_gate_up(src)
     fused_up = {f.up for f in gate_up.values()}
     fused_act = {f.act: f for f in gate_up.values()}
+    head_node, head_start = head_start_node(g), -1
 
     def emit(args: KernelArgs, node: Node, label: str | None = None) -> None:
         calls.append(KernelCall(args, node.layer, label or node.label))
 
     for i, node in enumerate(g.nodes):
         ins = node.inputs
+        if i == head_node:
+            head_start = len(calls)
         if node.op == "embedding":
             table = gguf(node)
             emit(EmbedGGUF(table, out_value(node)) if table else EmbedQ4(q4(node), out_value(node)), node)
@@ -508,8 +529,9 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
     if not greedy:
         new("sample_idx", "uint16_t", c.vocab_size, "sampler", "sampler")
     new("request", "uint8_t", request_bytes(max_seq), "request", "start")
+    assert 0 < head_start < len(calls), "the step has a body and a head (final norm, classifier)"
     return LoweredStep(c, tuple(calls), tuple(decls.values()), val(g.output), max_seq, src.group_size, src.kv_bits,
-                       src.kernels, greedy)
+                       src.kernels, greedy, head_start=head_start)
 
 
 def _refs(obj):
@@ -568,7 +590,7 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
         config=c, calls=calls, plan=plan, blob=blob, logits=transform(step.logits),
         rope_cos=VectorRef("rope.cos", cos.nbytes // 4, cos.offset), rope_sin=VectorRef("rope.sin", sin.nbytes // 4, sin.offset),
         attention_scale=exact.attention_scale(c.head_dim), group_size=step.group_size, kv_bits=step.kv_bits,
-        kernels=step.kernels, greedy=step.greedy, stream=step.stream,
+        kernels=step.kernels, greedy=step.greedy, stream=step.stream, head_start=step.head_start,
     )
 
 

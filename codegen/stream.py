@@ -262,7 +262,8 @@ class ScheduledChunk:
     copy_bytes: int
     row0: int
     rows: int
-    buffer: int  # stream buffer it lands in, in the step's first run (odd stream lengths alternate per step)
+    buffer: int  # stream buffer it lands in, in the step's first run (odd stream lengths, and steps
+    #              that skip the head, change the parity of the steps after them)
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,16 @@ def schedule_of(program) -> list[ScheduledChunk]:
     return out
 
 
+def head_chunk(program) -> int:
+    """Index of the head's first chunk (the classifier's, after every layer's):
+    a step without logits skips from there to the next step's chunk 0
+    (tllm_stream_begin_step).  The chunk count when the head streams nothing."""
+    sched = schedule_of(program)
+    n = sum(c.call < program.head_start for c in sched)
+    assert all(c.call >= program.head_start for c in sched[n:]), "chunks are in call order: body, then head"
+    return n
+
+
 def pin_table(program) -> list[Pin]:
     plan: StreamPlan | None = program.stream
     if plan is None:
@@ -331,7 +342,7 @@ def schedule_json(program) -> dict | None:
         "mode": plan.options.mode, "chunk_bytes": plan.options.chunk_bytes, "buffers": 2 if plan.buffer_bytes else 0,
         "buffer_bytes": plan.buffer_bytes, "chunks_per_step": len(sched),
         "streamed_bytes_per_step": sum(c.nbytes for c in sched),
-        "pinned_bytes": plan.pinned_bytes,
+        "pinned_bytes": plan.pinned_bytes, "head_chunk": head_chunk(program),
         "pinned": [{"name": p.name, "src": p.src, "copy_bytes": p.copy_bytes, "dst": p.dst} for p in pin_table(program)],
         "chunks": [dataclasses.asdict(c) for c in sched],
     }

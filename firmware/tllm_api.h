@@ -99,7 +99,8 @@ typedef struct {
     uint32_t stop_reason;       /* tllm_stop_reason */
     uint32_t n_prompt;
     uint32_t n_generated;
-    uint64_t prefill_cost;      /* clock units spent on the prompt */
+    uint64_t prefill_cost;      /* clock units spent on the prompt (one model step per prompt
+                                   token; only the last one runs the classifier) */
     const uint16_t *tokens;     /* prompt then generated ids (n_prompt + n_generated), in the
                                    model's arena: valid until the next tllm_generate */
 } tllm_result;

@@ -1,7 +1,8 @@
 /* The generation engine behind tllm_api.h: one state machine, used by the
  * console firmware (tllm_main.c) and by a user's own main alike.
  *
- *   IDLE -> PREFILL (one model step per prompt token)
+ *   IDLE -> PREFILL (one model step per prompt token; only the last one
+ *                    runs the head, since only its logits are sampled)
  *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
  *
  * The state lives in the planned arena (tllm_gen_state), so a generation
@@ -119,7 +120,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
         switch (st->phase) {
         case TLLM_PREFILL:
             tllm_mark();
-            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos);
+            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos, st->pos + 1u == st->n_prompt);
             tllm_mark();
             st->pos++;
             if (st->pos == st->n_prompt) {
@@ -157,7 +158,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
         }
         case TLLM_DECODE:
             tllm_mark();
-            logits = tllm_model_step(st->token, (int32_t)st->pos);
+            logits = tllm_model_step(st->token, (int32_t)st->pos, 1);
             tllm_mark();
             st->pos++;
             st->phase = TLLM_SAMPLE;

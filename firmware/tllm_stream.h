@@ -11,6 +11,12 @@
  *            take's caller is done with it;
  *            return buf[slot] holding chunk k.
  *
+ * A step without logits (a prompt token before the last) skips the head's
+ * chunks (the classifier's, the table's last): with skip_head set, the take
+ * that would start chunk `head` starts chunk 0 instead, the next step's
+ * first.  So at every step boundary chunk 0 is the one in flight, whichever
+ * kind of step comes next, and no transfer is wasted on a skipped head.
+ *
  * The embedding tile depends on the token, so it is copied synchronously
  * into the free buffer (fetch_now) after the chunk in flight has landed.
  * Pinned entries are copied once, at the first step, into the planned
@@ -46,6 +52,8 @@ typedef struct {
     uint32_t next;   /* the chunk in flight (or landed) */
     uint32_t slot;   /* the buffer it goes to */
     uint32_t booted;
+    uint32_t head;      /* the head's first chunk; n_chunks when the head streams nothing */
+    uint32_t skip_head; /* this step computes no logits: wrap to chunk 0 at `head` */
 } tllm_stream;
 
 #define TLLM_STREAM_PIN_PIECE 65536u /* one copy moves at most 64 KiB (a multiple of 32) */
@@ -67,10 +75,14 @@ static inline void tllm_stream_boot(tllm_stream *s) {
     if (s->n_chunks) tllm_board_copy_start(s->buf[0], s->base + s->chunks[0].src, s->chunks[0].len);
 }
 
+/* At every step's start, after tllm_stream_boot: whether this step runs the head. */
+static inline void tllm_stream_begin_step(tllm_stream *s, int need_logits) { s->skip_head = !need_logits; }
+
 static inline const uint8_t *tllm_stream_take(tllm_stream *s) {
     tllm_board_copy_wait();
     const uint8_t *ready = s->buf[s->slot];
-    s->next = s->next + 1u == s->n_chunks ? 0u : s->next + 1u;
+    const uint32_t k = s->next + 1u;
+    s->next = (k == s->n_chunks || (s->skip_head && k == s->head)) ? 0u : k;
     s->slot ^= 1u;
     tllm_board_copy_start(s->buf[s->slot], s->base + s->chunks[s->next].src, s->chunks[s->next].len);
     return ready;

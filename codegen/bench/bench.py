@@ -71,6 +71,8 @@ class BenchResult:
     breakdown: dict[str, int]
     kernels: list[KernelFigure] = field(default_factory=list)
     repeatable: bool | None = None
+    # the `position` prompt steps together: only the last runs the classifier (tllm_model_step's need_logits)
+    prefill_instructions: int = 0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -117,7 +119,8 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
     breakdown = _op_breakdown(snaps.between(before, after_step))
     breakdown["sampling"] = sampling
     result = BenchResult(position=position, decode_instructions_per_token=step + sampling,
-                         decode_step_instructions=step, sampling_instructions=sampling, breakdown=breakdown)
+                         decode_step_instructions=step, sampling_instructions=sampling, breakdown=breakdown,
+                         prefill_instructions=snaps.total_between(0, 2 * position - 1))
     assert sum(per_fn.values()) == step + sampling
     return result, snaps
 
@@ -246,7 +249,9 @@ def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker)
 
 def format_table(result: BenchResult) -> str:
     lines = [f"decode at position {result.position}: {result.decode_instructions_per_token:,} instructions per token "
-             f"(step {result.decode_step_instructions:,}, sampling {result.sampling_instructions:,})"]
+             f"(step {result.decode_step_instructions:,}, sampling {result.sampling_instructions:,}); "
+             f"the {result.position}-token prompt before it {result.prefill_instructions:,} "
+             "(the classifier only for its last token)"]
     total = result.decode_instructions_per_token
     for op, n in result.breakdown.items():
         lines.append(f"  {op:<12} {n:>12,}  {100 * n / total:5.1f}%")

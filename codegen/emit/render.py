@@ -30,7 +30,7 @@ from ..board import Board
 from ..vocab import vocabulary_of
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from .regions import arena_regions, linker_variables
-from ..stream import BUFFERS, PINNED, pin_table, pinned_at, schedule_of
+from ..stream import BUFFERS, PINNED, head_chunk, pin_table, pinned_at, schedule_of
 
 
 
@@ -117,7 +117,8 @@ def _stream_context(program: Program, pinned: dict) -> dict:
                    for ch in schedule_of(program)],
         "pins": [{"src": p.src, "len": p.copy_bytes, "dst": p.dst, "name": p.name} for p in pin_table(program)],
         "buf0": BUFFERS[0] if streamed else "", "buf1": BUFFERS[1] if streamed else "", "streamed": streamed,
-        "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode}}
+        "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode,
+        "head_chunk": head_chunk(program)}}
 
 
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object]) -> EmittedTree:
@@ -157,7 +158,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
                       for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
-        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "calls": _calls_with_layer_marks(program),
+        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)),
+        "calls": _calls_with_layer_marks(program)[:program.head_start], "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "vocab_external": vocab_external,
         "vocab_offsets_at": program.blob.entry("vocab", "u32").offset if vocab_external else 0,

@@ -172,13 +172,15 @@ def generate(
     max_seq: int,
     eos_ids: Sequence[int],
     sampling: SamplingOptions,
+    top_k: int = 0,
 ) -> Generation:
     """The same state machine as firmware/tllm_engine.c: prefill the prompt
     one token at a time (the head only for the last prompt token, whose
     logits are the only ones read), then sample / emit / step until EOS, the
-    token limit or the end of the context."""
+    token limit or the end of the context.  top_k: a `--sampler topk:K`
+    build's K (sampler.py), 0 for the full and greedy builds."""
     executor.reset()
-    sampler = Sampler(sampling)
+    sampler = Sampler(sampling, top_k)
     prompt = list(prompt_ids)
     out: list[int] = []
     if max_new_tokens <= 0:

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from .errors import UserError
-from .lower import ArgmaxClassifier, BufferDecl, EmbedQ4, KernelCall, LoweredStep, MatvecQ4x4, Q4Ref, VectorRef
+from .lower import (ArgmaxClassifier, BufferDecl, EmbedQ4, KernelCall, LoweredStep, MatvecQ4x4, Q4Ref, TopKClassifier,
+                    VectorRef)
 from .quant.formats import q4x4_bytes_of
 
 MODES = ("off", "all", "auto")
@@ -107,6 +108,20 @@ class StreamedArgmaxQ4x4:
 
 
 @dataclass(frozen=True)
+class StreamedTopKQ4x4:
+    """The top-K classifier over the stream: per chunk, chunk_rows rows at a
+    time into the logits chunk, each pushed into the running K-entry set."""
+
+    topk: TopKClassifier
+    chunk_rows: int
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref:
+        return self.topk.matvec.matrix
+
+
+@dataclass(frozen=True)
 class StreamedEmbedQ4x4:
     """The embedding row: its 4-row tile, known only once the token is,
     copied synchronously into the free stream buffer."""
@@ -120,7 +135,8 @@ class StreamedEmbedQ4x4:
         return self.embed.table
 
 
-StreamedCall = Union[StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedEmbedQ4x4]
+StreamedCall = Union[StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedTopKQ4x4, StreamedEmbedQ4x4]
+STREAMED_MATRIX_CALLS = (StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedTopKQ4x4)  # each a run of chunks
 
 
 @dataclass(frozen=True)
@@ -177,7 +193,7 @@ def pin_candidates(step: LoweredStep) -> list[PinCandidate]:
         if isinstance(a, EmbedQ4) and a.table.layout == "q4x4":
             m = a.table
             out[m.name] = PinCandidate(m.name, "q4x4", q4x4_bytes_of(m.rows, m.cols, m.group), 1 / -(-m.rows // 4))
-        elif isinstance(a, (MatvecQ4x4, ArgmaxClassifier)):
+        elif isinstance(a, (MatvecQ4x4, ArgmaxClassifier, TopKClassifier)):
             m = a.matrix
             out[m.name] = PinCandidate(m.name, "q4x4", q4x4_bytes_of(m.rows, m.cols, m.group), 1.0)
         for v in _vectors(a):
@@ -227,11 +243,14 @@ def stream_step(step: LoweredStep, opts: StreamOptions | None) -> LoweredStep:
         elif isinstance(a, ArgmaxClassifier) and isinstance(a.matvec, MatvecQ4x4) and a.matrix.name not in pinned:
             rows, chunks = chunks_of(a.matrix, opts.chunk_bytes)
             new = StreamedArgmaxQ4x4(a, rows, chunks)
+        elif isinstance(a, TopKClassifier) and isinstance(a.matvec, MatvecQ4x4) and a.matrix.name not in pinned:
+            rows, chunks = chunks_of(a.matrix, opts.chunk_bytes)
+            new = StreamedTopKQ4x4(a, rows, chunks)
         elif isinstance(a, EmbedQ4) and a.table.layout == "q4x4" and a.table.name not in pinned:
             tb = tile_bytes(a.table)
             new = StreamedEmbedQ4x4(a, tb, line_up(tb))
             biggest = max(biggest, new.copy_bytes)
-        if isinstance(new, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        if isinstance(new, STREAMED_MATRIX_CALLS):
             n_chunks += len(new.chunks)
             biggest = max(biggest, max(ch.copy_bytes for ch in new.chunks))
         calls.append(KernelCall(new, call.layer, call.label))
@@ -279,7 +298,7 @@ def schedule_of(program) -> list[ScheduledChunk]:
     out = []
     for i, call in enumerate(program.calls):
         a = call.args
-        if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        if isinstance(a, STREAMED_MATRIX_CALLS):
             for ch in a.chunks:
                 k = len(out)
                 out.append(ScheduledChunk(k, i, call.label if call.layer is None else f"layer {call.layer} {call.label}",

@@ -52,6 +52,7 @@ const tllm_model_desc *tllm_info(void) {
     desc.vocab_size = tllm_model.vocab_size;
     desc.max_seq = tllm_model.max_seq;
     desc.greedy_only = tllm_model.greedy_only;
+    desc.top_k = tllm_model.top_k;
     desc.abi_version = TLLM_ABI_VERSION;
     return &desc;
 }
@@ -130,9 +131,12 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             }
             break;
         case TLLM_SAMPLE:
-            st->token = logits ? tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size,
-                                             tllm_model_sample_idx())
-                               : tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
+            if (logits)
+                st->token = tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size, tllm_model_sample_idx());
+            else if (tllm_model.top_k)
+                st->token = tllm_sample_topk(&st->sampler, tllm_model_topk()); /* the step kept the K best */
+            else
+                st->token = tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
             tllm_mark();
             tokens[st->pos] = (uint16_t)st->token;
             st->n_generated++;

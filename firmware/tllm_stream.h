@@ -29,6 +29,7 @@
 
 #include "tllm_board.h"
 #include "tllm_kernels_m7.h"
+#include "tllm_sampler.h" /* tllm_topk */
 
 typedef struct {
     uint32_t src;  /* blob offset */
@@ -119,6 +120,25 @@ static inline int32_t tllm_stream_argmax_q4x4(tllm_stream *s, const tllm_q4x4_ma
         tllm_argmax_q4x4_from(&part, x_stream, bias ? bias + r0 : 0, chunk, argmax_rows, r0, &best, &best_v);
     }
     return best;
+}
+
+/* tllm_topk_q4x4 (tllm_topk.h) over the stream: per chunk, topk_rows rows
+ * (a multiple of 4) at a time into chunk, each pushed into the set. */
+static inline void tllm_stream_topk_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                         const uint8_t *x_stream, const float *bias, float *chunk, int32_t topk_rows,
+                                         tllm_topk *t) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const uint8_t *tiles = tllm_stream_take(s);
+        const tllm_q4x4_matrix part = {tiles, (uint16_t)n, m->cols, m->group};
+        const int32_t tile_bytes = tllm_q4x4_tile_bytes(&part);
+        for (int32_t q0 = 0; q0 < n; q0 += topk_rows) {
+            const int32_t k = n - q0 < topk_rows ? n - q0 : topk_rows;
+            const tllm_q4x4_matrix rows = {tiles + (q0 / 4) * tile_bytes, (uint16_t)k, m->cols, m->group};
+            tllm_matvec_q4x4(&rows, x_stream, bias ? bias + r0 + q0 : 0, chunk);
+            tllm_topk_push(t, chunk, k, r0 + q0);
+        }
+    }
 }
 
 /* tllm_embed_q4x4 from the token's tile, fetched into the free buffer. */

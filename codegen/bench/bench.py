@@ -42,6 +42,7 @@ OP_OF_FUNCTION = {
     "tllm_silu_mul_pairs_x16b": "silu_mul+quantize", "tllm_matmat_q4x4": "matmat", "tllm_matmat_q4x4_c": "matmat", "tllm_x16_batch": "x16_batch",
     **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
+    "tllm_topk_push": "topk", "topk_insert": "topk",  # --sampler topk:K: the running set the chunks feed
 }
 # in micro.c's mark order; a "_pP" suffix: P tokens per call (batched prefill), MACs = P x rows x cols
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",

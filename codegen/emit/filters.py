@@ -5,11 +5,11 @@ tested through the generated C (tests/host, tests/emu) and tests/unit/test_deter
 from __future__ import annotations
 
 from ..exact import c_float_literal
-from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
+from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
                      MatvecQ4, MatvecQ4x4,
                      QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, FcS4PerChannel, FcS4PcRef,
                      QuantizeStaticS8, RmsNormX16, SiluMulPairsX16)
-from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4
+from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, StreamedTopKQ4x4
 from .names import buffer_macro, ident, matrix_name, vector_macro
 
 
@@ -37,6 +37,11 @@ def c_stream_statement(a) -> str | None:
         if isinstance(a, StreamedMatvecQ4x4):
             return f"tllm_stream_matvec_q4x4({args});"
         return f"greedy_token = tllm_stream_argmax_q4x4({args}, {a.argmax.chunk_rows});"
+    if isinstance(a, StreamedTopKQ4x4):
+        mv = a.topk.matvec
+        bias = vector_macro(mv.bias.name) if mv.bias else "0"
+        return (f"tllm_stream_topk_q4x4(&weight_stream, &{matrix_name(mv.matrix.name)}, {a.chunk_rows}, "
+                f"{_b(mv.x_stream)}, {bias}, {_b(mv.out)}, {a.topk.chunk_rows}, &topk_set);")
     if isinstance(a, StreamedEmbedQ4x4):
         return f"tllm_stream_embed_q4x4(&weight_stream, &{matrix_name(a.table.name)}, {a.copy_bytes}u, token, {_b(a.embed.out)});"
     return None
@@ -61,6 +66,9 @@ def c_statement(call: KernelCall) -> str:
     if isinstance(a, ArgmaxClassifier):
         layout, args = _matvec_call(a.matvec)
         return f"greedy_token = tllm_argmax_{layout}({args}, {a.chunk_rows});"
+    if isinstance(a, TopKClassifier):  # tllm_topk.h
+        layout, args = _matvec_call(a.matvec)
+        return f"tllm_topk_{layout}({args}, {a.chunk_rows}, &topk_set);"
     if isinstance(a, (MatvecQ4, MatvecQ4x4, MatvecGGUF)):
         layout, args = _matvec_call(a)
         return f"tllm_matvec_{layout}({args});"
@@ -95,6 +103,9 @@ def c_comment(call: KernelCall) -> str:
     if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
         via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
         a = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax
+    elif isinstance(a, StreamedTopKQ4x4):
+        via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
+        a = a.topk
     elif isinstance(a, StreamedEmbedQ4x4):
         via = f", its tile fetched ({a.copy_bytes} B)"
         a = a.embed
@@ -107,6 +118,12 @@ def c_comment(call: KernelCall) -> str:
         what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, argmax over "
                 f"{a.chunk_rows}-row chunks")
         out = a.matvec.out
+    elif isinstance(a, TopKClassifier):
+        layout = ("q4x4" if isinstance(a.matvec, MatvecQ4x4) else a.matrix.qtype if isinstance(a.matvec, MatvecGGUF)
+                  else "q4")
+        what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, top-{a.k} set over "
+                f"{a.chunk_rows}-row chunks")
+        out = a.value
     elif isinstance(a, (MatvecQ4, MatvecQ4x4)):
         layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
         what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"

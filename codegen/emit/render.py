@@ -48,7 +48,7 @@ RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c",
                    "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
                    "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h",
-                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h")
+                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -167,6 +167,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
+        "top_k": program.top_k,
         **_stream_context(program, pinned),
     }
 

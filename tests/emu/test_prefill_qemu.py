@@ -29,12 +29,23 @@ N_NEW = 3
 SAMPLING = SamplingOptions(0.9, 0.85, 77)
 
 
-def counted_run(tmp_path, sampler: str, sampling: SamplingOptions):
-    need("arm-none-eabi-gcc")
-    need("qemu-system-arm")
-    out = tmp_path / f"out-{sampler}"
-    write_tree(compile_path(STORY, CompileOptions(sampler=sampler, max_seq=64)).tree, out)
-    build(out)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """sampler -> the bundled model's QEMU build (each built once for the module)."""
+    root, outs = tmp_path_factory.mktemp("prefill"), {}
+
+    def get(sampler: str):
+        need("arm-none-eabi-gcc")
+        need("qemu-system-arm")
+        if sampler not in outs:
+            out = outs[sampler] = root / f"out-{sampler}"
+            write_tree(compile_path(STORY, CompileOptions(sampler=sampler, max_seq=64)).tree, out)
+            build(out)
+        return outs[sampler]
+    return get
+
+
+def counted_run(out, sampling: SamplingOptions):
     m = load_model(STORY)
     prompt = m.tokenizer.encode("Once upon a time there was a cat")
     req = out / "build" / "req.bin"
@@ -53,8 +64,8 @@ def counted_run(tmp_path, sampler: str, sampling: SamplingOptions):
     return prompt_steps, decode_steps, m.graph.config
 
 
-def test_greedy_classifier_runs_only_where_a_token_is_sampled(tmp_path):
-    prompt_steps, decode_steps, _ = counted_run(tmp_path, "greedy", SamplingOptions())
+def test_greedy_classifier_runs_only_where_a_token_is_sampled(built):
+    prompt_steps, decode_steps, _ = counted_run(built("greedy"), SamplingOptions())
 
     def argmax(fns):
         return sum(v for k, v in fns.items() if k.startswith("tllm_argmax"))
@@ -63,8 +74,8 @@ def test_greedy_classifier_runs_only_where_a_token_is_sampled(tmp_path):
     assert argmax(prompt_steps[-1]) > 0 and all(argmax(s) == argmax(prompt_steps[-1]) for s in decode_steps)
 
 
-def test_prompt_steps_before_the_last_skip_the_classifier(tmp_path):
-    prompt_steps, decode_steps, c = counted_run(tmp_path, "full", SAMPLING)
+def test_prompt_steps_before_the_last_skip_the_classifier(built):
+    prompt_steps, decode_steps, c = counted_run(built("full"), SAMPLING)
     matvec = [_op_breakdown(s)["matvec"] for s in prompt_steps]
     body = matvec[0]
     assert all(mv == body for mv in matvec[:-1])  # data-independent kernels: the layers' matvecs alone
@@ -74,17 +85,12 @@ def test_prompt_steps_before_the_last_skip_the_classifier(tmp_path):
     assert head >= c.vocab_size * c.dim
 
 
-def test_bench_reports_the_prompts_instructions(tmp_path):
+def test_bench_reports_the_prompts_instructions(built):
     """`tinyllm-gen bench`: the prompt before the measured decode step, the
     classifier only in its last step."""
     from tinyllm_gen.bench.bench import bench_decode, format_table
 
-    need("arm-none-eabi-gcc")
-    need("qemu-system-arm")
-    out = tmp_path / "out"
-    write_tree(compile_path(STORY, CompileOptions(max_seq=64)).tree, out)
-    build(out)
-    result, snaps = bench_decode(out, position=8)
+    result, snaps = bench_decode(built("full"), position=8)
     steps = [snaps.total_between(2 * i, 2 * i + 1) for i in range(8)]
     engine = result.prefill_instructions - sum(steps)  # the state machine between the steps
     assert 0 <= engine < 7 * 200

@@ -373,6 +373,9 @@ def schedule_text(doc: dict | None) -> str:
     lines = [f"weight stream (--stream {doc['mode']}): {doc['chunks_per_step']} chunks per step, "
              f"{doc['streamed_bytes_per_step']:,} B streamed per token, 2 x {doc['buffer_bytes']:,} B stream buffers, "
              f"{len(doc['pinned'])} entries pinned ({doc['pinned_bytes']:,} B of SRAM, copied at boot)"]
+    if doc.get("head_chunk", doc["chunks_per_step"]) < doc["chunks_per_step"]:  # an older OUT's report has none
+        lines.append(f"  the head (classifier) is chunks {doc['head_chunk']}.., skipped for every prompt token "
+                     "but the last")
     if doc["chunks"]:
         lines.append(f"  {'chunk':>5} {'call':>4} {'buf':>3} {'src':>10} {'bytes':>7} {'rows':>11}  matrix")
         for c in doc["chunks"]:

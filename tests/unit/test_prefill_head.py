@@ -137,3 +137,16 @@ def test_sequence_without_logits_runs_the_head_only_for_kept_values(story):
         assert kept[k].view(np.uint32).tolist() == kept2[k].view(np.uint32).tolist()
     _, kept3 = run_sequence(m.graph, Seq(qg, 32), ids, keep={"l0.xn"}, need_logits=False)
     assert set(kept3) == {"l0.xn"}
+
+
+def test_stream_schedule_names_the_heads_chunks():
+    """--stream all: the classifier's chunks are the table's last; the firmware
+    skips from head_chunk to the next step's chunk 0 (tllm_stream.h)."""
+    from tinyllm_gen.stream import schedule_json, schedule_text
+
+    program = compile_path(STORY, CompileOptions(stream="all", stream_chunk=2048, max_seq=64)).program
+    doc = schedule_json(program)
+    head = [c for c in doc["chunks"] if c["call"] >= program.head_start]
+    assert head and all(c["matrix"] == "tok_embeddings" for c in head)  # the tied classifier
+    assert doc["head_chunk"] == doc["chunks_per_step"] - len(head) == head[0]["index"]
+    assert f"the head (classifier) is chunks {doc['head_chunk']}.." in schedule_text(doc)

@@ -149,10 +149,20 @@ def _scheme_options(f):
     return f
 
 
+def _check_sampler(ctx, param, value: str) -> str:
+    from .sampler import sampler_problem
+
+    if (why := sampler_problem(value)) is not None:
+        raise click.BadParameter(why)
+    return value
+
+
 _sampler_option = click.option(
-    "--sampler", type=click.Choice(["full", "greedy"]), default="full", show_default=True,
+    "--sampler", default="full", show_default=True, metavar="full|greedy|topk:K", callback=_check_sampler,
     help="greedy: argmax only, streamed through the classifier (no logits vector or sampler scratch in RAM); "
-    "requests with a temperature are refused.")
+    "requests with a temperature are refused. topk:K (K in 1..1024): the classifier's chunks feed a running set "
+    "of the K largest logits (6*K bytes instead of the logits vector and the top-p scratch); a temperature "
+    "samples within them, top_p within the K.")
 
 
 def _compile_options(board, group_size, kv_bits, max_seq, ram_budget):
@@ -327,16 +337,19 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
 @_scheme_options
 @click.option("--fp32", is_flag=True, help="Run the float model instead of the quantized one.")
 @_chat_option
+@_sampler_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat):
+              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
     from .frontends import load_model
     from .reference import Executor, FloatKernels, QuantKernels, generate
-    from .sampler import SamplingOptions
+    from .sampler import SamplingOptions, top_k_of
 
     m = load_model(model, tokenizer)
     tok = require_tokenizer(m)
+    if sampler == "greedy" and temperature > 0:
+        raise UserError("--sampler greedy decodes greedily only: pass --temperature 0")
     opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq, quant=quant,
                           calibration=calibration, weight_quant=weight_quant)
     if max_seq == "auto":  # the context compile would pick for the default board
@@ -354,7 +367,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
                         "or raise --max-seq")
     kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(quantize(m, opts), seq)
     gen = generate(Executor(m.graph, kernels), ids, max_new_tokens, seq, m.graph.config.eos_ids,
-                   SamplingOptions(temperature, top_p, seed))
+                   SamplingOptions(temperature, top_p, seed), top_k=top_k_of(sampler))
     text = tok.decode(gen.generated_ids)
     if as_json:
         click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
@@ -401,12 +414,15 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     res, stream_opts = plan_streamed(shape, opts.max_seq, opts.ram_budget, b, stream, chunk)
     check_weights(res, opts.board)
     rows = trade_off_rows(shape, opts.ram_budget, b) if stream != "off" else []
+    saved = _sampler_saving(shape, opts, b, stream, chunk, res.plan) if sampler != "full" else None
     if as_json:
         doc = plan_json(res.plan)
         doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
                    trade_off=res.trade_off or None)
         from .timing import predicted, shape_of_config
         doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b)
+        if saved is not None:
+            doc["sampler"] = saved
         if stream != "off":
             doc["stream"] = {"mode": stream, "chunk_bytes": stream_opts.chunk_bytes if stream_opts else None,
                              "pinned": sorted(stream_opts.pinned) if stream_opts else [], "trade_off": rows}
@@ -422,6 +438,36 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
                        f"{len(stream_opts.pinned)} weight entries pinned in SRAM")
         if rows:
             click.echo(trade_off_text(rows), nl=False)
+        if saved is not None:
+            full = (f"{saved['full_sampler_total_bytes']:,} B, {saved['saved_bytes']:,} B more"
+                    if saved["full_sampler_total_bytes"] else "more than the budget at this context")
+            click.echo(f"  sampler {sampler}: {saved['sampler_bytes']:,} B of sampler buffers, RAM "
+                       f"{saved['total_bytes']:,} B; with the full sampler (the [vocab] logits vector and top-p "
+                       f"scratch, {saved['full_sampler_bytes']:,} B) the plan needs {full}")
+
+
+def _sampler_saving(shape, opts, board, stream, chunk, plan) -> dict:
+    """What `--sampler greedy|topk:K` saves against the full sampler, from
+    planning both: the sampler's own buffers and the plan's totals (same
+    context; 0 when the full sampler does not fit)."""
+    from dataclasses import replace
+
+    from .errors import UserError as PlanError
+    from .lower import lower_step
+    from .plan.lifetimes import CTYPE_BYTES, align_up
+    from .stream import plan_streamed
+
+    kinds = ("logits", "topk", "sampler")
+    full_shape = replace(shape, sampler="full")
+    full_own = sum(align_up(d.count * CTYPE_BYTES[d.ctype]) for d in lower_step(full_shape, plan.max_seq).decls
+                   if d.kind in kinds)
+    try:
+        full_total = plan_streamed(full_shape, plan.max_seq, opts.ram_budget, board, stream, chunk)[0].plan.total_bytes
+    except PlanError:
+        full_total = 0
+    own = sum(b.size for b in plan.buffers if b.request.kind in kinds)
+    return {"sampler_bytes": own, "total_bytes": plan.total_bytes, "full_sampler_bytes": full_own,
+            "full_sampler_total_bytes": full_total, "saved_bytes": full_total - plan.total_bytes if full_total else None}
 
 
 @cli.command()

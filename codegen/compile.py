@@ -108,11 +108,13 @@ def resolve_kernels(opts: CompileOptions, board: Board | None = None) -> str:
 
 
 def check_sampler(opts: CompileOptions) -> None:
-    if opts.sampler not in ("full", "greedy"):
-        raise UserError(f"--sampler {opts.sampler} is not known: choose full or greedy")
-    if opts.sampler == "greedy" and opts.quant == "per-channel":
-        raise UserError("--sampler greedy streams the group-wise classifier; --quant per-channel keeps the full "
-                        "sampler: drop one of them")
+    from .sampler import sampler_problem
+
+    if (why := sampler_problem(opts.sampler)) is not None:
+        raise UserError(f"--sampler {why}")
+    if opts.sampler != "full" and opts.quant == "per-channel":
+        raise UserError(f"--sampler {opts.sampler} streams the group-wise classifier; --quant per-channel keeps "
+                        "the full sampler: drop one of them")
 
 
 def resolve_weight_quant(model: ImportedModel, weight_quant: str) -> str:

@@ -23,7 +23,9 @@ from .plan.lifetimes import GEN_STATE_BYTES, logits_rows, request_bytes
 from .fusion import fused_gate_up, fused_norm_outputs
 from .quant.formats import GGUF_BLOCK, QuantizedGraph, n_groups, x16_stream_bytes
 from .quant.kv import kv_layout
-from .reference import rope_tables
+from .reference import head_start_node, rope_tables
+from .errors import UserError
+from .sampler import top_k_of
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,25 @@ class ArgmaxClassifier:
 
 
 @dataclass(frozen=True)
+class TopKClassifier:
+    """`--sampler topk:K` builds: the classifier's matvec run `chunk_rows`
+    rows at a time into its output buffer, each chunk pushed into the running
+    set of the K largest logits (tllm_topk_push: value descending, id
+    ascending) held in `value` / `ids`; the sampler draws from the set
+    (sampler.py's docstring), so no [vocab] logits vector exists."""
+
+    matvec: Union[MatvecQ4, MatvecQ4x4, "MatvecGGUF"]
+    chunk_rows: int
+    k: int  # entries of the set (K <= vocab, lower_step checks)
+    value: BufferRef  # float[k]
+    ids: BufferRef  # uint16_t[k]
+
+    @property
+    def matrix(self) -> Union[Q4Ref, GGUFRef]:
+        return self.matvec.matrix
+
+
+@dataclass(frozen=True)
 class QuantizeStaticS8:
     """Per-channel scheme: int8 with a calibrated static scale."""
 
@@ -264,7 +285,7 @@ class SiluMul:
 
 
 KernelArgs = Union[EmbedQ4, EmbedGGUF, MatvecGGUF, RmsNorm, RmsNormX16, SiluMulPairsX16, QuantizeI8, QuantizeX16, QuantizeStaticS8, MatvecQ4, MatvecQ4x4,
-                   ArgmaxClassifier, FcS4PerChannel, Rope, Attention, Add, SiluMul]
+                   ArgmaxClassifier, TopKClassifier, FcS4PerChannel, Rope, Attention, Add, SiluMul]
 
 
 @dataclass(frozen=True)
@@ -289,6 +310,20 @@ class Program:
     kernels: str = "portable"
     greedy: bool = False  # the classifier ends in an argmax (ArgmaxClassifier): no logits vector, no sampler
     stream: object = None  # stream.StreamPlan (the same the step carried), None: weights read in place
+    head_start: int = -1  # calls[head_start:] are the head (LoweredStep.head_start); -1: not set
+    top_k: int = 0  # --sampler topk:K: the classifier feeds a K-entry set (TopKClassifier), no logits vector
+
+    @property
+    def body_calls(self) -> tuple[KernelCall, ...]:
+        assert self.head_start > 0, "bind sets head_start"
+        return self.calls[:self.head_start]
+
+    @property
+    def head_calls(self) -> tuple[KernelCall, ...]:
+        """The final norm and the classifier: what a step without logits (a
+        prompt token before the last) skips."""
+        assert self.head_start > 0, "bind sets head_start"
+        return self.calls[self.head_start:]
 
     @property
     def max_seq(self) -> int:
@@ -334,6 +369,12 @@ class LoweredStep:
     kernels: str
     greedy: bool
     stream: object = None  # stream.StreamPlan when weights are streamed or pinned (codegen/stream.py)
+    # calls[head_start:] are the head: the final norm and the classifier, the
+    # calls of the graph's nodes after the last layer (reference.head_start_node).
+    # Only the last prompt token's logits are read, so the firmware's step
+    # skips them for the others (tllm_model_step's need_logits).
+    head_start: int = -1
+    top_k: int = 0  # --sampler topk:K (TopKClassifier); 0: full or greedy
 
     def decl(self, name: str) -> BufferDecl:
         for d in self.decls:
@@ -348,6 +389,10 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
     exist is made here, once: the plan and the emitted C both follow it."""
     g, c = src.graph, src.config
     greedy = sampler == "greedy"
+    top_k = top_k_of(sampler)
+    if top_k > c.vocab_size:
+        raise UserError(f"--sampler {sampler}: K is larger than the vocabulary ({c.vocab_size} tokens); "
+                        f"use topk:{c.vocab_size} or fewer")
     m7 = src.kernels == "cortex-m7"
     per_channel = src.method == "per-channel"
     static = src.static if isinstance(src, QuantizedGraph) else {}
@@ -422,12 +467,15 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
     gate_up = fused_gate_up(src)
     fused_up = {f.up for f in gate_up.values()}
     fused_act = {f.act: f for f in gate_up.values()}
+    head_node, head_start = head_start_node(g), -1
 
     def emit(args: KernelArgs, node: Node, label: str | None = None) -> None:
         calls.append(KernelCall(args, node.layer, label or node.label))
 
     for i, node in enumerate(g.nodes):
         ins = node.inputs
+        if i == head_node:
+            head_start = len(calls)
         if node.op == "embedding":
             table = gguf(node)
             emit(EmbedGGUF(table, out_value(node)) if table else EmbedQ4(q4(node), out_value(node)), node)
@@ -482,6 +530,9 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
                   MatvecQ4(q4(node), buf(src_v + ".q8"), buf(src_v + ".qs"), bias, out))
             if greedy and node.output == g.output:
                 mv = ArgmaxClassifier(mv, logits_rows(c, sampler))
+            elif top_k and node.output == g.output:
+                mv = TopKClassifier(mv, logits_rows(c, sampler), top_k, new("topk.value", "float", top_k, "topk"),
+                                    new("topk.id", "uint16_t", top_k, "topk"))
             emit(mv, node)
         elif node.op == "rope":
             emit(Rope(in_place(node, i), int(node.attrs["n_heads"]), int(node.attrs["head_dim"])), node)
@@ -505,11 +556,12 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
             raise AssertionError(f"no lowering for op {node.op}")
     new("tokens", "uint16_t", max_seq, "tokens", "always")
     new("gen_state", "uint8_t", GEN_STATE_BYTES, "state", "always")
-    if not greedy:
+    if not greedy and not top_k:  # the full sampler's top-p scratch
         new("sample_idx", "uint16_t", c.vocab_size, "sampler", "sampler")
     new("request", "uint8_t", request_bytes(max_seq), "request", "start")
+    assert 0 < head_start < len(calls), "the step has a body and a head (final norm, classifier)"
     return LoweredStep(c, tuple(calls), tuple(decls.values()), val(g.output), max_seq, src.group_size, src.kv_bits,
-                       src.kernels, greedy)
+                       src.kernels, greedy, head_start=head_start, top_k=top_k)
 
 
 def _refs(obj):
@@ -568,7 +620,7 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
         config=c, calls=calls, plan=plan, blob=blob, logits=transform(step.logits),
         rope_cos=VectorRef("rope.cos", cos.nbytes // 4, cos.offset), rope_sin=VectorRef("rope.sin", sin.nbytes // 4, sin.offset),
         attention_scale=exact.attention_scale(c.head_dim), group_size=step.group_size, kv_bits=step.kv_bits,
-        kernels=step.kernels, greedy=step.greedy, stream=step.stream,
+        kernels=step.kernels, greedy=step.greedy, stream=step.stream, head_start=step.head_start, top_k=step.top_k,
     )
 
 

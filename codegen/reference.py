@@ -36,6 +36,18 @@ def rope_tables(head_dim: int, theta: float, max_seq: int) -> tuple[np.ndarray, 
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
+def head_start_node(graph: Graph) -> int:
+    """Index of the graph's first head node: the nodes after the last layer
+    (the final norm and the classifier), which only produce the logits.  A
+    prompt token before the last needs none of them (its logits are never
+    read), so the firmware and `generate` skip them there."""
+    layered = [i for i, n in enumerate(graph.nodes) if n.layer is not None]
+    start = layered[-1] + 1 if layered else 1  # no layers: everything after the embedding
+    if not 0 < start < len(graph.nodes) or graph.nodes[-1].output != graph.output:
+        raise AssertionError("a decode graph ends in its head: the final norm and the classifier")
+    return start
+
+
 class Kernels(Protocol):
     def embedding(self, node: Node, token: int) -> np.ndarray: ...
     def rmsnorm(self, node: Node, x: np.ndarray) -> np.ndarray: ...
@@ -117,10 +129,13 @@ class Executor:
     def reset(self) -> None:
         self.kernels.reset()
 
-    def step(self, token: int, pos: int) -> np.ndarray:
+    def step(self, token: int, pos: int, need_logits: bool = True) -> np.ndarray | None:
+        """One decode step; need_logits False stops after the last layer (the
+        KV cache is written, the head is skipped) and returns None."""
         k = self.kernels
         env: dict[str, np.ndarray] = {}
-        for node in self.graph.nodes:
+        nodes = self.graph.nodes if need_logits else self.graph.nodes[:head_start_node(self.graph)]
+        for node in nodes:
             a = [env.get(n) for n in node.inputs]
             op = node.op
             if op == "embedding":
@@ -140,7 +155,7 @@ class Executor:
             else:  # verify.py rejects unknown ops before we get here
                 raise AssertionError(op)
             env[node.output] = out
-        return env[self.graph.output]
+        return env[self.graph.output] if need_logits else None
 
 
 @dataclass(frozen=True)
@@ -157,19 +172,22 @@ def generate(
     max_seq: int,
     eos_ids: Sequence[int],
     sampling: SamplingOptions,
+    top_k: int = 0,
 ) -> Generation:
-    """The same state machine as firmware/tllm_generate.c: prefill the prompt
-    one token at a time, then sample / emit / step until EOS, the token limit
-    or the end of the context."""
+    """The same state machine as firmware/tllm_engine.c: prefill the prompt
+    one token at a time (the head only for the last prompt token, whose
+    logits are the only ones read), then sample / emit / step until EOS, the
+    token limit or the end of the context.  top_k: a `--sampler topk:K`
+    build's K (sampler.py), 0 for the full and greedy builds."""
     executor.reset()
-    sampler = Sampler(sampling)
+    sampler = Sampler(sampling, top_k)
     prompt = list(prompt_ids)
     out: list[int] = []
     if max_new_tokens <= 0:
         return Generation(prompt, out, "max_tokens")
     logits = None
     for pos, tok in enumerate(prompt):
-        logits = executor.step(tok, pos)
+        logits = executor.step(tok, pos, need_logits=pos == len(prompt) - 1)
     pos = len(prompt)
     while True:
         tok = sampler.sample(logits)

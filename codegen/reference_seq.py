@@ -33,7 +33,7 @@ from .exact import F32
 from .ir import Graph
 from .quant.formats import gguf_fields
 from .quant.kv import kv_layout
-from .reference import rope_tables
+from .reference import head_start_node, rope_tables
 
 
 def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:
@@ -259,14 +259,19 @@ class SeqFloatKernels(_SeqRope):
         return (g / (1.0 + np.exp(-g)) * up).astype(F32)
 
 
-def run_sequence(graph: Graph, kernels, tokens: Iterable[int], keep: Iterable[str] = ()) -> tuple[np.ndarray, dict]:
+def run_sequence(graph: Graph, kernels, tokens: Iterable[int], keep: Iterable[str] = (),
+                 need_logits: bool = True) -> tuple[np.ndarray | None, dict]:
     """Logits [T, vocab] of every position of `tokens` (position 0 first), and
-    the values named in `keep` ([T, n] each: calibration reads linear inputs)."""
+    the values named in `keep` ([T, n] each: calibration reads linear inputs).
+    need_logits False: the head's nodes (reference.head_start_node) run only
+    as far as a kept value needs them, as the firmware's prompt steps skip
+    the classifier; the logits are then None."""
     toks = np.asarray(list(tokens), np.int64)
     keep = set(keep)
     env: dict[str, np.ndarray] = {}
     kept: dict[str, np.ndarray] = {}
-    for node in graph.nodes:
+    nodes = graph.nodes if need_logits else _without_unkept_head(graph, keep)
+    for node in nodes:
         a = [env.get(n) for n in node.inputs]
         op = node.op
         if op == "embedding":
@@ -282,4 +287,16 @@ def run_sequence(graph: Graph, kernels, tokens: Iterable[int], keep: Iterable[st
         env[node.output] = out
         if node.output in keep:
             kept[node.output] = out
-    return env[graph.output], kept
+    return env.get(graph.output) if need_logits else None, kept
+
+
+def _without_unkept_head(graph: Graph, keep: set) -> tuple:
+    """The graph's nodes up to its last layer, then the head's nodes a kept
+    value depends on (the classifier's input, for calibration)."""
+    start = head_start_node(graph)
+    head = graph.nodes[start:]
+    needed = set(keep)
+    for node in reversed(head):
+        if node.output in needed:
+            needed.update(node.inputs)
+    return graph.nodes[:start] + tuple(n for n in head if n.output in needed)

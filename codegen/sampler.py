@@ -7,6 +7,23 @@
 Random numbers come from xorshift64* (Vigna), 64-bit integer arithmetic
 that is the same on every machine; a float in [0,1) is the top 24 bits
 times 2^-24, which is exact in float32.
+
+Top-K builds (`--sampler topk:K`, no logits vector in RAM; the firmware
+keeps a running set while the classifier's chunks pass, tllm_topk_push):
+
+* the candidates are the K largest logits in the total order (logit
+  descending, token id ascending: of equal logits the lower id comes first
+  and is kept); fewer when the vocabulary is smaller than K;
+* temperature 0: the first candidate, which is the argmax (the lowest id
+  among the maxima), so greedy tokens equal the other builds';
+* otherwise p = softmax(logit / T) over the K candidates, computed in that
+  order with the same float32 arithmetic as the full sampler (tllm_softmax);
+  one coin from the same xorshift64* draw; then, when top_p < 1, the nucleus
+  *within the K*: the shortest prefix of the candidates (in their order, not
+  re-sorted) whose cumulative p exceeds top_p (all K if none does), and
+  the token where coin * (that prefix's sum) first falls below the running
+  sum; when top_p = 1, the token where the coin first falls below the
+  cumulative p over all K (the last candidate if rounding leaves it above).
 """
 from __future__ import annotations
 
@@ -30,6 +47,29 @@ DEFAULT_SEED_STATE = 0x853C49E6748FEA9B  # used when the seed is 0 (xorshift sta
 TEMPERATURE_MIN, TEMPERATURE_MAX = 1e-3, 100.0
 TOP_P_MIN = float(np.finfo(np.float32).tiny)  # 1.1754944e-38
 MAX_NEW_TOKENS = (1 << 32) - 1  # the request's uint32 field; generation also stops at the context's end
+# --sampler topk:K: K in 1..TOP_K_MAX (the K-entry buffer is 6 * K bytes; the
+# running set's insertion is O(K) per entering row, so K stays small).
+TOP_K_MAX = 1024
+SAMPLERS = ("full", "greedy", "topk:K")
+
+
+def top_k_of(sampler: str) -> int:
+    """K of a "topk:K" sampler build, 0 for full and greedy."""
+    return int(sampler.split(":", 1)[1]) if sampler.startswith("topk:") else 0
+
+
+def sampler_problem(sampler: str) -> str | None:
+    """Why a --sampler value is not one this tool builds (None: it is)."""
+    if sampler in ("full", "greedy"):
+        return None
+    kind, _, k = sampler.partition(":")
+    if kind != "topk" or not k.isdigit():
+        return f"{sampler!r} is not known: choose full, greedy or topk:K (K in 1..{TOP_K_MAX})"
+    if not 1 <= int(k) <= TOP_K_MAX:
+        return f"{sampler!r}: K must be in 1..{TOP_K_MAX}"
+    if str(int(k)) != k:
+        return f"{sampler!r}: write K without leading zeros (topk:{int(k)})"
+    return None
 
 
 def temperature_problem(t: float) -> str | None:
@@ -85,14 +125,29 @@ def argmax(logits: np.ndarray) -> int:
     return int(np.argmax(logits))  # numpy returns the first maximum, as the C loop does
 
 
+def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """The K candidates of a top-K build, in their order: logit descending,
+    id ascending (numpy's stable lexsort on (id, -logit); -0.0 == 0.0 there
+    as in the C comparisons)."""
+    x = np.asarray(logits, F32)
+    order = np.lexsort((np.arange(len(x)), -x))
+    return order[:k]
+
+
 class Sampler:
-    def __init__(self, opts: SamplingOptions):
+    """The firmware's sampler; top_k > 0 for a `--sampler topk:K` build
+    (the module docstring defines what it samples)."""
+
+    def __init__(self, opts: SamplingOptions, top_k: int = 0):
         self.opts = opts
         self.rng = Rng(opts.seed)
         self.temperature = F32(opts.temperature)
         self.top_p = F32(opts.top_p)
+        self.top_k = top_k
 
     def sample(self, logits: np.ndarray) -> int:
+        if self.top_k:
+            return self._sample_top_k(np.asarray(logits, F32))
         if self.opts.temperature == 0.0:
             return argmax(logits)
         probs = softmax(np.asarray(logits, F32) / self.temperature)
@@ -134,3 +189,27 @@ class Sampler:
                 return cand[j]
         return cand[last]
 
+
+    def _sample_top_k(self, logits: np.ndarray) -> int:
+        """tllm_sample_topk: the candidates' logits in their order, then the
+        same steps as the full sampler without its cutoff and re-sort."""
+        ids = top_k_ids(logits, self.top_k)
+        if self.opts.temperature == 0.0:
+            return int(ids[0])
+        probs = softmax(logits[ids] / self.temperature)
+        coin = self.rng.next_f32()
+        if self.top_p < F32(1.0):
+            cum, last = F32(0.0), len(ids) - 1
+            for j, p in enumerate(probs):
+                cum = cum + p
+                if cum > self.top_p:
+                    last = j
+                    break
+            r = coin * cum
+            cdf = F32(0.0)
+            for j in range(last + 1):
+                cdf = cdf + probs[j]
+                if r < cdf:
+                    return int(ids[j])
+            return int(ids[last])
+        return int(ids[self._multinomial(probs, coin)])

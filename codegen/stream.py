@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from .errors import UserError
-from .lower import ArgmaxClassifier, BufferDecl, EmbedQ4, KernelCall, LoweredStep, MatvecQ4x4, Q4Ref, VectorRef
+from .lower import (ArgmaxClassifier, BufferDecl, EmbedQ4, KernelCall, LoweredStep, MatvecQ4x4, Q4Ref, TopKClassifier,
+                    VectorRef)
 from .quant.formats import q4x4_bytes_of
 
 MODES = ("off", "all", "auto")
@@ -107,6 +108,20 @@ class StreamedArgmaxQ4x4:
 
 
 @dataclass(frozen=True)
+class StreamedTopKQ4x4:
+    """The top-K classifier over the stream: per chunk, chunk_rows rows at a
+    time into the logits chunk, each pushed into the running K-entry set."""
+
+    topk: TopKClassifier
+    chunk_rows: int
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref:
+        return self.topk.matvec.matrix
+
+
+@dataclass(frozen=True)
 class StreamedEmbedQ4x4:
     """The embedding row: its 4-row tile, known only once the token is,
     copied synchronously into the free stream buffer."""
@@ -120,7 +135,8 @@ class StreamedEmbedQ4x4:
         return self.embed.table
 
 
-StreamedCall = Union[StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedEmbedQ4x4]
+StreamedCall = Union[StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedTopKQ4x4, StreamedEmbedQ4x4]
+STREAMED_MATRIX_CALLS = (StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedTopKQ4x4)  # each a run of chunks
 
 
 @dataclass(frozen=True)
@@ -177,7 +193,7 @@ def pin_candidates(step: LoweredStep) -> list[PinCandidate]:
         if isinstance(a, EmbedQ4) and a.table.layout == "q4x4":
             m = a.table
             out[m.name] = PinCandidate(m.name, "q4x4", q4x4_bytes_of(m.rows, m.cols, m.group), 1 / -(-m.rows // 4))
-        elif isinstance(a, (MatvecQ4x4, ArgmaxClassifier)):
+        elif isinstance(a, (MatvecQ4x4, ArgmaxClassifier, TopKClassifier)):
             m = a.matrix
             out[m.name] = PinCandidate(m.name, "q4x4", q4x4_bytes_of(m.rows, m.cols, m.group), 1.0)
         for v in _vectors(a):
@@ -227,11 +243,14 @@ def stream_step(step: LoweredStep, opts: StreamOptions | None) -> LoweredStep:
         elif isinstance(a, ArgmaxClassifier) and isinstance(a.matvec, MatvecQ4x4) and a.matrix.name not in pinned:
             rows, chunks = chunks_of(a.matrix, opts.chunk_bytes)
             new = StreamedArgmaxQ4x4(a, rows, chunks)
+        elif isinstance(a, TopKClassifier) and isinstance(a.matvec, MatvecQ4x4) and a.matrix.name not in pinned:
+            rows, chunks = chunks_of(a.matrix, opts.chunk_bytes)
+            new = StreamedTopKQ4x4(a, rows, chunks)
         elif isinstance(a, EmbedQ4) and a.table.layout == "q4x4" and a.table.name not in pinned:
             tb = tile_bytes(a.table)
             new = StreamedEmbedQ4x4(a, tb, line_up(tb))
             biggest = max(biggest, new.copy_bytes)
-        if isinstance(new, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        if isinstance(new, STREAMED_MATRIX_CALLS):
             n_chunks += len(new.chunks)
             biggest = max(biggest, max(ch.copy_bytes for ch in new.chunks))
         calls.append(KernelCall(new, call.layer, call.label))
@@ -262,7 +281,8 @@ class ScheduledChunk:
     copy_bytes: int
     row0: int
     rows: int
-    buffer: int  # stream buffer it lands in, in the step's first run (odd stream lengths alternate per step)
+    buffer: int  # stream buffer it lands in, in the step's first run (odd stream lengths, and steps
+    #              that skip the head, change the parity of the steps after them)
 
 
 @dataclass(frozen=True)
@@ -278,7 +298,7 @@ def schedule_of(program) -> list[ScheduledChunk]:
     out = []
     for i, call in enumerate(program.calls):
         a = call.args
-        if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+        if isinstance(a, STREAMED_MATRIX_CALLS):
             for ch in a.chunks:
                 k = len(out)
                 out.append(ScheduledChunk(k, i, call.label if call.layer is None else f"layer {call.layer} {call.label}",
@@ -296,6 +316,16 @@ def schedule_of(program) -> list[ScheduledChunk]:
             if last + a.copy_bytes > total:
                 raise AssertionError(f"the embedding's last tile reads past the blob ({last + a.copy_bytes} > {total})")
     return out
+
+
+def head_chunk(program) -> int:
+    """Index of the head's first chunk (the classifier's, after every layer's):
+    a step without logits skips from there to the next step's chunk 0
+    (tllm_stream_begin_step).  The chunk count when the head streams nothing."""
+    sched = schedule_of(program)
+    n = sum(c.call < program.head_start for c in sched)
+    assert all(c.call >= program.head_start for c in sched[n:]), "chunks are in call order: body, then head"
+    return n
 
 
 def pin_table(program) -> list[Pin]:
@@ -331,7 +361,7 @@ def schedule_json(program) -> dict | None:
         "mode": plan.options.mode, "chunk_bytes": plan.options.chunk_bytes, "buffers": 2 if plan.buffer_bytes else 0,
         "buffer_bytes": plan.buffer_bytes, "chunks_per_step": len(sched),
         "streamed_bytes_per_step": sum(c.nbytes for c in sched),
-        "pinned_bytes": plan.pinned_bytes,
+        "pinned_bytes": plan.pinned_bytes, "head_chunk": head_chunk(program),
         "pinned": [{"name": p.name, "src": p.src, "copy_bytes": p.copy_bytes, "dst": p.dst} for p in pin_table(program)],
         "chunks": [dataclasses.asdict(c) for c in sched],
     }
@@ -343,6 +373,9 @@ def schedule_text(doc: dict | None) -> str:
     lines = [f"weight stream (--stream {doc['mode']}): {doc['chunks_per_step']} chunks per step, "
              f"{doc['streamed_bytes_per_step']:,} B streamed per token, 2 x {doc['buffer_bytes']:,} B stream buffers, "
              f"{len(doc['pinned'])} entries pinned ({doc['pinned_bytes']:,} B of SRAM, copied at boot)"]
+    if doc.get("head_chunk", doc["chunks_per_step"]) < doc["chunks_per_step"]:  # an older OUT's report has none
+        lines.append(f"  the head (classifier) is chunks {doc['head_chunk']}.., skipped for every prompt token "
+                     "but the last")
     if doc["chunks"]:
         lines.append(f"  {'chunk':>5} {'call':>4} {'buf':>3} {'src':>10} {'bytes':>7} {'rows':>11}  matrix")
         for c in doc["chunks"]:

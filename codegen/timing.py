@@ -80,14 +80,24 @@ class Workload:
     streams: int
     source: str
     sampling_instructions: int = 0  # part of other_instructions; a prefill token does not sample
+    # The classifier (part of weight_bytes, matvec_instructions and streams):
+    # a prompt token before the last skips it (tllm_model_step's need_logits).
+    head_weight_bytes: int = 0
+    head_matvec_instructions: int = 0
 
     def prefill(self, batch: int = 1) -> "Workload":
-        """One prompt token: no sampling, and with a batched prefill of
-        `batch` tokens per weight pass each token reads 1/batch of the
-        weights (today's step runs one token at a time: batch 1)."""
-        return replace(self, name=f"{self.name} prefill", weight_bytes=-(-self.weight_bytes // batch),
+        """One prompt token before the last: no classifier (its logits are
+        never read) and no sampling; with a batched prefill of `batch` tokens
+        per weight pass each token reads 1/batch of the layers' weights
+        (today's step runs one token at a time: batch 1).  The last prompt
+        token costs a decoded token's step without its sampling."""
+        body_bytes = self.weight_bytes - self.head_weight_bytes
+        body_streams = self.streams - (1 if self.head_weight_bytes else 0)
+        return replace(self, name=f"{self.name} prefill", weight_bytes=-(-body_bytes // batch),
+                       matvec_instructions=self.matvec_instructions - self.head_matvec_instructions,
                        other_instructions=self.other_instructions - self.sampling_instructions,
-                       sampling_instructions=0, streams=-(-self.streams // batch))
+                       sampling_instructions=0, streams=-(-body_streams // batch),
+                       head_weight_bytes=0, head_matvec_instructions=0)
 
     @property
     def instructions(self) -> int:
@@ -136,7 +146,8 @@ def mode_seconds(q: QspiFlash, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYT
 def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fills: int = 1,
             core_hz: float = CORE_HZ, prefill_batch: int = 1) -> dict:
     """ms/token, tokens/s and mJ/token per mode for one board, for a decoded
-    token ("modes") and a prompt token ("prefill"), with the inputs and
+    token ("modes") and a prompt token before the last ("prefill": no
+    classifier, no sampling; Workload.prefill), with the inputs and
     assumptions they rest on (JSON-ready)."""
     q = board.qspi_flash
     if q is None:
@@ -186,14 +197,17 @@ class Shape:
     vocab: int
     head_dim: int | None = None
 
+    def classifier(self) -> tuple[int, int]:
+        return self.vocab, self.dim
+
     def matrices(self) -> list[tuple[int, int]]:
         """(rows, cols) of every matrix one decoded token reads, the tied
-        classifier included."""
+        classifier included (the last)."""
         hd = self.head_dim or self.dim // self.heads
         q, kv = self.heads * hd, self.kv_heads * hd
         per_layer = [(q, self.dim), (kv, self.dim), (kv, self.dim), (self.dim, q),
                      (self.hidden, self.dim), (self.hidden, self.dim), (self.dim, self.hidden)]
-        return per_layer * self.layers + [(self.vocab, self.dim)]
+        return per_layer * self.layers + [self.classifier()]
 
     def macs(self) -> int:
         return sum(r * c for r, c in self.matrices())
@@ -213,7 +227,12 @@ def workload_from_counts(name: str, shape: Shape, matvec_instructions: int, othe
                          source: str, group: int = 32) -> Workload:
     # gate and up are one fused stream in the blob (fusion.py); one stream per other matrix
     streams = len(shape.matrices()) - shape.layers
-    return Workload(name, shape.weight_bytes(group), matvec_instructions, other_instructions, streams, source)
+    rows, cols = shape.classifier()
+    # the classifier's matvec instructions by its share of the MACs: the same kernel runs every matrix
+    # (exact for scaled_workload; for a bench count its per-MAC rate is taken as the step's average)
+    head_mv = round(matvec_instructions * rows * cols / shape.macs())
+    return Workload(name, shape.weight_bytes(group), matvec_instructions, other_instructions, streams, source,
+                    head_weight_bytes=q4_bytes(rows, cols, group), head_matvec_instructions=head_mv)
 
 
 def workload_from_bench(name: str, shape: Shape, bench: dict, group: int = 32) -> Workload:
@@ -287,5 +306,6 @@ def predicted_text(pred: dict) -> str:
                      f" (with prefetch {m['in_place_prefetch']['ms_per_token']:,.1f}), DWUP "
                      f"{m['dwup']['ms_per_token']:,.1f} ms ({m['dwup']['tokens_per_s']:.2f} tok/s, "
                      f"{m['dwup']['mj_per_token']:,.1f} mJ), flash bound {m['flash_bound']['ms_per_token']:,.1f} ms; "
-                     f"a prompt token {p['prefill']['dwup']['ms_per_token']:,.1f} ms (DWUP)")
+                     f"a prompt token before the last (no classifier) {p['prefill']['dwup']['ms_per_token']:,.1f} ms "
+                     "(DWUP)")
     return "\n".join(lines) + "\n"

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TLLM_API_VERSION 1
+#define TLLM_API_VERSION 2 /* 2: tllm_model_desc.top_k */
 
 /* Every function returns TLLM_OK or one of these (tllm_status_message()
  * gives a one-line text for each). */
@@ -99,7 +99,8 @@ typedef struct {
     uint32_t stop_reason;       /* tllm_stop_reason */
     uint32_t n_prompt;
     uint32_t n_generated;
-    uint64_t prefill_cost;      /* clock units spent on the prompt */
+    uint64_t prefill_cost;      /* clock units spent on the prompt (one model step per prompt
+                                   token; only the last one runs the classifier) */
     const uint16_t *tokens;     /* prompt then generated ids (n_prompt + n_generated), in the
                                    model's arena: valid until the next tllm_generate */
 } tllm_result;
@@ -116,6 +117,8 @@ typedef struct {
     uint32_t max_seq;      /* context: prompt + generated tokens must fit */
     uint32_t greedy_only;  /* compiled with --sampler greedy: temperature must be 0 */
     uint32_t abi_version;  /* TLLM_ABI_VERSION of runtime and model */
+    uint32_t top_k;        /* compiled with --sampler topk:K: K, and a temperature samples within the
+                              K largest logits (top_p within them); 0: the whole vocabulary */
 } tllm_model_desc;
 
 /* Arms the arena guard words and checks the weights blob (magic, size,

@@ -1,7 +1,8 @@
 /* The generation engine behind tllm_api.h: one state machine, used by the
  * console firmware (tllm_main.c) and by a user's own main alike.
  *
- *   IDLE -> PREFILL (one model step per prompt token)
+ *   IDLE -> PREFILL (one model step per prompt token; only the last one
+ *                    runs the head, since only its logits are sampled)
  *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
  *
  * The state lives in the planned arena (tllm_gen_state), so a generation
@@ -51,6 +52,7 @@ const tllm_model_desc *tllm_info(void) {
     desc.vocab_size = tllm_model.vocab_size;
     desc.max_seq = tllm_model.max_seq;
     desc.greedy_only = tllm_model.greedy_only;
+    desc.top_k = tllm_model.top_k;
     desc.abi_version = TLLM_ABI_VERSION;
     return &desc;
 }
@@ -119,7 +121,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
         switch (st->phase) {
         case TLLM_PREFILL:
             tllm_mark();
-            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos);
+            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos, st->pos + 1u == st->n_prompt);
             tllm_mark();
             st->pos++;
             if (st->pos == st->n_prompt) {
@@ -129,9 +131,12 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             }
             break;
         case TLLM_SAMPLE:
-            st->token = logits ? tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size,
-                                             tllm_model_sample_idx())
-                               : tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
+            if (logits)
+                st->token = tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size, tllm_model_sample_idx());
+            else if (tllm_model.top_k)
+                st->token = tllm_sample_topk(&st->sampler, tllm_model_topk()); /* the step kept the K best */
+            else
+                st->token = tllm_model_greedy_token(); /* greedy-only: the step kept the argmax */
             tllm_mark();
             tokens[st->pos] = (uint16_t)st->token;
             st->n_generated++;
@@ -157,7 +162,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
         }
         case TLLM_DECODE:
             tllm_mark();
-            logits = tllm_model_step(st->token, (int32_t)st->pos);
+            logits = tllm_model_step(st->token, (int32_t)st->pos, 1);
             tllm_mark();
             st->pos++;
             st->phase = TLLM_SAMPLE;

@@ -34,16 +34,24 @@ typedef struct {
     uint32_t n_eos;
     const int32_t *eos_ids; /* n_eos ids, any number (a model may have several) */
     uint32_t greedy_only; /* --sampler greedy: requests must have temperature 0 */
+    uint32_t top_k;       /* --sampler topk:K: K (sampling within the K largest logits); 0 otherwise */
 } tllm_model_info;
 
 extern const tllm_model_info tllm_model;
 
-/* Runs one decode step for `token` at `pos`; returns the logits buffer. */
-float *tllm_model_step(int32_t token, int32_t pos);
+/* Runs one decode step for `token` at `pos` (writing the KV cache at pos);
+ * returns the logits buffer.  need_logits 0 skips the head (the final norm
+ * and the classifier, with a weight stream the head's chunks too) and
+ * returns NULL: the engine passes 0 for every prompt token but the last,
+ * whose logits nobody reads. */
+float *tllm_model_step(int32_t token, int32_t pos, int need_logits);
 /* Greedy-only builds (TLLM_GREEDY_ONLY): the step computes the classifier
- * in chunks and keeps only its argmax, returned here; tllm_model_step then
- * returns NULL. Full builds return -1. */
+ * in chunks and keeps only its argmax, returned here after a step with
+ * need_logits; tllm_model_step then returns NULL. Full builds return -1. */
 int32_t tllm_model_greedy_token(void);
+/* Top-K builds (tllm_model.top_k > 0): the classifier filled this set in the
+ * last step with need_logits (tllm_model_step returns NULL); NULL otherwise. */
+tllm_topk *tllm_model_topk(void);
 
 /* Planned buffers the runtime needs. */
 tllm_gen_state *tllm_model_state(void);

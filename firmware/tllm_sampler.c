@@ -103,3 +103,60 @@ int32_t tllm_sample(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx) {
     if (s->top_p < 1.0f) return top_p(logits, n, s->top_p, coin, idx);
     return multinomial(logits, n, coin);
 }
+
+/* ---- top-K builds ---------------------------------------------------- */
+/* Puts (v, row) at its place among value[0..last], dropping value[last]'s
+ * entry: the entries it sorts before move one down. */
+static void topk_insert(float *value, uint16_t *id, int32_t last, float v, int32_t row) {
+    int32_t at = last;
+    for (; at > 0 && v > value[at - 1]; at--) { /* strictly greater: equal values keep their lower ids first */
+        value[at] = value[at - 1];
+        id[at] = id[at - 1];
+    }
+    value[at] = v;
+    id[at] = (uint16_t)row;
+}
+
+void tllm_topk_push(tllm_topk *t, const float *x, int32_t n, int32_t r0) {
+    float *value = t->value;
+    uint16_t *id = t->id;
+    const int32_t cap = t->cap;
+    int32_t held = r0 == 0 ? 0 : t->n;
+    int32_t i = 0;
+    for (; i < n && held < cap; i++, held++) topk_insert(value, id, held, x[i], r0 + i); /* room: every row enters */
+    t->n = held;
+    if (i == n) return;
+    float floor_v = value[cap - 1]; /* a full set: a row enters only above its last entry (the common case: not) */
+    for (; i < n; i++) {
+        if (!(x[i] > floor_v)) continue;
+        topk_insert(value, id, cap - 1, x[i], r0 + i);
+        floor_v = value[cap - 1];
+    }
+}
+
+int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
+    if (s->temperature == 0.0f) return t->id[0]; /* the first maximum: tllm_argmax's token */
+    float *p = t->value;
+    const int32_t n = t->n;
+    for (int32_t i = 0; i < n; i++) p[i] = p[i] / s->temperature;
+    tllm_softmax(p, n);
+    const float coin = rng_f32(s);
+    if (s->top_p >= 1.0f) return t->id[multinomial(p, n, coin)];
+    /* the nucleus within the K, in the set's order (no cutoff, no re-sort) */
+    float cum = 0.0f;
+    int32_t last = n - 1;
+    for (int32_t j = 0; j < n; j++) {
+        cum = cum + p[j];
+        if (cum > s->top_p) {
+            last = j;
+            break;
+        }
+    }
+    const float r = coin * cum;
+    float cdf = 0.0f;
+    for (int32_t j = 0; j <= last; j++) {
+        cdf = cdf + p[j];
+        if (r < cdf) return t->id[j];
+    }
+    return t->id[last];
+}

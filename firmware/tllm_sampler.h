@@ -20,4 +20,24 @@ int32_t tllm_sample(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx);
 
 int32_t tllm_argmax(const float *x, int32_t n);
 
+/* --sampler topk:K builds (codegen/sampler.py's docstring defines them): no
+ * logits vector; the classifier's chunks feed a running set of the K
+ * largest logits in (value descending, id ascending) order, kept sorted in
+ * two planned K-entry buffers. */
+typedef struct {
+    float *value;  /* [cap] the logits, then (tllm_sample_topk) the probabilities */
+    uint16_t *id;  /* [cap] */
+    int32_t cap;   /* K */
+    int32_t n;     /* entries held */
+} tllm_topk;
+
+/* Rows r0 .. r0 + n - 1 of the logits are x[0..n), rows in ascending order
+ * over the calls: each row enters when the set has room or when it is
+ * strictly greater than the last entry (an equal one has a higher id, so
+ * it sorts after).  r0 == 0 empties the set first. */
+void tllm_topk_push(tllm_topk *t, const float *x, int32_t n, int32_t r0);
+
+/* Picks the next token from the set (overwrites its values). */
+int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t);
+
 #endif

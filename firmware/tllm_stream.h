@@ -11,6 +11,12 @@
  *            take's caller is done with it;
  *            return buf[slot] holding chunk k.
  *
+ * A step without logits (a prompt token before the last) skips the head's
+ * chunks (the classifier's, the table's last): with skip_head set, the take
+ * that would start chunk `head` starts chunk 0 instead, the next step's
+ * first.  So at every step boundary chunk 0 is the one in flight, whichever
+ * kind of step comes next, and no transfer is wasted on a skipped head.
+ *
  * The embedding tile depends on the token, so it is copied synchronously
  * into the free buffer (fetch_now) after the chunk in flight has landed.
  * Pinned entries are copied once, at the first step, into the planned
@@ -23,6 +29,7 @@
 
 #include "tllm_board.h"
 #include "tllm_kernels_m7.h"
+#include "tllm_sampler.h" /* tllm_topk */
 
 typedef struct {
     uint32_t src;  /* blob offset */
@@ -46,6 +53,8 @@ typedef struct {
     uint32_t next;   /* the chunk in flight (or landed) */
     uint32_t slot;   /* the buffer it goes to */
     uint32_t booted;
+    uint32_t head;      /* the head's first chunk; n_chunks when the head streams nothing */
+    uint32_t skip_head; /* this step computes no logits: wrap to chunk 0 at `head` */
 } tllm_stream;
 
 #define TLLM_STREAM_PIN_PIECE 65536u /* one copy moves at most 64 KiB (a multiple of 32) */
@@ -67,10 +76,14 @@ static inline void tllm_stream_boot(tllm_stream *s) {
     if (s->n_chunks) tllm_board_copy_start(s->buf[0], s->base + s->chunks[0].src, s->chunks[0].len);
 }
 
+/* At every step's start, after tllm_stream_boot: whether this step runs the head. */
+static inline void tllm_stream_begin_step(tllm_stream *s, int need_logits) { s->skip_head = !need_logits; }
+
 static inline const uint8_t *tllm_stream_take(tllm_stream *s) {
     tllm_board_copy_wait();
     const uint8_t *ready = s->buf[s->slot];
-    s->next = s->next + 1u == s->n_chunks ? 0u : s->next + 1u;
+    const uint32_t k = s->next + 1u;
+    s->next = (k == s->n_chunks || (s->skip_head && k == s->head)) ? 0u : k;
     s->slot ^= 1u;
     tllm_board_copy_start(s->buf[s->slot], s->base + s->chunks[s->next].src, s->chunks[s->next].len);
     return ready;
@@ -107,6 +120,25 @@ static inline int32_t tllm_stream_argmax_q4x4(tllm_stream *s, const tllm_q4x4_ma
         tllm_argmax_q4x4_from(&part, x_stream, bias ? bias + r0 : 0, chunk, argmax_rows, r0, &best, &best_v);
     }
     return best;
+}
+
+/* tllm_topk_q4x4 (tllm_topk.h) over the stream: per chunk, topk_rows rows
+ * (a multiple of 4) at a time into chunk, each pushed into the set. */
+static inline void tllm_stream_topk_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                         const uint8_t *x_stream, const float *bias, float *chunk, int32_t topk_rows,
+                                         tllm_topk *t) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const uint8_t *tiles = tllm_stream_take(s);
+        const tllm_q4x4_matrix part = {tiles, (uint16_t)n, m->cols, m->group};
+        const int32_t tile_bytes = tllm_q4x4_tile_bytes(&part);
+        for (int32_t q0 = 0; q0 < n; q0 += topk_rows) {
+            const int32_t k = n - q0 < topk_rows ? n - q0 : topk_rows;
+            const tllm_q4x4_matrix rows = {tiles + (q0 / 4) * tile_bytes, (uint16_t)k, m->cols, m->group};
+            tllm_matvec_q4x4(&rows, x_stream, bias ? bias + r0 + q0 : 0, chunk);
+            tllm_topk_push(t, chunk, k, r0 + q0);
+        }
+    }
 }
 
 /* tllm_embed_q4x4 from the token's tile, fetched into the free buffer. */

@@ -42,6 +42,7 @@ OP_OF_FUNCTION = {
     "tllm_silu_mul_pairs_x16b": "silu_mul+quantize", "tllm_matmat_q4x4": "matmat", "tllm_matmat_q4x4_c": "matmat", "tllm_x16_batch": "x16_batch",
     **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
+    "tllm_topk_push": "topk", "topk_insert": "topk",  # --sampler topk:K: the running set the chunks feed
 }
 # in micro.c's mark order; a "_pP" suffix: P tokens per call (batched prefill), MACs = P x rows x cols
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
@@ -71,6 +72,8 @@ class BenchResult:
     breakdown: dict[str, int]
     kernels: list[KernelFigure] = field(default_factory=list)
     repeatable: bool | None = None
+    # the `position` prompt steps together: only the last runs the classifier (tllm_model_step's need_logits)
+    prefill_instructions: int = 0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -117,7 +120,8 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
     breakdown = _op_breakdown(snaps.between(before, after_step))
     breakdown["sampling"] = sampling
     result = BenchResult(position=position, decode_instructions_per_token=step + sampling,
-                         decode_step_instructions=step, sampling_instructions=sampling, breakdown=breakdown)
+                         decode_step_instructions=step, sampling_instructions=sampling, breakdown=breakdown,
+                         prefill_instructions=snaps.total_between(0, 2 * position - 1))
     assert sum(per_fn.values()) == step + sampling
     return result, snaps
 
@@ -246,7 +250,9 @@ def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker)
 
 def format_table(result: BenchResult) -> str:
     lines = [f"decode at position {result.position}: {result.decode_instructions_per_token:,} instructions per token "
-             f"(step {result.decode_step_instructions:,}, sampling {result.sampling_instructions:,})"]
+             f"(step {result.decode_step_instructions:,}, sampling {result.sampling_instructions:,}); "
+             f"the {result.position}-token prompt before it {result.prefill_instructions:,} "
+             "(the classifier only for its last token)"]
     total = result.decode_instructions_per_token
     for op, n in result.breakdown.items():
         lines.append(f"  {op:<12} {n:>12,}  {100 * n / total:5.1f}%")

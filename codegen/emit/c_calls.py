@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..exact import c_float_literal
-from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, EmbedQ4, FcS4PcRef, FcS4PerChannel,
+from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef, EmbedGGUF, EmbedQ4, FcS4PcRef, FcS4PerChannel,
                      GGUFRef, KernelCall, MatvecGGUF, MatvecQ4, MatvecQ4x4, Q4Ref, QuantizeI8, QuantizeStaticS8,
                      QuantizeX16, RmsNorm, RmsNormX16, Rope, SiluMul, SiluMulPairsX16, VectorRef)
-from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4
+from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, StreamedTopKQ4x4
 from .names import buffer_macro, fc_name, matrix_name, vector_macro
 
 LINE_WIDTH = 120  # generated C fits a screen
@@ -114,6 +114,12 @@ def _stream_call(a) -> CCall | None:
         if isinstance(a, StreamedMatvecQ4x4):
             return CCall("tllm_stream_matvec_q4x4", tuple(args))
         return CCall("tllm_stream_argmax_q4x4", tuple(args + [_shape(a.argmax.chunk_rows)]), "greedy_token = ")
+    if isinstance(a, StreamedTopKQ4x4):  # the classifier's chunks into the running top-K set (tllm_topk.h)
+        mv = a.topk.matvec
+        rows = _param(str(a.chunk_rows), a.chunk_rows, "int32_t", mv.matrix.name + ".chunk_rows")
+        return CCall("tllm_stream_topk_q4x4", (_fixed("&weight_stream"), _matrix(mv.matrix), rows, _buf(mv.x_stream),
+                                               _vec(mv.bias), _buf(mv.out), _shape(a.topk.chunk_rows),
+                                               _fixed("&topk_set")))
     if isinstance(a, StreamedEmbedQ4x4):
         return CCall("tllm_stream_embed_q4x4", (_fixed("&weight_stream"), _matrix(a.table),
                                                 _param(f"{a.copy_bytes}u", a.copy_bytes, "uint32_t",
@@ -142,6 +148,9 @@ def c_call(call: KernelCall) -> CCall:
     if isinstance(a, ArgmaxClassifier):
         layout, args = _matvec_args(a.matvec)
         return CCall(f"tllm_argmax_{layout}", tuple(args + [_shape(a.chunk_rows)]), "greedy_token = ")
+    if isinstance(a, TopKClassifier):  # tllm_topk.h
+        layout, args = _matvec_args(a.matvec)
+        return CCall(f"tllm_topk_{layout}", tuple(args + [_shape(a.chunk_rows), _fixed("&topk_set")]))
     if isinstance(a, (MatvecQ4, MatvecQ4x4, MatvecGGUF)):
         layout, args = _matvec_args(a)
         return CCall(f"tllm_matvec_{layout}", tuple(args))

@@ -5,10 +5,10 @@ tested through the generated C (tests/host, tests/emu) and tests/unit/test_deter
 from __future__ import annotations
 
 from ..exact import c_float_literal
-from ..lower import (Add, ArgmaxClassifier, Attention, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
+from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
                      MatvecQ4, MatvecQ4x4, QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, SiluMulPairsX16,
                      FcS4PerChannel, FcS4PcRef, QuantizeStaticS8, RmsNormX16)
-from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4
+from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, StreamedTopKQ4x4
 from .c_calls import LINE_WIDTH, c_call
 from .names import buffer_macro, fc_name, matrix_name, vector_macro
 
@@ -50,6 +50,9 @@ def describe(call: KernelCall) -> tuple[str, BufferRef]:
     if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
         via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
         a = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax
+    elif isinstance(a, StreamedTopKQ4x4):
+        via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
+        a = a.topk
     elif isinstance(a, StreamedEmbedQ4x4):
         via = f", its tile fetched ({a.copy_bytes} B)"
         a = a.embed
@@ -62,6 +65,12 @@ def describe(call: KernelCall) -> tuple[str, BufferRef]:
         what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, argmax over "
                 f"{a.chunk_rows}-row chunks")
         out = a.matvec.out
+    elif isinstance(a, TopKClassifier):
+        layout = ("q4x4" if isinstance(a.matvec, MatvecQ4x4) else a.matrix.qtype if isinstance(a.matvec, MatvecGGUF)
+                  else "q4")
+        what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, top-{a.k} set over "
+                f"{a.chunk_rows}-row chunks")
+        out = a.value
     elif isinstance(a, (MatvecQ4, MatvecQ4x4)):
         layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
         what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"

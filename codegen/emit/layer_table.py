@@ -84,12 +84,14 @@ class LayerLoop:
 
 @dataclass(frozen=True)
 class StepForm:
-    """How tllm_model_step prints: the calls before the first layer, the
-    layers (a loop, or each layer's calls), the calls after the last layer."""
+    """How the body of tllm_model_step prints (everything before the head,
+    Program.head_calls, which a prompt token skips): the calls before the
+    first layer, the layers (a loop, or each layer's calls), the calls after
+    the last layer."""
 
-    head: tuple[KernelCall, ...]
+    before: tuple[KernelCall, ...]
     layers: tuple[tuple[KernelCall, ...], ...]
-    tail: tuple[KernelCall, ...]
+    after: tuple[KernelCall, ...]
     loop: LayerLoop | None
     why: str  # the comment at the top of the step: which form, and why
 
@@ -234,9 +236,10 @@ def _comment(calls: list[KernelCall]) -> str:
 
 
 def step_form(program: Program, unroll: bool = False) -> StepForm:
+    calls = program.body_calls
     head, layers, tail = (), [], ()
     try:
-        head, layers, tail = _split(program.calls)
+        head, layers, tail = _split(calls)
         if len(layers) != program.config.n_layers:
             raise NotIsomorphic(f"{len(layers)} layers of calls for a model of {program.config.n_layers}")
         if unroll:
@@ -244,7 +247,7 @@ def step_form(program: Program, unroll: bool = False) -> StepForm:
         loop = _loop(layers)
     except (NotIsomorphic, AssertionError) as e:
         if not layers:
-            head, layers, tail = program.calls, [], ()
+            head, layers, tail = calls, [], ()
         return StepForm(head, tuple(layers), tail, None, f"The layers are unrolled: they differ ({e}).")
     return StepForm(head, tuple(layers), tail, loop,
                     f"The {len(layers)} layers run as one loop: they make the same calls and differ only in the "

@@ -31,7 +31,7 @@ from ..board import Board
 from ..vocab import vocabulary_of
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from .regions import arena_regions, linker_variables
-from ..stream import BUFFERS, PINNED, pin_table, pinned_at, schedule_of
+from ..stream import BUFFERS, PINNED, head_chunk, pin_table, pinned_at, schedule_of
 
 
 
@@ -49,7 +49,7 @@ RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c",
                    "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
                    "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h",
-                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h")
+                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -121,7 +121,8 @@ def _stream_context(program: Program, pinned: dict) -> dict:
                    for ch in schedule_of(program)],
         "pins": [{"src": p.src, "len": p.copy_bytes, "dst": p.dst, "name": p.name} for p in pin_table(program)],
         "buf0": BUFFERS[0] if streamed else "", "buf1": BUFFERS[1] if streamed else "", "streamed": streamed,
-        "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode}}
+        "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode,
+        "head_chunk": head_chunk(program)}}
 
 
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
@@ -164,7 +165,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
                       for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
-        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step,
+        "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "vocab_external": vocab_external,
         "vocab_offsets_at": program.blob.entry("vocab", "u32").offset if vocab_external else 0,
@@ -172,6 +173,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
+        "top_k": program.top_k,
         **_stream_context(program, pinned),
     }
 

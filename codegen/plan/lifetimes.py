@@ -18,7 +18,10 @@ whole range [0, N].  The kernel conventions lowering follows:
 * the sampler reads "logits" and needs "sample_idx" [vocab] uint16; a
   greedy-only build (sampler "greedy") has neither: the classifier runs
   ARGMAX_CHUNK_ROWS rows at a time into a "logits" buffer of that size and
-  keeps the running argmax (tllm_argmax_q4 / tllm_argmax_q4x4);
+  keeps the running argmax (tllm_argmax_q4 / tllm_argmax_q4x4); a
+  "topk:K" build runs the same chunks into a running K-entry set,
+  "topk.value" [K] float and "topk.id" [K] uint16 (kind "topk", live from
+  the classifier to the sampler), and has no "sample_idx" either;
 * a request arriving over the UART lands in "request" before the first step.
 """
 from __future__ import annotations
@@ -35,8 +38,12 @@ ARGMAX_CHUNK_ROWS = 64  # classifier rows per chunk in a greedy-only build (a mu
 
 
 def logits_rows(c, sampler: str) -> int:
-    """Rows of the logits buffer: the vocabulary, or one argmax chunk."""
-    return min(c.vocab_size, ARGMAX_CHUNK_ROWS) if sampler == "greedy" else c.vocab_size
+    """Rows of the logits buffer: the vocabulary, or one classifier chunk
+    (greedy and topk:K builds)."""
+    from ..sampler import top_k_of
+
+    chunked = sampler == "greedy" or top_k_of(sampler) > 0
+    return min(c.vocab_size, ARGMAX_CHUNK_ROWS) if chunked else c.vocab_size
 
 
 def request_bytes(max_seq: int) -> int:
@@ -63,7 +70,7 @@ class BufferRequest:
     count: int  # elements
     first: int  # first time step it is live
     last: int  # last time step it is live (inclusive)
-    kind: str  # activation | scratch | kv | state | tokens | logits | sampler
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk
     align: int = ALIGN
     placement: str = ""  # hot | bulk | dma; "" = by kind (placement_of)
 
@@ -116,7 +123,7 @@ def lifetimes_of(step) -> Lifetimes:
             if d.name not in spans:
                 raise AssertionError(f"buffer {d.name} is declared but no call uses it")
             first, last = spans[d.name]
-            if d.kind == "logits":
+            if d.kind in ("logits", "topk"):
                 last = end  # read by the sampler
         requests.append(BufferRequest(d.name, d.ctype, d.count, first, last, d.kind,
                                       getattr(d, "align", ALIGN), getattr(d, "placement", "")))

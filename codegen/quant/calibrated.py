@@ -66,7 +66,7 @@ def linear_inputs(graph: Graph, docs: Sequence[Sequence[int]]) -> dict[str, np.n
     kern = SeqFloatKernels(graph, max(len(d) for d in docs))
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for ids in docs:
-        _, kept = run_sequence(graph, kern, ids, keep=names)
+        _, kept = run_sequence(graph, kern, ids, keep=names, need_logits=False)  # the classifier's input, not its output
         for n in names:
             parts[n].append(kept[n])
     return {n: np.concatenate(v).astype(np.float64) for n, v in parts.items()}

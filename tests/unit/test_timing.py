@@ -107,6 +107,25 @@ def test_prefill_token_skips_sampling_and_batches_divide_the_weights():
                                                                  rel=1e-3)
 
 
+def test_prefill_token_skips_the_classifier():
+    """A prompt token before the last runs no classifier (tllm_model_step's
+    need_logits): its bytes, its matvec share and its stream leave the
+    prefill prediction; the decode prediction keeps them."""
+    shape = timing.SHAPES["stories15m"]
+    w = timing.scaled_workload("s15m", shape, 1.35, None, 0.066, "test")
+    rows, cols = shape.classifier()
+    assert w.head_weight_bytes == timing.q4_bytes(rows, cols, 32)
+    assert w.head_matvec_instructions == round(round(shape.macs() * 1.35) * rows * cols / shape.macs())
+    p = w.prefill()
+    assert p.weight_bytes == shape.weight_bytes() - w.head_weight_bytes and p.streams == w.streams - 1
+    assert p.matvec_instructions == w.matvec_instructions - w.head_matvec_instructions
+    # stories15M: the classifier is 61% of the MACs, so a prompt token streams well under half a token's bytes
+    assert 0.35 < p.weight_bytes / w.weight_bytes < 0.45
+    pred = predict(WEACT, w)
+    assert pred["prefill"]["flash_bound"]["ms_per_token"] == pytest.approx(
+        pred["modes"]["flash_bound"]["ms_per_token"] * p.weight_bytes / w.weight_bytes, rel=1e-3)
+
+
 def test_report_has_predicted(tmp_path):
     model = Path(__file__).resolve().parents[2] / "models" / "story-260k"
     out = tmp_path / "out"

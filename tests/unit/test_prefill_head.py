@@ -104,12 +104,13 @@ def test_lowered_head_is_final_norm_and_classifier(kernels, method, sampler):
     assert {c.label for c in head[1:-1]} <= {"quantize xf"}  # the classifier input's int8 copy, if not fused
 
 
-def test_emitted_step_returns_before_the_head(story, tmp_path):
-    src = compile_path(STORY, CompileOptions()).tree.files["src/tllm_model.c"].decode()
+@pytest.mark.parametrize("unroll", [False, True])
+def test_emitted_step_returns_before_the_head(story, tmp_path, unroll):
+    src = compile_path(STORY, CompileOptions(unroll_layers=unroll)).tree.files["src/tllm_model.c"].decode()
     step = src[src.index("float *tllm_model_step(int32_t token, int32_t pos, int need_logits)"):]
     step = step[:step.index("\n}\n")]
     guard = step.index("if (!need_logits) return 0;")
-    last_layer = step.rindex("/* layer 4 ")
+    last_layer = step.rindex("/* layer 4 ") if unroll else step.rindex("L->w_down")  # the last layer's last matvec
     assert last_layer < guard < step.index("/* norm rmsnorm") < step.index("/* output ")
     assert step.count("need_logits") == 2  # the parameter and the guard
 

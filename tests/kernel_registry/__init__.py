@@ -25,8 +25,9 @@ tllm_kernels.h): in the entries file of its header add
 
 and list it in that file's ENTRIES.  Arguments are read by the harness in
 the order of `args`; `call` names the C parameters in order (a struct
-argument is passed as &name).  Lengths are Python expressions over the
-scalars (spec.LENGTH_HELPERS).  The twin returns every OUT and INOUT array
+argument is passed as &name; a written-back struct that points at arrays
+names them in `pointers`, as entries_topk.SET_ARGS).  Lengths are Python
+expressions over the scalars (spec.LENGTH_HELPERS).  The twin returns every OUT and INOUT array
 (and "return" for a return value) as float32 / integer numpy arrays.  A
 kernel in a new header also needs its source in harness_c.HEADER_SOURCES and
 the header in headers.KERNEL_HEADERS.  A case the C is known to get wrong
@@ -35,11 +36,11 @@ then expect it to fail, strictly, so it stays visible until fixed.
 """
 from __future__ import annotations
 
-from . import entries_cmsis_sampler, entries_gguf, entries_kernels, entries_m7, entries_math
+from . import entries_cmsis_sampler, entries_gguf, entries_kernels, entries_m7, entries_math, entries_topk
 from .spec import Case, Kernel
 
 REGISTRY: tuple[Kernel, ...] = (entries_kernels.ENTRIES + entries_m7.ENTRIES + entries_gguf.ENTRIES
-                                + entries_cmsis_sampler.ENTRIES + entries_math.ENTRIES)
+                                + entries_cmsis_sampler.ENTRIES + entries_math.ENTRIES + entries_topk.ENTRIES)
 BY_NAME = {k.name: k for k in REGISTRY}
 assert len(BY_NAME) == len(REGISTRY), "a kernel is registered twice"
 

@@ -73,7 +73,7 @@ def _matrix_case(qtype, rows, cols, bias, seed, tie=False, chunk=None):
     return Case(tag, make, seed)
 
 
-def _matvec_twin(qtype):
+def matvec_twin(qtype):
     def twin(v):
         d, m, q = _fields(qtype, v)
         b = np.asarray(v["bias"], F32)
@@ -101,11 +101,11 @@ def _entries(qtype):
         Kernel(f"tllm_embed_{s}", H, GGUF_ARGS + (Scalar("token", "int32_t"), Out("out", "float", "cols")),
                ("m", "token", "out"), _embed_twin(qtype), cases),
         Kernel(f"tllm_matvec_{s}", H, GGUF_ARGS + ACT + (Out("out", "float", "rows"),),
-               ("m", "xq", "xs", "bias", "out"), _matvec_twin(qtype), cases),
+               ("m", "xq", "xs", "bias", "out"), matvec_twin(qtype), cases),
         Kernel(f"tllm_argmax_{s}", H,
                GGUF_ARGS + ACT + (Scratch("chunk", "float", "chunk_rows"), Scalar("chunk_rows", "int32_t")),
                ("m", "xq", "xs", "bias", "chunk", "chunk_rows"),
-               lambda v, t=_matvec_twin(qtype): {"return": int(np.argmax(t(v)["out"]))},
+               lambda v, t=matvec_twin(qtype): {"return": int(np.argmax(t(v)["out"]))},
                (_matrix_case(qtype, 10, 64, True, 1, tie=True, chunk=3), _matrix_case(qtype, 10, 96, False, 2, chunk=4),
                 _matrix_case(qtype, 9, 64, True, 3, tie=True, chunk=16)),
                returns="int32_t"),

@@ -127,7 +127,7 @@ def _bias(v):
     return b if b.size else None
 
 
-def _matvec_twin(v):
+def matvec_twin(v):
     q, s = q4_of(v)
     return {"out": exact.matvec_q4(q, s, v["group"], v["xq"], v["xs"], _bias(v))}
 
@@ -135,7 +135,7 @@ def _matvec_twin(v):
 ACT = (In("xq", "int8_t", "cols"), In("xs", "float", "cdiv(cols, group)"), In("bias", "float", "rows", nullable=True))
 
 MATVEC_Q4 = Kernel("tllm_matvec_q4", H, Q4_ARGS + ACT + (Out("out", "float", "rows"),),
-                   ("m", "xq", "xs", "bias", "out"), _matvec_twin,
+                   ("m", "xq", "xs", "bias", "out"), matvec_twin,
                    tuple(_matvec_case(r, c, g, i % 2 == 1, seed=i) for i, (r, c, g) in enumerate(I.MATRIX_SHAPES)))
 
 
@@ -157,7 +157,7 @@ MATMAT_Q4 = Kernel(
 
 
 def _argmax_twin(v):
-    return {"return": int(np.argmax(_matvec_twin(v)["out"]))}  # numpy keeps the first maximum, as the C
+    return {"return": int(np.argmax(matvec_twin(v)["out"]))}  # numpy keeps the first maximum, as the C
 
 
 ARGMAX_Q4 = Kernel(

@@ -112,7 +112,7 @@ MV_SHAPES = [(8, 64, 32, False), (6, 40, 32, True), (13, 172, 64, False), (5, 17
 MV_CASES = tuple(_mv_case(r, c, g, b, seed=r * 1000 + c) for r, c, g, b in MV_SHAPES)
 
 
-def _mv_twin(v):
+def mv_twin(v):
     q, s = q4x4_of(v)
     xq, xs = _x16_quantized(v["x_stream"], v["cols"], v["group"])
     return {"out": exact.matvec_q4(q, s, v["group"], xq, xs, _bias(v))}
@@ -127,8 +127,8 @@ def _x16_quantized(stream, n, group):
 
 MV_ARGS = Q4X4_ARGS + (In("x_stream", "uint8_t", "x16_bytes(cols, group)"), In("bias", "float", "rows", nullable=True))
 MATVEC_Q4X4 = Kernel("tllm_matvec_q4x4", H, MV_ARGS + (Out("out", "float", "ceil4(rows)", checked="rows"),),
-                     ("m", "x_stream", "bias", "out"), _mv_twin, MV_CASES)
-MATVEC_Q4X4_C = Kernel("tllm_matvec_q4x4_c", H, MATVEC_Q4X4.args, MATVEC_Q4X4.call, _mv_twin, MV_CASES)
+                     ("m", "x_stream", "bias", "out"), mv_twin, MV_CASES)
+MATVEC_Q4X4_C = Kernel("tllm_matvec_q4x4_c", H, MATVEC_Q4X4.args, MATVEC_Q4X4.call, mv_twin, MV_CASES)
 
 
 def _with_chunk(c: Case, k: int) -> Case:
@@ -138,7 +138,7 @@ def _with_chunk(c: Case, k: int) -> Case:
 ARGMAX_Q4X4 = Kernel(
     "tllm_argmax_q4x4", H, MV_ARGS + (Scratch("chunk", "float", "chunk_rows"), Scalar("chunk_rows", "int32_t")),
     ("m", "x_stream", "bias", "chunk", "chunk_rows"),
-    lambda v: {"return": int(np.argmax(_mv_twin(v)["out"]))},
+    lambda v: {"return": int(np.argmax(mv_twin(v)["out"]))},
     (_with_chunk(_mv_case(10, 64, 32, True, 1, tie=True), 4), _with_chunk(_mv_case(13, 100, 64, False, 2, tie=True), 8),
      _with_chunk(_mv_case(9, 40, 32, True, 3), 12), _with_chunk(_mv_case(3, 20, 128, False, 4), 4)),
     returns="int32_t")
@@ -146,7 +146,7 @@ ARGMAX_Q4X4 = Kernel(
 
 def _argmax_from_twin(v):
     """Continue the first-maximum race of rows row0.. (row 0 starts it)."""
-    y = _mv_twin(v)["out"]
+    y = mv_twin(v)["out"]
     best, best_v = int(v["best"][0]), F32(v["best_v"][0])
     for i, yi in enumerate(y):
         if v["row0"] + i == 0 or yi > best_v:
@@ -159,7 +159,7 @@ def _from_case(rows, row0, chunk, best, best_v, seed, tie=False):
 
     def make(r):
         v = c.make(r)
-        bv = best_v if best_v is not None else F32(np.sort(_mv_twin(v)["out"])[rows // 2])  # beaten by some rows
+        bv = best_v if best_v is not None else F32(np.sort(mv_twin(v)["out"])[rows // 2])  # beaten by some rows
         return dict(v, chunk_rows=chunk, row0=row0, best=np.int32([best]), best_v=np.array([bv], F32))
     return Case(f"{c.label}-row0_{row0}-chunk{chunk}-best{'mid' if best_v is None else best_v}", make, seed)
 

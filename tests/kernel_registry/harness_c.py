@@ -28,6 +28,7 @@ HEADER_SOURCES = {
     "tllm_cmsis.h": "tllm_cmsis.c",
     "tllm_sampler.h": "tllm_sampler.c",
     "tllm_math.h": None,
+    "tllm_topk.h": None,  # static inline loops over tllm_kernels*.c's matvecs and tllm_sampler.c's push
 }
 WARNINGS = ("-Wall", "-Wextra", "-Werror")
 
@@ -121,7 +122,7 @@ def _runner(k: Kernel) -> str:
     lines.append("    done_reading();")
     for a in k.args:
         if isinstance(a, Struct):
-            init = ", ".join(f".{f} = {_param(k, arg)}" for f, arg in a.fields)
+            init = ", ".join(f".{f} = {_param(k, arg)}" for f, arg in a.fields + a.pointers)
             lines.append(f"    {a.ctype} {a.name} = {{{init}}};")
     call = f"{k.name}({', '.join(_param(k, p) for p in k.call)})"
     lines.append(f"    {k.returns} ret = {call};" if k.returns else f"    {call};")

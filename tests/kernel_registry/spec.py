@@ -15,7 +15,10 @@ stdin; `call` then names the C function's parameters in order:
   arrays are not.  `nullable`: a count of 0 passes NULL (optional bias).
 * `Struct(name, ctype, fields)`: a C struct built from earlier arguments by
   designated initializer ((C field, argument) pairs) and passed as &name;
-  `write_back` sends its fields to stdout after the call (scalar fields only).
+  `write_back` sends its fields to stdout after the call, so with it the
+  fields must be scalars; a struct that is both written back and points at
+  arrays (tllm_topk) names those in `pointers`, which are initialized but
+  not written back (the arrays come back through their own role).
 
 `elementwise` kernels take scalars only: the harness reads a count N, then N
 values of each scalar, calls the function N times and writes N results.
@@ -92,6 +95,7 @@ class Struct:
     ctype: str
     fields: tuple[tuple[str, str], ...]  # (C field, argument name)
     write_back: bool = False
+    pointers: tuple[tuple[str, str], ...] = ()  # (C field, array argument): initialized, never written back
 
 
 Arg = Scalar | Array | Struct
@@ -113,8 +117,9 @@ def Scratch(name: str, ctype: str, length: str) -> Array:
     return Array(name, ctype, length, Role.SCRATCH)
 
 
-def struct_of(name: str, ctype: str, write_back: bool = False, **fields: str) -> Struct:
-    return Struct(name, ctype, tuple(fields.items()), write_back)
+def struct_of(name: str, ctype: str, write_back: bool = False, pointers: Mapping[str, str] | None = None,
+              **fields: str) -> Struct:
+    return Struct(name, ctype, tuple(fields.items()), write_back, tuple((pointers or {}).items()))
 
 
 Values = Mapping[str, object]

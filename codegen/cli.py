@@ -390,7 +390,13 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     # blocks run the portable kernels, quant/gguf_keep.py)
     method = "per-channel" if quant == "per-channel" else resolve_weight_quant(m, "auto")
     kernels = "portable" if method == "gguf" else resolve_kernels(opts, b)
-    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler)
+    from .quant.gguf_keep import kept_formats
+    from .vocab import vocabulary_of
+
+    kept = tuple(sorted(kept_formats(m.blocks).items())) if method == "gguf" else ()
+    vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
+    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler,
+                       kept=kept, vocab=vocab)  # kept blocks and the vocabulary size the blob and code flash
     from .compile import parse_size
     from .stream import plan_streamed, trade_off_rows, trade_off_text
 

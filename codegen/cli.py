@@ -377,7 +377,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .frontends import load_model
     from .plan.memory import GraphShape
     from .plan.report import plan_json, plan_text
-    from .planning import check_weights
+    from .planning import check_code, check_weights
     from .board import load_board
     from .verify import verify_graph
 
@@ -403,11 +403,15 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     chunk = parse_size(stream_chunk) if stream_chunk else None
     res, stream_opts = plan_streamed(shape, opts.max_seq, opts.ram_budget, b, stream, chunk)
     check_weights(res, opts.board)
+    check_code(res, opts.board)
     rows = trade_off_rows(shape, opts.ram_budget, b) if stream != "off" else []
     if as_json:
         doc = plan_json(res.plan)
         doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
                    trade_off=res.trade_off or None)
+        if res.code is not None:  # the estimate compile checks too (plan/codesize.py)
+            doc.update(code_flash_bytes=res.code.total_bytes, code_flash_capacity_bytes=res.code.capacity_bytes,
+                       vocab_in_weights=res.vocab_in_weights)
         from .timing import predicted, shape_of_config
         doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b)
         if stream != "off":
@@ -418,6 +422,10 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
         click.echo(plan_text(res.plan), nl=False)
         click.echo(f"  weights       {res.weights_bytes:,} B of {res.weights_capacity or 0:,} B "
                    f"in the board's weights storage")
+        if res.code is not None:
+            where = "in the weights blob" if res.vocab_in_weights else "in code flash"
+            click.echo(f"  code flash    about {res.code.total_bytes:,} B of {res.code.capacity_bytes:,} B "
+                       f"({res.code.region}; vocabulary {where})")
         if res.trade_off:
             click.echo("  " + res.trade_off)
         if stream_opts is not None:

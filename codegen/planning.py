@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from .board import Board
 from .errors import UserError
 from .ir import Graph
+from .plan.codesize import CodeFlash, check_code_flash, code_flash
 from .plan.flash import weights_blob_bytes
 from .plan.memory import GraphShape, MemoryPlan, auto_max_seq, largest_fitting_seq, plan_memory
 from .plan.regions import board_memory, check_budget
@@ -26,6 +27,9 @@ class PlanResult:
     trade_off: str  # what --max-seq auto chose and what the other KV precision would give ("" otherwise)
     group_size: int = 32
     method: str = "rtn"  # the weight scheme (quant/formats.py): "gguf" keeps 32-weight blocks, no group choice
+    vocab_in_weights: bool = False  # the vocabulary goes into the weights blob (vocab.py); compile follows this
+    code: CodeFlash | None = None  # the code-flash estimate (plan/codesize.py); None on the host
+    streaming: bool = False  # --stream is on (the code-flash fix names it)
 
 
 def model_context(graph: Graph, requested: int | None) -> int:
@@ -61,9 +65,19 @@ def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, bo
     check_budget(board_memory(board), budget)
     seq, note = resolve_seq(shape, requested_seq, budget, board)
     plan = plan_memory(shape, seq, budget, board.stack_bytes, board=board)  # the board's stack (board.json)
-    external_vocab = shape.vocab is not None and vocab_goes_to_weights(board, vocab_nbytes(*shape.vocab))
+    code = code_flash(shape, seq, board)  # without the vocabulary: it goes where it fits
+    vocab = vocab_nbytes(*shape.vocab) if shape.vocab is not None else 0
+    external_vocab = shape.vocab is not None and vocab_goes_to_weights(board, vocab, code.total_bytes if code else 0)
+    if code is not None and shape.vocab is not None and not external_vocab:
+        code = code_flash(shape, seq, board, vocab)
     wbytes = weights_blob_bytes(shape, seq, dict(shape.kept), shape.vocab if external_vocab else None)
-    return PlanResult(plan, wbytes, board.weights.max_bytes, note, shape.group_size, shape.method)
+    return PlanResult(plan, wbytes, board.weights.max_bytes, note, shape.group_size, shape.method, external_vocab,
+                      code, shape.stream is not None and shape.stream.mode != "off")
+
+
+def check_code(result: PlanResult, board_name: str) -> None:
+    """One line when the image will overflow the board's code flash (before the linker says so)."""
+    check_code_flash(result.code, board_name, result.streaming)
 
 
 def check_weights(result: PlanResult, board_name: str) -> None:

@@ -57,14 +57,17 @@ def vocab_nbytes(tokens: int, text_bytes: int) -> int:
     return text_bytes + 4 * (tokens + 1)
 
 
-def vocab_goes_to_weights(board: Board, nbytes: int) -> bool:
-    """True when a table of `nbytes` goes into the weights blob (external flash)."""
+def vocab_goes_to_weights(board: Board, nbytes: int, code_bytes: int = 0) -> bool:
+    """True when a table of `nbytes` goes into the weights blob (external
+    flash): when it leaves less than CODE_RESERVE_BYTES of the code flash, or
+    does not fit beside `code_bytes`, the code-flash estimate
+    (plan/codesize.py) of everything else."""
     if board.weights.storage != "external":
         return False  # linked into the image with the weights (host)
     code = next((r for r in board.memory.regions if r.use == "code" and r.kind == "flash"), None)
-    if code is None or nbytes + CODE_RESERVE_BYTES <= code.size:
+    if code is None:
         return False
-    return True
+    return nbytes + max(CODE_RESERVE_BYTES, code_bytes) > code.size
 
 
 def vocab_in_weights(board: Board, vocab: Vocabulary) -> bool:
@@ -72,9 +75,11 @@ def vocab_in_weights(board: Board, vocab: Vocabulary) -> bool:
     return vocab_goes_to_weights(board, vocab.nbytes)
 
 
-def check_vocab_fits(board: Board, vocab: Vocabulary, weights_bytes: int) -> None:
-    """One line when the vocabulary fits neither the code flash nor the weights storage."""
-    if vocab_in_weights(board, vocab) and board.weights.max_bytes is not None \
+def check_vocab_fits(board: Board, vocab: Vocabulary, weights_bytes: int, in_weights: bool | None = None) -> None:
+    """One line when the vocabulary fits neither the code flash nor the weights
+    storage (`in_weights`: where the plan put it; None: vocab_in_weights)."""
+    external = vocab_in_weights(board, vocab) if in_weights is None else in_weights
+    if external and board.weights.max_bytes is not None \
             and weights_bytes > board.weights.max_bytes:
         raise UserError(f"weights and vocabulary are {weights_bytes:,} B but board {board.name} holds "
                         f"{board.weights.max_bytes:,} B of external flash (over by "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -57,22 +58,28 @@ class WeightsBlob:
         raise KeyError((name, kind))
 
 
+def blob_layout(items: Sequence[tuple[str, str, int]]) -> tuple[tuple[BlobEntry, ...], int]:
+    """Where each (name, kind, nbytes) goes, in this order, each at the next
+    multiple of ALIGN after the header, and the blob's total bytes (padded
+    to ALIGN).  build_blob places its data with it and `plan` sizes the blob
+    with it (plan/flash.py), so the two cannot disagree."""
+    entries = []
+    offset = HEADER_BYTES
+    for name, kind, nbytes in items:
+        offset += (-offset) % ALIGN
+        entries.append(BlobEntry(name, kind, offset, nbytes))
+        offset += nbytes
+    return tuple(entries), offset + (-offset) % ALIGN
+
+
 def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
                vocab_text: bytes | None = None, vocab_offsets: np.ndarray | None = None) -> WeightsBlob:
     """`vocab_text`/`vocab_offsets`: the vocabulary table, when it lives in
     external flash with the weights (vocab.py) rather than in the image."""
-    parts: list[bytes] = []
-    entries: list[BlobEntry] = []
-    offset = HEADER_BYTES
+    items: list[tuple[str, str, bytes]] = []
 
     def put(name: str, kind: str, data: bytes) -> None:
-        nonlocal offset
-        pad = (-offset) % ALIGN
-        parts.append(b"\0" * pad)
-        offset += pad
-        entries.append(BlobEntry(name, kind, offset, len(data)))
-        parts.append(data)
-        offset += len(data)
+        items.append((name, kind, data))
 
     pairs = {f.w_gate: f for f in fused_gate_up(qg).values()}
     in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
@@ -102,14 +109,16 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
     if vocab_text is not None:
         put("vocab", "u32", np.ascontiguousarray(vocab_offsets, "<u4").tobytes())
         put("vocab", "u8", vocab_text)
-    parts.append(b"\0" * ((-offset) % ALIGN))
-    payload = b"".join(parts)
-    total = HEADER_BYTES + len(payload)
+    entries, total = blob_layout([(name, kind, len(data)) for name, kind, data in items])
+    payload = bytearray(total - HEADER_BYTES)
+    for e, (_, _, data) in zip(entries, items):
+        payload[e.offset - HEADER_BYTES:e.offset - HEADER_BYTES + e.nbytes] = data
+    payload = bytes(payload)
     checksum = blob_checksum(payload)
     sha = hashlib.sha256(payload).digest()
     header = struct.pack("<8sIIII32s8x", BLOB_MAGIC, BLOB_VERSION, total, checksum, len(entries), sha)
     assert len(header) == HEADER_BYTES
-    return WeightsBlob(data=header + payload, entries=tuple(entries), checksum=checksum, sha256=sha.hex())
+    return WeightsBlob(data=header + payload, entries=entries, checksum=checksum, sha256=sha.hex())
 
 
 def gguf_blob_kind(qtype: str) -> str:

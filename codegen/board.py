@@ -435,6 +435,10 @@ def parse_board(path: Path, doc: Any) -> Board:
         _fail(path, "run.emulator", "qemu needs an \"emulator\" object (program, args, instructions_per_tick)")
     if board.weights.storage == "external" and board.weights.address is None:
         _fail(path, "weights.address", "external weights need an address")
+    if board.is_arm and not any(r.use == "code" and r.kind == "flash" for r in board.memory.regions):
+        _fail(path, "memory_regions", "a Cortex-M board needs a flash region with use \"code\" (vectors, code, rodata)")
+    if board.linker_script is not None and not board.file(board.linker_script).is_file():
+        _fail(path, "linker_script", f"{board.linker_script} is in none of {', '.join(str(d) for d in board.search_dirs)}")
     for s in board.sources:
         if not board.file(s).is_file():
             _fail(path, "sources", f"{s} is in none of {', '.join(str(d) for d in board.search_dirs)}")

@@ -393,7 +393,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .frontends import load_model
     from .plan.memory import GraphShape
     from .plan.report import plan_json, plan_text
-    from .planning import check_weights
+    from .planning import check_code, check_weights
     from .board import load_board
     from .verify import verify_graph
 
@@ -406,19 +406,29 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     # blocks run the portable kernels, quant/gguf_keep.py)
     method = "per-channel" if quant == "per-channel" else resolve_weight_quant(m, "auto")
     kernels = "portable" if method == "gguf" else resolve_kernels(opts, b)
-    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler)
+    from .quant.gguf_keep import kept_formats
+    from .vocab import vocabulary_of
+
+    kept = tuple(sorted(kept_formats(m.blocks).items())) if method == "gguf" else ()
+    vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
+    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler,
+                       kept=kept, vocab=vocab)  # kept blocks and the vocabulary size the blob and code flash
     from .compile import parse_size
     from .stream import plan_streamed, trade_off_rows, trade_off_text
 
     chunk = parse_size(stream_chunk) if stream_chunk else None
     res, stream_opts = plan_streamed(shape, opts.max_seq, opts.ram_budget, b, stream, chunk)
     check_weights(res, opts.board)
+    check_code(res, opts.board)
     rows = trade_off_rows(shape, opts.ram_budget, b) if stream != "off" else []
     saved = _sampler_saving(shape, opts, b, stream, chunk, res.plan) if sampler != "full" else None
     if as_json:
         doc = plan_json(res.plan)
         doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
                    trade_off=res.trade_off or None)
+        if res.code is not None:  # the estimate compile checks too (plan/codesize.py)
+            doc.update(code_flash_bytes=res.code.total_bytes, code_flash_capacity_bytes=res.code.capacity_bytes,
+                       vocab_in_weights=res.vocab_in_weights)
         from .timing import predicted, shape_of_config
         doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b)
         if saved is not None:
@@ -431,6 +441,10 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
         click.echo(plan_text(res.plan), nl=False)
         click.echo(f"  weights       {res.weights_bytes:,} B of {res.weights_capacity or 0:,} B "
                    f"in the board's weights storage")
+        if res.code is not None:
+            where = "in the weights blob" if res.vocab_in_weights else "in code flash"
+            click.echo(f"  code flash    about {res.code.total_bytes:,} B of {res.code.capacity_bytes:,} B "
+                       f"({res.code.region}; vocabulary {where})")
         if res.trade_off:
             click.echo("  " + res.trade_off)
         if stream_opts is not None:

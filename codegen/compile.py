@@ -20,7 +20,7 @@ from .frontends import ImportedModel, Tokenizer, load_model
 from .lower import Program, lower
 from .plan import MemoryPlan
 from .plan.memory import shape_of
-from .planning import model_context
+from .planning import check_code, model_context
 from .stream import plan_streamed
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
@@ -28,7 +28,7 @@ from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .board import Board, load_board
 from .verify import verify_graph, verify_program, verify_quantized
-from .vocab import check_vocab_fits, vocab_in_weights, vocabulary_of
+from .vocab import check_vocab_fits, vocabulary_of
 
 DEFAULT_RAM_BUDGET = 512 * 1024
 MAX_RAM_BUDGET = 1 << 32  # a Cortex-M7's whole address space
@@ -162,13 +162,14 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     board = load_board(opts.board)
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
-    planned, stream = plan_streamed(shape_of(qg, opts.sampler), opts.max_seq, opts.ram_budget, board, opts.stream,
-                                    opts.stream_chunk)  # shared with `plan`
-    plan = planned.plan
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
-    external_vocab = vocab_in_weights(board, vocab)  # too big for the code flash: into the weights blob
+    planned, stream = plan_streamed(shape_of(qg, opts.sampler, vocab.size), opts.max_seq, opts.ram_budget, board,
+                                    opts.stream, opts.stream_chunk)  # shared with `plan`
+    plan = planned.plan
+    check_code(planned, opts.board)  # the code flash, before the linker would say so
+    external_vocab = planned.vocab_in_weights  # too big for the code flash: into the weights blob
     program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None, stream))
-    check_vocab_fits(board, vocab, len(program.blob.data))
+    check_vocab_fits(board, vocab, len(program.blob.data), external_vocab)
     limit = board.weights.max_bytes
     if limit is not None and len(program.blob.data) > limit:
         raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "

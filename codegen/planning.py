@@ -10,9 +10,11 @@ from dataclasses import dataclass, replace
 from .board import Board
 from .errors import UserError
 from .ir import Graph
+from .plan.codesize import CodeFlash, check_code_flash, code_flash
 from .plan.flash import weights_blob_bytes
 from .plan.memory import GraphShape, MemoryPlan, auto_max_seq, largest_fitting_seq, plan_memory
 from .plan.regions import board_memory, check_budget
+from .vocab import vocab_goes_to_weights, vocab_nbytes
 
 AUTO = "auto"
 
@@ -24,6 +26,10 @@ class PlanResult:
     weights_capacity: int | None  # bytes the board holds for weights (None: no limit)
     trade_off: str  # what --max-seq auto chose and what the other KV precision would give ("" otherwise)
     group_size: int = 32
+    method: str = "rtn"  # the weight scheme (quant/formats.py): "gguf" keeps 32-weight blocks, no group choice
+    vocab_in_weights: bool = False  # the vocabulary goes into the weights blob (vocab.py); compile follows this
+    code: CodeFlash | None = None  # the code-flash estimate (plan/codesize.py); None on the host
+    streaming: bool = False  # --stream is on (the code-flash fix names it)
 
 
 def model_context(graph: Graph, requested: int | None) -> int:
@@ -59,13 +65,24 @@ def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, bo
     check_budget(board_memory(board), budget)
     seq, note = resolve_seq(shape, requested_seq, budget, board)
     plan = plan_memory(shape, seq, budget, board.stack_bytes, board=board)  # the board's stack (board.json)
-    wbytes = weights_blob_bytes(shape.graph, shape.group_size, seq)
-    return PlanResult(plan, wbytes, board.weights.max_bytes, note, shape.group_size)
+    code = code_flash(shape, seq, board)  # without the vocabulary: it goes where it fits
+    vocab = vocab_nbytes(*shape.vocab) if shape.vocab is not None else 0
+    external_vocab = shape.vocab is not None and vocab_goes_to_weights(board, vocab, code.total_bytes if code else 0)
+    if code is not None and shape.vocab is not None and not external_vocab:
+        code = code_flash(shape, seq, board, vocab)
+    wbytes = weights_blob_bytes(shape, seq, dict(shape.kept), shape.vocab if external_vocab else None)
+    return PlanResult(plan, wbytes, board.weights.max_bytes, note, shape.group_size, shape.method, external_vocab,
+                      code, shape.stream is not None and shape.stream.mode != "off")
+
+
+def check_code(result: PlanResult, board_name: str) -> None:
+    """One line when the image will overflow the board's code flash (before the linker says so)."""
+    check_code_flash(result.code, board_name, result.streaming)
 
 
 def check_weights(result: PlanResult, board_name: str) -> None:
     limit = result.weights_capacity
     if limit is not None and result.weights_bytes > limit:
-        hint = " or --group-size 128 (fewer scales)" if result.group_size < 128 else ""
+        hint = " or --group-size 128 (fewer scales)" if result.group_size < 128 and result.method != "gguf" else ""
         raise UserError(f"weights are {result.weights_bytes:,} B but board {board_name} holds {limit:,} B of "
                         f"weights (over by {result.weights_bytes - limit:,} B): use a smaller model{hint}")

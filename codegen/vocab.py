@@ -39,7 +39,12 @@ class Vocabulary:
 
     @property
     def nbytes(self) -> int:
-        return len(self.text) + 4 * (len(self.pieces) + 1)
+        return vocab_nbytes(len(self.pieces), len(self.text))
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(tokens, text bytes): what planning needs (GraphShape.vocab)."""
+        return len(self.pieces), len(self.text)
 
 
 def vocabulary_of(tokenizer: Tokenizer, vocab_size: int) -> Vocabulary:
@@ -47,19 +52,34 @@ def vocabulary_of(tokenizer: Tokenizer, vocab_size: int) -> Vocabulary:
                             for i in range(vocab_size)))
 
 
-def vocab_in_weights(board: Board, vocab: Vocabulary) -> bool:
-    """True when the table goes into the weights blob (external flash)."""
+def vocab_nbytes(tokens: int, text_bytes: int) -> int:
+    """Bytes of the table: the text and tokens + 1 uint32 offsets (Vocabulary.nbytes)."""
+    return text_bytes + 4 * (tokens + 1)
+
+
+def vocab_goes_to_weights(board: Board, nbytes: int, code_bytes: int = 0) -> bool:
+    """True when a table of `nbytes` goes into the weights blob (external
+    flash): when it leaves less than CODE_RESERVE_BYTES of the code flash, or
+    does not fit beside `code_bytes`, the code-flash estimate
+    (plan/codesize.py) of everything else."""
     if board.weights.storage != "external":
         return False  # linked into the image with the weights (host)
     code = next((r for r in board.memory.regions if r.use == "code" and r.kind == "flash"), None)
-    if code is None or vocab.nbytes + CODE_RESERVE_BYTES <= code.size:
+    if code is None:
         return False
-    return True
+    return nbytes + max(CODE_RESERVE_BYTES, code_bytes) > code.size
 
 
-def check_vocab_fits(board: Board, vocab: Vocabulary, weights_bytes: int) -> None:
-    """One line when the vocabulary fits neither the code flash nor the weights storage."""
-    if vocab_in_weights(board, vocab) and board.weights.max_bytes is not None \
+def vocab_in_weights(board: Board, vocab: Vocabulary) -> bool:
+    """True when the table goes into the weights blob (external flash)."""
+    return vocab_goes_to_weights(board, vocab.nbytes)
+
+
+def check_vocab_fits(board: Board, vocab: Vocabulary, weights_bytes: int, in_weights: bool | None = None) -> None:
+    """One line when the vocabulary fits neither the code flash nor the weights
+    storage (`in_weights`: where the plan put it; None: vocab_in_weights)."""
+    external = vocab_in_weights(board, vocab) if in_weights is None else in_weights
+    if external and board.weights.max_bytes is not None \
             and weights_bytes > board.weights.max_bytes:
         raise UserError(f"weights and vocabulary are {weights_bytes:,} B but board {board.name} holds "
                         f"{board.weights.max_bytes:,} B of external flash (over by "

@@ -1,11 +1,10 @@
-/* Reset path and exception vectors for QEMU mps2-an500 (Cortex-M7).
+/* Exception vectors and board bring-up for QEMU mps2-an500 (Cortex-M7).
  *
- * Reset_Handler enables the FPU, copies .data, zeroes .bss and .tllm_arena,
- * sets an MPU stack guard below RAM, paints the stack
- * with a canary pattern, then runs tllm_board_init(), tllm_main() and
- * tllm_board_exit().  Faults print one line on the UART and stop with a
- * distinct exit status (see TLLM_EXIT_* below).  No CMSIS: the few system
- * registers used are written out by address. */
+ * The reset path itself is boards/cortex-m/reset.c (every Cortex-M board's);
+ * it calls tllm_board_bringup() here, which separates the fault handlers and
+ * sets an MPU stack guard below RAM.  Faults print one line on the UART and
+ * stop with a distinct exit status (see TLLM_EXIT_* below).  No CMSIS: the
+ * few system registers used are written out by address. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,26 +24,16 @@
 #define MPU_RBAR (*(volatile uint32_t *)0xE000ED9Cu)
 #define MPU_RASR (*(volatile uint32_t *)0xE000EDA0u)
 
-#define STACK_CANARY 0xC5C5C5C5u
-
-/* Defined by linker.ld.j2. */
+/* Defined by boards/cortex-m/linker.ld.j2. */
 extern uint32_t __stack_limit__[];
 extern uint32_t __stack_top__[];
-extern uint32_t __data_load__[];
-extern uint32_t __data_start__[];
-extern uint32_t __data_end__[];
-extern uint32_t __bss_start__[];
-extern uint32_t __bss_end__[];
-extern uint32_t __tllm_arena_start__[];
-extern uint32_t __tllm_arena_end__[];
-extern void (*__init_array_start[])(void);
-extern void (*__init_array_end[])(void);
 
 /* board.c: raw UART output usable from a fault handler. */
 void tllm_board_fault_puts(const char *s);
 
 void Reset_Handler(void);
-void tllm_reset_c(void) __attribute__((noreturn, used));
+void tllm_board_early_init(void);
+void tllm_board_bringup(void);
 void tllm_fault_report(const uint32_t *frame, uint32_t kind) __attribute__((noreturn, used));
 void NMI_Handler(void);
 void HardFault_Handler(void);
@@ -52,7 +41,6 @@ void MemManage_Handler(void);
 void BusFault_Handler(void);
 void UsageFault_Handler(void);
 void Default_Handler(void);
-size_t tllm_board_stack_peak(void);
 
 /* Vector table: 16 system entries + 32 external interrupts (mps2 uses fewer;
  * any that fires lands in Default_Handler). */
@@ -77,31 +65,14 @@ const tllm_vector_t tllm_vector_table[16 + 32] = {
     TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, TLLM_IRQ4, /* IRQ 16..31 */
 };
 
-/* Reset_Handler (boards/cortex-m/reset.c) enables the FPU, then jumps here. */
-void tllm_reset_c(void)
+/* reset.c, before .data and .bss exist: QEMU's memories need no set-up. */
+void tllm_board_early_init(void)
 {
-    /* Copy .data from flash; zero .bss. Volatile stops gcc from turning the
-     * loops into memcpy/memset calls (harmless, but keep boot self-contained). */
-    volatile uint32_t *dst = __data_start__;
-    const uint32_t *src = __data_load__;
-    while (dst < __data_end__) {
-        *dst++ = *src++;
-    }
-    for (dst = __bss_start__; dst < __bss_end__; ++dst) {
-        *dst = 0u;
-    }
-    /* The arena is zeroed too, as a static array is on the host; .noinit is not. */
-    for (dst = __tllm_arena_start__; dst < __tllm_arena_end__; ++dst) {
-        *dst = 0u;
-    }
+}
 
-    /* Paint the unused stack so tllm_board_stack_peak() can measure it. */
-    uint32_t sp;
-    __asm volatile("mov %0, sp" : "=r"(sp));
-    for (dst = __stack_limit__; (uintptr_t)dst < (uintptr_t)sp - 64u; ++dst) {
-        *dst = STACK_CANARY;
-    }
-
+/* reset.c, once .data and .bss are ready, before the arenas are zeroed. */
+void tllm_board_bringup(void)
+{
     /* Separate MemManage/BusFault/UsageFault handlers; trap integer division
      * by zero as a UsageFault (the host traps it too). */
     SCB_SHCSR |= (1u << 16) | (1u << 17) | (1u << 18);
@@ -116,24 +87,6 @@ void tllm_reset_c(void)
     MPU_RASR = (1u << 28) | (0u << 24) | (27u << 1) | 1u; /* XN, AP=none, 2^28 B */
     MPU_CTRL = (1u << 2) | 1u;                             /* PRIVDEFENA, ENABLE */
     __asm volatile("dsb\n isb" ::: "memory");
-
-    for (void (**f)(void) = __init_array_start; f < __init_array_end; ++f) {
-        (*f)();
-    }
-
-    tllm_board_init();
-    int rc = tllm_main();
-    tllm_board_exit(rc);
-}
-
-/* Bytes of stack ever used since reset (0 if the canary was never touched). */
-size_t tllm_board_stack_peak(void)
-{
-    const uint32_t *p = __stack_limit__;
-    while (p < __stack_top__ && *p == STACK_CANARY) {
-        ++p;
-    }
-    return (size_t)((uintptr_t)__stack_top__ - (uintptr_t)p);
 }
 
 /* Fault entry: r0 = the stacked frame (MSP or PSP), r1 = fault kind.  The

@@ -25,6 +25,8 @@ from ..resources import firmware_dir, package_file
 from ..errors import UserError
 from ..protocol import pack_request, parse_output
 from ..board import Board, load_board
+from ..emit.regions import static_link_layout
+from ..plan.regions import Region
 from ..sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 
@@ -201,10 +203,8 @@ def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None =
         sources = [str(MICRO_SOURCE), str(firmware_dir() / "tllm_kernels.c"), str(firmware_dir() / "tllm_kernels_m7.c")]
         sources += [str(p) for p in board.source_paths()]
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
-        code = next(r for r in board.memory.regions if r.use == "code")
-        (t / "linker.ld").write_text(lds.render(flash_origin=f"0x{code.address:08X}", flash_bytes=code.size,
-                                                ram_origin=hex(ram_origin), ram_bytes=ram_bytes,
-                                                stack_bytes=16384))
+        ram = Region("ram", ram_origin, ram_bytes, "sram", "ram", True, False, "arena", "the benchmark's RAM")
+        (t / "linker.ld").write_text(lds.render(**static_link_layout(board, ram, 16384).variables()))
         (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
         defines = [f"TLLM_BENCH_GROUP={group}",
                    "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]

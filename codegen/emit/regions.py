@@ -1,12 +1,29 @@
 """Per-region data for the templates: the arenas of tllm_model.c/h and the
-board linker script.  All arithmetic happens here, none in templates."""
+Cortex-M linker script (boards/cortex-m/linker.ld.j2, one template for every
+Arm board).  All arithmetic happens here, none in templates.
+
+The linker script is generated from a `LinkLayout`: the board's typed
+memory regions (board.json "memory_regions"), where the stack lives, the
+planned arenas and the budgets.  Every board gets the same symbol names
+(the template's banner lists them) and the same checks:
+
+- each arena output section is exactly the plan's size;
+- stack + the runtime-statics reserve + every arena <= the RAM budget, and
+  .data + .bss <= that reserve, so the link fails exactly when the plan
+  is over budget;
+- an arena region's MEMORY length is at most the budget (no region can hold
+  more than the whole plan: QEMU's one 4 MiB RAM links as the 512 KiB an
+  STM32H750 gives the plan, so a firmware that only fits the emulator is
+  refused on it too);
+- the weights blob fits its region."""
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
 
 from ..board import Board
 from ..plan.memory import CANARY_BYTES, MemoryPlan
-from ..plan.regions import board_memory
+from ..plan.regions import Region, board_memory
 from .names import ident
-
 
 
 def _section(board: Board, region: str) -> str:
@@ -27,24 +44,90 @@ def arena_regions(plan: MemoryPlan, board: Board) -> list[dict]:
     return out
 
 
-def linker_variables(plan: MemoryPlan, board: Board, weights_bytes: int) -> dict:
-    """Everything a board's linker template may use.  The single-RAM qemu
-    template reads the flat names; region templates read `regions`."""
+@dataclass(frozen=True)
+class LinkRegion:
+    """One MEMORY entry."""
+
+    id: str  # the linker's region name (a C identifier)
+    origin: str  # "0x...."
+    length: int
+    attrs: str  # "rx" (flash) | "rwx" (RAM)
+    note: str
+
+
+@dataclass(frozen=True)
+class LinkArena:
+    """One planned arena: its output section, region and start/end symbols."""
+
+    section: str
+    region: str
+    bytes: int
+    start: str
+    end: str
+
+
+@dataclass(frozen=True)
+class LinkLayout:
+    """Everything boards/cortex-m/linker.ld.j2 reads."""
+
+    regions: tuple[LinkRegion, ...]
+    code_region: str  # vectors, code, rodata, the .data load image, the zero table
+    stack_region: str  # stack, .data, .bss
+    weights_region: str  # "" when the board has none
+    has_weights_region: bool
+    stack_bytes: int
+    runtime_static_bytes: int  # the plan's reserve for .data + .bss
+    budget_bytes: int  # stack + reserve + arenas must fit
+    weights_bytes: int
+    arenas: tuple[LinkArena, ...]
+
+    def variables(self) -> dict:
+        """The template's variables (the fields by name)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def link_layout(regions: tuple[Region, ...], stack_region: str, *, stack_bytes: int, runtime_static_bytes: int,
+                budget_bytes: int, weights_bytes: int = 0, arenas: tuple[LinkArena, ...] = ()) -> LinkLayout:
+    """The layout of a firmware on these regions (board order).  The code
+    region is the first flash region used for code; the weights region the
+    first used for weights."""
+    code = next((r for r in regions if r.use == "code" and r.kind == "flash"), None)
+    if code is None:
+        raise ValueError("a Cortex-M board needs a flash region with use \"code\"")
+    weights = next((r for r in regions if r.use == "weights"), None)
+
+    def length(r: Region) -> int:
+        return min(r.size, budget_bytes) if r.use == "arena" else r.size
+
+    return LinkLayout(
+        regions=tuple(LinkRegion(ident(r.name), f"0x{r.address:08X}", length(r),
+                                 "rx" if r.kind == "flash" else "rwx", r.note) for r in regions),
+        code_region=ident(code.name), stack_region=ident(stack_region),
+        weights_region=ident(weights.name) if weights else "", has_weights_region=weights is not None,
+        stack_bytes=stack_bytes, runtime_static_bytes=runtime_static_bytes, budget_bytes=budget_bytes,
+        weights_bytes=weights_bytes, arenas=arenas)
+
+
+def plan_link_layout(plan: MemoryPlan, board: Board, weights_bytes: int) -> LinkLayout:
+    """The layout of a compiled model: the board's regions, the plan's arenas."""
     mem = board_memory(board)
-    v: dict = {"stack_bytes": plan.stack_bytes, "budget_bytes": plan.budget_bytes,
-               "runtime_static_bytes": plan.runtime_static_bytes, "weights_bytes": weights_bytes}
-    code = next((r for r in mem.regions if r.use == "code" and r.kind == "flash"), None)
-    if code is not None and len(mem.arena_regions) == 1:  # one RAM (qemu-mps2-an500): limited to the budget
-        ram = mem.arena_regions[0]
-        v.update(flash_origin=f"0x{code.address:08X}", flash_bytes=code.size,
-                 ram_origin=f"0x{ram.address:08X}", ram_bytes=plan.budget_bytes)
-    v["regions"] = [{"id": ident(r.name), "origin": f"0x{r.address:08X}", "length": r.size,
-                     "attrs": "rx" if r.kind == "flash" else "rwx", "note": r.note} for r in mem.regions]
-    v["arenas"] = [{"section": _section(board, r["name"]), "region": ident(r["name"]), "bytes": r["arena_bytes"],
-                    "start": f"__tllm_arena_{r['name']}_start__", "end": f"__tllm_arena_{r['name']}_end__"}
-                   for r in arena_regions(plan, board)]
-    v["stack_region"] = ident(mem.stack_region)
-    v["code_region"] = ident(code.name) if code else ""
-    w = mem.weights_region()
-    v["weights_region"] = ident(w.name) if w else ""
-    return v
+    arenas = tuple(LinkArena(_section(board, r["name"]), ident(r["name"]), r["arena_bytes"],
+                             f"__tllm_arena_{r['name']}_start__", f"__tllm_arena_{r['name']}_end__")
+                   for r in arena_regions(plan, board))
+    return link_layout(mem.regions, mem.stack_region, stack_bytes=plan.stack_bytes,
+                       runtime_static_bytes=plan.runtime_static_bytes, budget_bytes=plan.budget_bytes,
+                       weights_bytes=weights_bytes, arenas=arenas)
+
+
+def static_link_layout(board: Board, ram: Region, stack_bytes: int) -> LinkLayout:
+    """A program without a plan (the kernel bench, board tests): the board's
+    code region and one RAM region holding stack and statics, all of it the
+    budget."""
+    code = tuple(r for r in board_memory(board).regions if r.use == "code" and r.kind == "flash")
+    return link_layout(code + (ram,), ram.name, stack_bytes=stack_bytes,
+                       runtime_static_bytes=ram.size - stack_bytes, budget_bytes=ram.size)
+
+
+def linker_variables(plan: MemoryPlan, board: Board, weights_bytes: int) -> dict:
+    """The linker template's variables for a compiled model (render.py)."""
+    return plan_link_layout(plan, board, weights_bytes).variables()

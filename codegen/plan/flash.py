@@ -1,33 +1,73 @@
-"""Weights-blob size from shapes alone (no quantization): what `plan` reports
-as flash/QSPI use.  Mirrors blob.build_blob's portable layout (packed nibbles
-+ float32 scales per Q4 tensor, float32 vectors, RoPE tables, 16-byte
-alignment); compile checks the real blob, whose kernel-specific tiling may
-differ by padding."""
+"""The weights blob's size from shapes alone (no quantization): what `plan`
+reports as flash/QSPI use, equal to the blob `compile` builds.
+
+`blob_items` lists the entries blob.build_blob writes, in its order, with
+each entry's size computed from the matrix shape and its format: q4x4
+tiles (the Cortex-M7 kernels, gate/up fused into one matrix as
+fusion.fused_gate_up decides), packed nibbles + float32 scales (portable
+and per-channel), a GGUF file's blocks kept as they are (Q4_0 / Q4_1 /
+Q8_0: `kept`, from quant/gguf_keep.kept_formats), the per-channel int32
+tables, the float32 vectors, the RoPE tables and the vocabulary when it
+goes to external flash (vocab.py).  blob.blob_layout then places them with
+the builder's own alignment rule.  tests/unit/test_plan_estimates.py checks
+plan == built blob, byte for byte in size, for every format."""
 from __future__ import annotations
 
-from ..ir import Graph
-from ..quant.formats import n_groups, q4_row_bytes
+from typing import Mapping
 
-HEADER_BYTES = 64
-ALIGN = 16
-
-
-def _up(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+from ..blob import blob_layout, gguf_blob_kind
+from ..fusion import fused_gate_up
+from ..ir import expected_weight_shapes
+from ..quant.formats import gguf_row_bytes, n_groups, q4_row_bytes, q4x4_bytes_of
 
 
-def weights_blob_bytes(graph: Graph, group_size: int, max_seq: int) -> int:
-    c = graph.config
-    from ..ir import expected_weight_shapes
-
-    total = HEADER_BYTES
-    for name, shape in sorted(expected_weight_shapes(c).items()):
-        if len(shape) == 2:
-            rows, cols = shape
-            total = _up(total) + rows * q4_row_bytes(cols)
-            total = _up(total) + rows * n_groups(cols, group_size or cols) * 4  # 0: per-channel, one scale per row
+def blob_items(shape, max_seq: int, kept: Mapping[str, str] | None = None,
+               vocab: tuple[int, int] | None = None) -> list[tuple[str, str, int]]:
+    """(name, kind, nbytes) of every blob entry, in build_blob's order.
+    `shape`: a plan.memory.GraphShape; `kept`: weight name -> GGUF qtype of
+    the matrices whose blocks are kept (method "gguf"); `vocab`: (tokens,
+    text bytes) of the vocabulary when it goes into the blob."""
+    g, c = shape.graph, shape.config
+    kept = dict(kept or {}) if shape.method == "gguf" else {}
+    shapes = expected_weight_shapes(c)  # the graph's weights (verify.py checks them against it); no data needed
+    matrices = {n: s for n, s in shapes.items() if len(s) == 2}
+    vectors = {n: s[0] for n, s in shapes.items() if len(s) == 1}
+    per_channel = shape.method == "per-channel"
+    group = shape.group_size if not per_channel else 0  # 0: one group (scale) per row
+    q4x4 = shape.kernels == "cortex-m7" and not per_channel
+    pairs = {f.w_gate: f for f in fused_gate_up(shape).values()}
+    in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
+    items = []
+    for name in sorted(n for n in matrices if n not in kept):
+        rows, cols = matrices[name]
+        if name in pairs:
+            f = pairs[name]
+            items.append((f.combined, "q4x4", q4x4_bytes_of(rows + matrices[f.w_up][0], cols, group)))
+        elif name in in_pairs:
+            continue
+        elif q4x4:
+            items.append((name, "q4x4", q4x4_bytes_of(rows, cols, group)))
         else:
-            total = _up(total) + 4 * shape[0]
-    for _ in ("rope.cos", "rope.sin"):
-        total = _up(total) + 4 * max_seq * (c.head_dim // 2)
-    return _up(total)
+            items.append((name, "q4.packed", rows * q4_row_bytes(cols)))
+            items.append((name, "q4.scales", rows * n_groups(cols, group or cols) * 4))
+    for name in sorted(kept):
+        rows, cols = matrices[name]
+        items.append((name, gguf_blob_kind(kept[name]), rows * gguf_row_bytes(kept[name], cols)))
+    if per_channel:  # int32 bias, multipliers, shifts per linear, keyed by its output value
+        for node in sorted((n for n in g.nodes if n.op == "linear"), key=lambda n: n.output):
+            rows = matrices[node.inputs[1]][0]
+            items += [(node.output, kind, 4 * rows) for kind in ("s4pc.bias", "s4pc.multipliers", "s4pc.shifts")]
+    for name in sorted(vectors):
+        items.append((name, "f32", 4 * vectors[name]))
+    for name in ("rope.cos", "rope.sin"):
+        items.append((name, "f32", 4 * max_seq * (c.head_dim // 2)))
+    if vocab is not None:
+        tokens, text_bytes = vocab
+        items += [("vocab", "u32", 4 * (tokens + 1)), ("vocab", "u8", text_bytes)]
+    return items
+
+
+def weights_blob_bytes(shape, max_seq: int, kept: Mapping[str, str] | None = None,
+                       vocab: tuple[int, int] | None = None) -> int:
+    """The total bytes build_blob will produce for this shape."""
+    return blob_layout(blob_items(shape, max_seq, kept, vocab))[1]

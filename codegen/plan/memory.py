@@ -36,15 +36,19 @@ class GraphShape:
     method: str = "rtn"  # "per-channel" adds static int8 scratch instead
     sampler: str = "full"  # "greedy": no logits vector, no sampler scratch (lifetimes.ARGMAX_CHUNK_ROWS)
     stream: object = None  # stream.StreamOptions: stream buffers and pinned weights join the plan
+    # what sizes the weights blob and the code flash beyond the shapes (plan/flash.py, plan/codesize.py):
+    kept: tuple[tuple[str, str], ...] = ()  # (weight, GGUF qtype) of matrices whose blocks are kept (method gguf)
+    vocab: tuple[int, int] | None = None  # (tokens, text bytes) of the vocabulary the board prints; None: unknown
 
     @property
     def config(self):
         return self.graph.config
 
 
-def shape_of(qg, sampler: str = "full") -> GraphShape:
+def shape_of(qg, sampler: str = "full", vocab: tuple[int, int] | None = None) -> GraphShape:
+    kept = tuple(sorted((n, t.qtype) for n, t in getattr(qg, "gguf", {}).items()))
     return GraphShape(qg.graph, qg.group_size, qg.kv_bits, getattr(qg, "kernels", "portable"),
-                      getattr(qg, "method", "rtn"), sampler)
+                      getattr(qg, "method", "rtn"), sampler, kept=kept, vocab=vocab)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
@@ -14,6 +15,7 @@ import pytest
 from tinyllm_gen.errors import UserError
 from tinyllm_gen import run
 from tinyllm_gen.board import board_names, load_board
+from tinyllm_gen.emit.regions import static_link_layout
 from tinyllm_gen.resources import firmware_dir
 
 FIRMWARE_DIR = firmware_dir()
@@ -150,18 +152,14 @@ def render_linker_script(board_name: str, **variables) -> str:
     return env.from_string(template_path.read_text(encoding="utf-8")).render(**variables)
 
 
-def qemu_link_variables(**overrides) -> dict:
+def qemu_link_variables(ram_bytes: int | None = None, stack_bytes: int | None = None) -> dict:
+    """The linker variables of a program without a plan on the QEMU board:
+    its code region and its data RAM (ram_bytes of it) for stack and statics."""
     board = load_board("qemu-mps2-an500")
-    code, ram = board.memory.region("code"), board.memory.region("ram")
-    variables = dict(
-        flash_origin=f"0x{code.address:08X}",
-        flash_bytes=code.size,
-        ram_origin=f"0x{ram.address:08X}",
-        ram_bytes=ram.size,
-        stack_bytes=board.stack_bytes,
-    )
-    variables.update(overrides)
-    return variables
+    ram = board.memory.region("ram")
+    if ram_bytes is not None:
+        ram = replace(ram, size=ram_bytes)
+    return static_link_layout(board, ram, board.stack_bytes if stack_bytes is None else stack_bytes).variables()
 
 
 def write_board_config(board, where: Path) -> None:
@@ -259,7 +257,7 @@ def test_qemu_command_shape(tmp_path: Path):
 
 def test_linker_template_is_strict():
     with pytest.raises(jinja2.UndefinedError):
-        render_linker_script("qemu-mps2-an500", flash_origin="0x0")
+        render_linker_script("qemu-mps2-an500", stack_bytes=4096)
     a = render_linker_script("qemu-mps2-an500", **qemu_link_variables())
     assert a == render_linker_script("qemu-mps2-an500", **qemu_link_variables())
     assert "LENGTH = 4194304" in a and f"__stack_size__ = {load_board('qemu-mps2-an500').stack_bytes};" in a

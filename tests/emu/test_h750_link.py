@@ -35,6 +35,11 @@ def sections(elf):
     return rows
 
 
+def symbols(elf):
+    out = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True).stdout
+    return {p[2]: int(p[0], 16) for p in (ln.split() for ln in out.splitlines()) if len(p) == 3}
+
+
 def load_segments(elf):
     out = subprocess.run(["arm-none-eabi-readelf", "-lW", str(elf)], capture_output=True, text=True, check=True).stdout
     return [(int(p[2], 16), int(p[4], 16)) for p in (ln.split() for ln in out.splitlines())
@@ -58,10 +63,11 @@ def test_h750_links_with_regions_where_the_plan_says(root, board, kv_bits):
             assert typ == "NOBITS" and size == r["arena_bytes"]
             assert int(r["address"], 16) <= addr < int(r["address"], 16) + r["size"]
     assert {"dtcm", "axi"} <= set(plan["regions"])
-    typ, addr, size = secs[".tllm_weights"]
     weights = (built.out / "weights.bin").stat().st_size
-    assert (typ, addr, size) == ("NOBITS", 0x90000000, weights)
-    assert all(not (0x90000000 <= a < 0xA0000000 and n) for a, n in load_segments(elf))  # never loaded
+    syms = symbols(elf)
+    assert syms["__tllm_weights_start__"] == 0x90000000
+    assert syms["__tllm_weights_end__"] - syms["__tllm_weights_start__"] == weights
+    assert all(not 0x90000000 <= a < 0xA0000000 for a, _ in load_segments(elf))  # no segment there: never loaded
     report = json.loads((built.out / "report.json").read_text())
     assert report["elf"]["ram_regions"]["axi"] == plan["region_detail"][1]["arena_bytes"]
     md = (built.out / "report.md").read_text()

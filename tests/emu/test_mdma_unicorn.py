@@ -16,6 +16,7 @@ from copy_hook_main import BIG, SMALL, expected_ok_output, main_c, request, sour
 from test_board_smoke import CMAKELISTS, TOOLCHAIN_FILE, _cmake_list, write_board_config
 from tinyllm_gen.board import load_board
 from tinyllm_gen.emit.names import ident
+from tinyllm_gen.emit.regions import LinkArena, link_layout
 from tinyllm_gen.resources import firmware_dir
 from tinyllm_gen.run_unicorn import run_unicorn
 
@@ -25,17 +26,13 @@ AXI_SECTION = ".tllm_arena.axi"
 
 
 def _linker_script(board) -> str:
+    """The board's linker script with one planned arena: BIG bytes in AXI SRAM."""
     mem = board.memory
-    code = next(r for r in mem.regions if r.use == "code" and r.kind == "flash")
-    arenas = [{"section": AXI_SECTION, "region": ident("axi"), "bytes": BIG, "start": "__tllm_arena_axi_start__",
-               "end": "__tllm_arena_axi_end__"}]
-    v = dict(stack_bytes=board.stack_bytes, budget_bytes=1 << 20, runtime_static_bytes=64 << 10, weights_bytes=0,
-             regions=[{"id": ident(r.name), "origin": f"0x{r.address:08X}", "length": r.size,
-                       "attrs": "rx" if r.kind == "flash" else "rwx", "note": r.note} for r in mem.regions],
-             arenas=arenas, stack_region=ident(mem.stack_region), code_region=ident(code.name),
-             weights_region=ident(mem.weights_region().name))
+    arenas = (LinkArena(AXI_SECTION, ident("axi"), BIG, "__tllm_arena_axi_start__", "__tllm_arena_axi_end__"),)
+    layout = link_layout(mem.regions, mem.stack_region, stack_bytes=board.stack_bytes, runtime_static_bytes=64 << 10,
+                         budget_bytes=1 << 20, arenas=arenas)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    return env.from_string(board.file(board.linker_script).read_text()).render(**v)
+    return env.from_string(board.file(board.linker_script).read_text()).render(**layout.variables())
 
 
 def build_h750(board_name: str, root: Path) -> Path:

@@ -385,9 +385,10 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
               help="The scheme to plan for (per-channel: static int8 scratch instead of the int4 streams).")
 @_stream_option
 @_stream_chunk_option
+@click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             as_json):
+             unroll_layers, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from .frontends import load_model
@@ -412,7 +413,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     kept = tuple(sorted(kept_formats(m.blocks).items())) if method == "gguf" else ()
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
     shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler,
-                       kept=kept, vocab=vocab)  # kept blocks and the vocabulary size the blob and code flash
+                       kept=kept, vocab=vocab, unroll_layers=unroll_layers)  # what sizes the blob and code flash
     from .compile import parse_size
     from .stream import plan_streamed, trade_off_rows, trade_off_text
 

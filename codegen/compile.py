@@ -163,7 +163,7 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
-    planned, stream = plan_streamed(shape_of(qg, opts.sampler, vocab.size), opts.max_seq, opts.ram_budget, board,
+    planned, stream = plan_streamed(shape_of(qg, opts.sampler, vocab.size, opts.unroll_layers), opts.max_seq, opts.ram_budget, board,
                                     opts.stream, opts.stream_chunk)  # shared with `plan`
     plan = planned.plan
     check_code(planned, opts.board)  # the code flash, before the linker would say so

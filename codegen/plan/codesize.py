@@ -5,11 +5,11 @@ The model, in bytes of the board's code region (vectors, .text, .rodata,
 the .data load image and the zero table, as plan/elfsize.py attributes
 arm-none-eabi-size's sections):
 
-    RUNTIME[kernel set]                   runtime, console, board code, vectors
-  + PER_LAYER[kernel set] x layers        the generated step's calls and layer descriptors
+    RUNTIME[kernel set]                   runtime, console, board code, vectors, the step's loop
+  + PER_LAYER[form][kernel set] x layers  a layer's table entry and descriptors (loop), or its calls (unrolled)
   + KV4 when --kv-bits 4                  the int4 KV kernels
   + GREEDY when --sampler greedy          the streamed argmax
-  + STREAM + STREAM_PER_LAYER x layers    the stream runtime and streamed calls (--stream)
+  + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream)
   + 8 x stream chunks + 12 x pinned       the stream tables (tllm_stream.h), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
@@ -20,11 +20,13 @@ the build: a layer's code grows a little with the model's dimensions (wider
 immediates), so the per-layer figures are those of SmolLM2-135M (dim 576),
 the widest model built here.  tests/emu/test_code_flash_estimate.py builds
 models of 1 to 24 layers with each kernel set, KV precision, sampler, stream
-mode and board kind and checks 0 <= estimate - built <= ERROR_BOUND_BYTES.
-Measured: 0.2 to 2.9 KiB above on those builds; SmolLM2 on the DK 948 B
-above with its GGUF blocks kept (28,620 B built) and 1,256 B above
-re-rounded with --stream all (87,624 B built, 43,504 B of it the stream
-table).  When the runtime or the generated step changes size, that test
+mode, board kind and step form (the loop over LAYERS, or --unroll-layers)
+and checks 0 <= estimate - built <= ERROR_BOUND_BYTES.  Measured with the
+loop form (the default): 38 B to 3.6 KiB above on those builds; unrolled
+10 B to 3.9 KiB above.  Unrolled SmolLM2 on the DK was 948 B above with its
+GGUF blocks kept (28,620 B built) and 1,256 B above re-rounded with
+--stream all (87,624 B built, 43,504 B of it the stream table); the loop
+form of the same builds is about 9 KiB smaller (19,252 B kept).  When the runtime or the generated step changes size, that test
 says by how much and these constants follow."""
 from __future__ import annotations
 
@@ -32,12 +34,13 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 
-RUNTIME_BYTES = {"cortex-m7": 21_504, "portable": 15_872}
-PER_LAYER_BYTES = {"cortex-m7": 384, "portable": 448}
+RUNTIME_BYTES = {"cortex-m7": 21_760, "portable": 16_128}
+PER_LAYER_BYTES = {"loop": {"cortex-m7": 224, "portable": 288},  # LAYERS[l], KV[l], the matrix descriptors
+                   "unrolled": {"cortex-m7": 384, "portable": 448}}
 KV4_BYTES = 1_024
 GREEDY_BYTES = 256
 STREAM_BYTES = 1_536
-STREAM_PER_LAYER_BYTES = 352
+STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 440}
 STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
@@ -53,6 +56,7 @@ class CodeFlash:
     vocab_bytes: int  # 0 when the vocabulary is in the weights blob (or unknown)
     capacity_bytes: int  # the code region's size
     region: str
+    unrolled: bool = False  # compile --unroll-layers: the loop form would be smaller
 
     @property
     def total_bytes(self) -> int:
@@ -88,14 +92,16 @@ def code_flash(shape, max_seq: int, board, vocab_bytes: int = 0) -> CodeFlash | 
         return None
     kernels = "cortex-m7" if shape.kernels == "cortex-m7" else "portable"
     layers = shape.config.n_layers
-    runtime = RUNTIME_BYTES[kernels] + PER_LAYER_BYTES[kernels] * layers
+    form = "unrolled" if shape.unroll_layers else "loop"
+    runtime = RUNTIME_BYTES[kernels] + PER_LAYER_BYTES[form][kernels] * layers
     runtime += KV4_BYTES if shape.kv_bits == 4 else 0
     runtime += GREEDY_BYTES if shape.sampler == "greedy" else 0
     chunks, pins = stream_tables(shape, max_seq)
     if shape.stream is not None and shape.stream.mode != "off":
-        runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES * layers
+        runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
     return CodeFlash(runtime, STREAM_CHUNK_BYTES * chunks + STREAM_PIN_BYTES * pins,
-                     vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size, region.name)
+                     vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size, region.name,
+                     shape.unroll_layers)
 
 
 def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) -> None:
@@ -110,6 +116,8 @@ def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) ->
         parts.append(f"vocabulary {est.vocab_bytes:,} B")
     if streaming and est.stream_table_bytes >= over:
         fix = "a larger --stream-chunk (fewer table entries) or --stream off"
+    elif est.unrolled:
+        fix = "drop --unroll-layers (one loop over the layer table is smaller) or use a model with fewer layers"
     else:
         fix = "use a model with fewer layers"
     raise UserError(f"code flash: the firmware needs about {est.total_bytes:,} B ({', '.join(parts)}; "

@@ -39,16 +39,17 @@ class GraphShape:
     # what sizes the weights blob and the code flash beyond the shapes (plan/flash.py, plan/codesize.py):
     kept: tuple[tuple[str, str], ...] = ()  # (weight, GGUF qtype) of matrices whose blocks are kept (method gguf)
     vocab: tuple[int, int] | None = None  # (tokens, text bytes) of the vocabulary the board prints; None: unknown
+    unroll_layers: bool = False  # compile --unroll-layers: each layer's calls printed (code flash, plan/codesize.py)
 
     @property
     def config(self):
         return self.graph.config
 
 
-def shape_of(qg, sampler: str = "full", vocab: tuple[int, int] | None = None) -> GraphShape:
+def shape_of(qg, sampler: str = "full", vocab: tuple[int, int] | None = None, unroll_layers: bool = False) -> GraphShape:
     kept = tuple(sorted((n, t.qtype) for n, t in getattr(qg, "gguf", {}).items()))
     return GraphShape(qg.graph, qg.group_size, qg.kv_bits, getattr(qg, "kernels", "portable"),
-                      getattr(qg, "method", "rtn"), sampler, kept=kept, vocab=vocab)
+                      getattr(qg, "method", "rtn"), sampler, kept=kept, vocab=vocab, unroll_layers=unroll_layers)
 
 
 @dataclass(frozen=True)

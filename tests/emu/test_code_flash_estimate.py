@@ -25,6 +25,10 @@ CASES = [  # (id, model, options)
     ("m7-16-layers-stream", dict(layers=16), dict(board="stm32h750b-dk", stream="all")),
     ("gguf-q4_1-portable", dict(layers=8, gguf="Q4_1"), dict(board="stm32h750b-dk")),
     ("qemu-24-layers", dict(layers=24), dict(board="qemu-mps2-an500")),
+    ("m7-16-layers-stream-unrolled", dict(layers=16), dict(board="stm32h750b-dk", stream="all", unroll_layers=True)),
+    ("qwen2-untied-stream-unrolled", dict(layers=4, arch="qwen2", dim=96, tied=False),
+     dict(board="stm32h750b-dk", stream="all", unroll_layers=True)),
+    ("qemu-24-layers-unrolled", dict(layers=24), dict(board="qemu-mps2-an500", unroll_layers=True)),
 ]
 
 
@@ -41,7 +45,7 @@ def test_code_flash_estimate_bounds_the_built_image(tmp_path, case, shape, opts)
     need("arm-none-eabi-gcc")
     need("cmake")
     m = model(tmp_path, **shape)
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in opts.items()]
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}") for k, v in opts.items()]
     proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "plan", str(m), "--json", *flags],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

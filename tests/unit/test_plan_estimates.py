@@ -104,7 +104,8 @@ def _shape(dim, hidden, layers, n_vocab, kernels="cortex-m7", **kw):
 
 
 def test_plan_refuses_a_model_whose_code_alone_overflows_the_h750_flash(tmp_path):
-    """300 layers: about 137 KB of step and runtime on a 128 KiB flash.
+    """300 layers unrolled: about 137 KB of step and runtime on a 128 KiB flash
+    (the loop form needs about 89 KB and fits).
     (One CLI run: planning 300 layers takes ~20 s, the planner being quadratic.)"""
     from llama2c_shapes import write_llama2c_v0
     from tinyllm_gen.board import load_board
@@ -112,12 +113,13 @@ def test_plan_refuses_a_model_whose_code_alone_overflows_the_h750_flash(tmp_path
 
     ckpt = write_llama2c_v0(tmp_path / "deep.bin", 16, 32, 300, 2, 2, 64, 16)  # 300 layers of dim 16
     proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "plan", str(ckpt), "--board", "stm32h750b-dk",
-                           "--max-seq", "8"], capture_output=True, text=True)
+                           "--max-seq", "8", "--unroll-layers"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "code flash" in lines[0] and "holds 131,072 B (over by" in lines[0] and "fewer layers" in lines[0]
-    deep = _shape(16, 32, 300, 64)
+    assert "code flash" in lines[0] and "holds 131,072 B (over by" in lines[0] and "drop --unroll-layers" in lines[0]
+    assert code_flash(_shape(16, 32, 300, 64), 8, load_board("stm32h750b-dk")).fits  # the loop form
+    deep = _shape(16, 32, 300, 64, unroll_layers=True)
     assert code_flash(deep, 8, load_board("qemu-mps2-an500")).fits  # 4 MiB of code memory
     assert code_flash(deep, 8, load_board("host")) is None  # the OS loads the host's code
 
@@ -146,7 +148,7 @@ def test_the_vocabulary_leaves_code_flash_when_it_does_not_fit_beside_the_code()
     board = load_board("stm32h750b-dk")
     vocab = (10_000, 20_000)  # tokens, text bytes: 60,004 B with the offsets
     shallow = plan_for(_shape(16, 32, 10, 10_000, vocab=vocab), 16, 512 * 1024, board)
-    deep = plan_for(_shape(16, 32, 200, 10_000, vocab=vocab), 16, 512 * 1024, board)
+    deep = plan_for(_shape(16, 32, 200, 10_000, vocab=vocab, unroll_layers=True), 16, 512 * 1024, board)
     assert not shallow.vocab_in_weights and shallow.code.vocab_bytes > 60_000 and shallow.code.fits
     assert deep.vocab_in_weights and deep.code.vocab_bytes == 0 and deep.code.fits
     no_vocab = plan_for(_shape(16, 32, 200, 10_000), 16, 512 * 1024, board)

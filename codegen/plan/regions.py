@@ -32,7 +32,7 @@ class Region:
     size: int
     speed: str
     kind: str
-    dma_reachable: bool
+    dma_reachable: bool  # by the copy engine of the board's weight stream (the H750's MDMA reaches the TCMs too)
     cacheable: bool
     use: str
     note: str = ""

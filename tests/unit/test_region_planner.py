@@ -33,8 +33,9 @@ STORIES15M = (288, 768, 6, 6, 6, 32000, 256)
 def test_h750_memory_map_is_the_datasheet(name):
     mem = board_memory(load_board(name))
     got = {r.name: (r.address, r.size, r.speed, r.dma_reachable) for r in mem.regions}
-    assert got["itcm"] == (0x00000000, 64 * KIB, "tcm", False)
-    assert got["dtcm"] == (0x20000000, 128 * KIB, "tcm", False)  # DMA1/2 cannot reach DTCM
+    # reachable by the MDMA, the stream's copy engine, through its AHBS port (DMA1/2 cannot reach the TCMs)
+    assert got["itcm"] == (0x00000000, 64 * KIB, "tcm", True)
+    assert got["dtcm"] == (0x20000000, 128 * KIB, "tcm", True)
     assert got["axi"] == (0x24000000, 512 * KIB, "sram", True)
     assert got["sram1"][:2] == (0x30000000, 128 * KIB) and got["sram2"][:2] == (0x30020000, 128 * KIB)
     assert got["sram3"][:2] == (0x30040000, 32 * KIB) and got["sram4"][:2] == (0x38000000, 64 * KIB)

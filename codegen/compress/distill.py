@@ -133,8 +133,12 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
 
     With `cache` (a teacher_cache.TeacherCache of `seqs` at o.temperature) the
     soft term is the bucketed KL on the cached top-k and `teacher` is not run
-    (it may be None)."""
+    (it may be None).  With neither (alpha 0) this is plain training on the
+    data through the same loop: the from-scratch baseline of an experiment."""
     import torch
+
+    if teacher is None and cache is None and o.alpha != 0.0:
+        raise UserError("distillation without a teacher or a teacher cache trains on the data only: alpha must be 0")
 
     if cache is not None and cache.temperature != o.temperature:
         raise UserError(f"the teacher cache was computed at temperature {cache.temperature}, not "
@@ -154,8 +158,12 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     work_dir.mkdir(parents=True, exist_ok=True)
     ckpt = work_dir / CHECKPOINT
     opt = _optimizer(student, o.lr)
-    fingerprint = (run_fingerprint(student, teacher, seqs) if cache is None
-                   else fingerprint_of([student], seqs, "cache " + cache.fingerprint))
+    if cache is not None:
+        fingerprint = fingerprint_of([student], seqs, "cache " + cache.fingerprint)
+    elif teacher is None:
+        fingerprint = fingerprint_of([student], seqs, "data only")
+    else:
+        fingerprint = run_fingerprint(student, teacher, seqs)
     start = 0
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
@@ -182,7 +190,11 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
         idx = next(stream)
         ids, labels = make_batch([seqs[j] for j in idx], pad_id)
         s_logits = student(input_ids=ids).logits[:, :-1]
-        if cache is None:
+        if teacher is None and cache is None:
+            target = labels[:, 1:]
+            loss = torch.nn.functional.cross_entropy(s_logits[target != -100], target[target != -100])
+            kl, ce = 0.0, loss.item()
+        elif cache is None:
             with torch.no_grad():
                 t_logits = teacher(input_ids=ids).logits[:, :-1]
             loss, kl, ce = distill_loss(s_logits, t_logits, labels[:, 1:], o.temperature, o.alpha)

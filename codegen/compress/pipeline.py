@@ -45,6 +45,7 @@ class CompressOptions:
     prune_vocab_data: str | None = None  # text the kept tokens are counted on (None: the distillation text)
     prune_layers: float = 0.0  # fraction of the blocks removed (prune_depth.py)
     teacher_top_k: int = 0  # > 0: distil from cached top-k teacher logits (teacher_cache.py); 0: live teacher
+    calibration_docs: int = CALIBRATION_DOCS  # documents every importance forward runs on (one per block/group)
 
 
 def work_dir_for(out: Path) -> Path:
@@ -70,6 +71,8 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
             raise UserError(f"--prune-{what} {f} must be in [0, 1): the fraction to remove")
     if opts.prune_vocab < 0 or opts.teacher_top_k < 0:
         raise UserError("--prune-vocab and --teacher-top-k must be >= 0 (0 = off)")
+    if opts.calibration_docs < 1:
+        raise UserError(f"--calibration-docs {opts.calibration_docs} must be >= 1")
     require_torch()
     from ..frontends import load_model
 
@@ -118,7 +121,7 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
         vocab = {"plan": {k: v for k, v in asdict(plan).items() if k != "kept"}, "check": asdict(check)}
     if opts.teacher_top_k:
         check_top_k(opts.teacher_top_k, teacher.config.vocab_size)  # before the pruning's forwards
-    calib = train[:CALIBRATION_DOCS]
+    calib = train[:opts.calibration_docs]
 
     student = copy.deepcopy(teacher)
     depth = prune_depth(student, calib, pad, opts.prune_layers) if opts.prune_layers > 0 else None

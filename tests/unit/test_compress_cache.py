@@ -126,7 +126,7 @@ def test_compress_with_vocab_depth_and_cache(tmp_path, capsys):
     out = tmp_path / "student"
     args = ["compress", str(teacher), "-o", str(out), "--data", str(data), "--distill-steps", "2",
             "--batch-size", "4", "--threads", "1", "--quant-eval-tokens", "50", "--prune-vocab", "10000",
-            "--prune-layers", "0.5", "--teacher-top-k", "8", "--json"]
+            "--prune-layers", "0.5", "--teacher-top-k", "8", "--calibration-docs", "4", "--json"]
     with pytest.raises(SystemExit) as e:
         main(args)
     assert e.value.code == 0
@@ -134,6 +134,7 @@ def test_compress_with_vocab_depth_and_cache(tmp_path, capsys):
     assert r["rows"]["distilled"]["vocab"] < r["rows"]["teacher"]["vocab"] == 330  # what the text uses
     assert r["rows"]["distilled"]["layers"] == 1 and r["pruning"]["kept_layers"] in ([0], [1])
     assert r["pruning"]["vocab"]["check"]["bit_identical"], r["pruning"]["vocab"]
+    assert r["options"]["calibration_docs"] == 4
     tc = r["distill"]["teacher_cache"]
     assert tc["positions"] > 0 and r["distill"]["flops"] > tc["flops"] > 0
     m = load_model(out)
@@ -154,3 +155,15 @@ def test_compress_option_errors(teacher_dir, tmp_path, capsys, args, msg):
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and msg in err and "\n" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_without_teacher_or_cache_it_trains_on_the_data_only(teacher_dir, seqs, tmp_path):
+    """The from-scratch baseline runs through the same loop (batches, schedule, checkpoints); alpha must be 0."""
+    opts = DistillOptions(steps=2, batch_size=4, checkpoint_every=1, seed=7, threads=1, alpha=0.0)
+    model = load_torch_model(teacher_dir)
+    before = model.state_dict()["model.layers.0.mlp.up_proj.weight"].clone()
+    res = distill(model, None, seqs, 1, opts, tmp_path / "s", progress=False)
+    assert res.steps == 2 and not torch.equal(model.state_dict()["model.layers.0.mlp.up_proj.weight"], before)
+    with pytest.raises(UserError, match="alpha must be 0"):
+        distill(model, None, seqs, 1, DistillOptions(steps=1, batch_size=4, threads=1), tmp_path / "t",
+                progress=False)

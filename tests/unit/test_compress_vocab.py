@@ -139,3 +139,34 @@ def test_refuses_a_tokenizer_it_cannot_keep_complete(teacher_dir):
     spec["pre_tokenizer"], spec["decoder"] = {"type": "Whitespace"}, None
     with pytest.raises(UserError, match="needs a byte-level BPE tokenizer.json"):
         plan_vocab(spec, count_tokens([[0]]), 1000)
+
+
+@pytest.mark.slow
+def test_smollm2_tokenizer_pruned_to_the_story_domain():
+    """The real SmolLM2 tokenizer (49,152 tokens, 48,900 merges, 17 specials): pruned to what 200
+    generated stories use, the stories encode as before, and text from outside the domain still
+    encodes and round-trips."""
+    import random
+    import sys
+    from pathlib import Path
+
+    from gguf_models import smollm2_path
+    from tinyllm_gen.frontends import load_model
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import make_corpus
+
+    spec = json.loads(load_model(smollm2_path()).tokenizer.hf_json)
+    stories = make_corpus.split_stories(make_corpus.generate(random.Random("vocab-test"), make_corpus.World(1234),
+                                                             30_000))
+    old = [encode(spec, s) for s in stories]
+    plan = plan_vocab(spec, count_tokens(old), 49_152)
+    assert plan.coverage == 1.0 and 256 + 17 < len(plan.kept) < 2000 and plan.vocab_before == 49_152
+    new_spec = pruned_tokenizer_spec(spec, plan)
+    remap = plan.old_to_new()
+    assert all(encode(new_spec, s) == [remap[i] for i in o] for s, o in zip(stories, old))
+    tok = HFTokenizer.from_str(json.dumps(new_spec))
+    for text in ("Zürich 2026: ∑ x² ≠ 0 — naïve café!", "東京タワー 🚀", "def f(x):\n\treturn x ** 2  # ok",
+                 "<|im_start|>user\nHi<|im_end|>"):
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert tok.decode(ids, skip_special_tokens=False) == text and max(ids) < len(plan.kept)

@@ -44,10 +44,13 @@ def parse(argv):
     ap.add_argument("--steps", type=int, default=60, help="distillation steps of (a)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--top-k", type=int, default=32)
+    ap.add_argument("--alpha", type=float, default=0.5, help="weight of the KL term in (a)")
+    ap.add_argument("--name", default="distilled", help="(a)'s output folder in WORK")
     ap.add_argument("--lr-distill", type=float, default=1e-3)
     ap.add_argument("--lr-scratch", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--extra", nargs="*", default=[], help="more model folders in WORK for `score`")
     return ap.parse_args(argv)
 
 
@@ -57,10 +60,10 @@ def options(a):
 
     # 30 -> 6 blocks, 9/3 -> 6/2 heads, FFN 1536 -> 768, width 576 kept, vocabulary what the stories use:
     # 7.65 MB of INT4 weights (of 8,372,224 B) and 433,696 B of plan at 256 tokens (kv8) on weact-h750.
-    return CompressOptions(prune_heads=1 / 3, prune_ffn=0.5, prune_layers=0.8, prune_vocab=1024, teacher_top_k=a.top_k,
-                           calibration_docs=4, quant_eval_tokens=600,
-                           distill=DistillOptions(steps=a.steps, batch_size=a.batch_size, lr=a.lr_distill, warmup=20,
-                                                  seed=a.seed, checkpoint_every=10, threads=a.threads))
+    steps = DistillOptions(steps=a.steps, batch_size=a.batch_size, lr=a.lr_distill, warmup=20, alpha=a.alpha,
+                           seed=a.seed, checkpoint_every=10, threads=a.threads)
+    return CompressOptions(prune_heads=1 / 3, prune_ffn=0.5, prune_layers=0.8, prune_vocab=1024,
+                           teacher_top_k=a.top_k, calibration_docs=4, quant_eval_tokens=600, distill=steps)
 
 
 def prepare(a):
@@ -85,9 +88,13 @@ def distill_stage(a):
     from tinyllm_gen.compress.pipeline import compress, format_report
 
     t0 = time.time()
-    r = compress(a.work / "teacher", a.work / "distilled", a.work / "train.txt", options(a), a.work / "eval.txt")
+    cache = a.work / f"{a.name}.work" / "teacher-cache"
+    if a.name != "distilled" and not cache.exists() and (a.work / "distilled.work" / "teacher-cache").is_dir():
+        cache.parent.mkdir(parents=True, exist_ok=True)  # same teacher, text, k and T: the same logits
+        cache.symlink_to(a.work / "distilled.work" / "teacher-cache")
+    r = compress(a.work / "teacher", a.work / a.name, a.work / "train.txt", options(a), a.work / "eval.txt")
     r["wall_seconds_this_run"] = time.time() - t0
-    (a.work / "distilled.json").write_text(json.dumps(r, indent=2) + "\n")
+    (a.work / f"{a.name}.json").write_text(json.dumps(r, indent=2) + "\n")
     print(format_report(r))
 
 
@@ -115,7 +122,7 @@ def scratch_stage(a):
     stream = index_stream(len(seqs), o.distill.batch_size, o.distill.seed)
     per_step = [sum(len(seqs[j]) for j in next(stream)) for _ in range(20 * o.distill.steps)]
     budget = 2.0 * n_t * sum(len(s) for s in seqs) + 6.0 * n_s * sum(per_step[:o.distill.steps])
-    steps = next(k for k in range(1, len(per_step) + 1) if 6.0 * n_s * sum(per_step[:k]) >= budget)
+    steps = equal_compute_steps(per_step, n_s, budget)
     print(f"equal compute: {budget:.4g} FLOPs -> {steps} steps from scratch ({n_s:,} params)", flush=True)
     opts = DistillOptions(steps=steps, batch_size=o.distill.batch_size, lr=a.lr_scratch, warmup=20, alpha=0.0,
                           seed=a.seed, checkpoint_every=10, threads=a.threads)
@@ -126,6 +133,16 @@ def scratch_stage(a):
             "budget_flops": budget, "params": n_s, "wall_seconds_this_run": time.time() - t0, "lr": a.lr_scratch}
     (a.work / "scratch.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
+
+
+def equal_compute_steps(per_step_tokens, n_params: int, budget: float) -> int:
+    """The first step count whose 6 x params x tokens reaches `budget`."""
+    total = 0
+    for k, t in enumerate(per_step_tokens, start=1):
+        total += t
+        if 6.0 * n_params * total >= budget:
+            return k
+    raise ValueError("the budget needs more steps than were listed")
 
 
 def _vocab_pruned_params(cfg: dict, vocab: int) -> int:
@@ -146,7 +163,7 @@ def score(a):
     torch.set_num_threads(a.threads)
     docs = read_documents(a.work / "eval.txt")
     out = {}
-    for name in ("teacher", "distilled", "scratch"):
+    for name in ("teacher", "distilled", "scratch", *a.extra):
         d = a.work / name
         tok = load_model(d).tokenizer
         model = load_torch_model(d)

@@ -46,6 +46,7 @@ def parse(argv):
     ap.add_argument("--top-k", type=int, default=32)
     ap.add_argument("--alpha", type=float, default=0.5, help="weight of the KL term in (a)")
     ap.add_argument("--name", default="distilled", help="(a)'s output folder in WORK")
+    ap.add_argument("--scratch-name", default="scratch", help="(b)'s output folder in WORK")
     ap.add_argument("--lr-distill", type=float, default=1e-3)
     ap.add_argument("--lr-scratch", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=1)
@@ -127,11 +128,11 @@ def scratch_stage(a):
     opts = DistillOptions(steps=steps, batch_size=o.distill.batch_size, lr=a.lr_scratch, warmup=20, alpha=0.0,
                           seed=a.seed, checkpoint_every=10, threads=a.threads)
     t0 = time.time()
-    res = distill(model, None, seqs, tok.eos_id, opts, a.work / "scratch.work")
-    save_model_dir(model, pruned / "tokenizer.json", a.work / "scratch", pruned / "tokenizer_config.json")
+    res = distill(model, None, seqs, tok.eos_id, opts, a.work / f"{a.scratch_name}.work")
+    save_model_dir(model, pruned / "tokenizer.json", a.work / a.scratch_name, pruned / "tokenizer_config.json")
     info = {"steps": res.steps, "tokens": res.total_tokens, "flops": 6.0 * n_s * res.total_tokens,
             "budget_flops": budget, "params": n_s, "wall_seconds_this_run": time.time() - t0, "lr": a.lr_scratch}
-    (a.work / "scratch.json").write_text(json.dumps(info, indent=2) + "\n")
+    (a.work / f"{a.scratch_name}.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info, indent=2))
 
 

@@ -613,6 +613,21 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
               help="Fraction of FFN channels removed per layer.")
 @click.option("--prune-hidden", type=float, default=0.0, show_default=True,
               help="Fraction of the residual width (hidden_size) removed, the same channels in every layer.")
+@click.option("--prune-layers", type=float, default=0.0, show_default=True,
+              help="Fraction of the transformer blocks removed, least important first (calibration loss "
+                   "increase when the block is skipped).")
+@click.option("--prune-vocab", type=click.IntRange(0), default=0, show_default=True,
+              help="Vocabulary size to keep (0 = unchanged): the specials, every byte-level base token, then "
+                   "the tokens --prune-vocab-data uses, most frequent first, with the merges that build them. "
+                   "Any text still encodes. A size above what the text uses keeps exactly what it uses.")
+@click.option("--prune-vocab-data", type=_TextFile(), default=None,
+              help="Text the kept tokens are counted on (default: --data, the distillation text).")
+@click.option("--teacher-top-k", type=click.IntRange(0), default=0, show_default=True,
+              help="Distil from the teacher's top-K logits (plus the rest mass), computed once over --data and "
+                   "cached in OUT.work/teacher-cache (resumable); 0 runs the teacher at every step.")
+@click.option("--calibration-docs", type=click.IntRange(1), default=32, show_default=True,
+              help="Documents of --data each pruning importance forward runs on (one forward per block and "
+                   "per KV group: fewer for a large teacher).")
 @click.option("--distill-steps", type=click.IntRange(0), default=200, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--lr", type=click.FloatRange(0.0, min_open=True), default=2e-3, show_default=True)
@@ -627,8 +642,9 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
 @click.option("--quant-eval-tokens", type=click.IntRange(0), default=4000, show_default=True,
               help="Held-out tokens scored by the quantized rows of the table (0 = all; the exact path is slow).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hidden, distill_steps, batch_size, lr,
-                 temperature, alpha, seed, checkpoint_every, threads, quant_eval_tokens, as_json):
+def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hidden, prune_layers, prune_vocab,
+                 prune_vocab_data, teacher_top_k, calibration_docs, distill_steps, batch_size, lr, temperature, alpha, seed,
+                 checkpoint_every, threads, quant_eval_tokens, as_json):
     """Prune TEACHER, distill it on --data, report float and calibrated-INT4 perplexity (needs torch)."""
     from .compress.distill import DistillOptions
     from .compress.pipeline import CompressOptions, compress, format_report
@@ -636,7 +652,9 @@ def compress_cmd(teacher, out, data, eval_data, prune_heads, prune_ffn, prune_hi
     opts = CompressOptions(prune_heads, prune_ffn, DistillOptions(
         steps=distill_steps, batch_size=batch_size, lr=lr, temperature=temperature, alpha=alpha, seed=seed,
         checkpoint_every=checkpoint_every, threads=threads), prune_hidden=prune_hidden,
-        quant_eval_tokens=quant_eval_tokens)
+        quant_eval_tokens=quant_eval_tokens, prune_vocab=prune_vocab,
+        prune_vocab_data=str(prune_vocab_data) if prune_vocab_data else None, prune_layers=prune_layers,
+        teacher_top_k=teacher_top_k, calibration_docs=calibration_docs)
     result = compress(teacher, out, data, opts, eval_data, progress=not as_json)
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 

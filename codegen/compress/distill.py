@@ -4,6 +4,8 @@ loss = alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * CE(data)
 
 (softmax at temperature T; the T^2 keeps the gradient scale of the soft term
 independent of T, as in Hinton et al.).  Padding positions are excluded.
+With a teacher cache (teacher_cache.py) the KL is taken over the cached
+top-k tokens plus one "rest" bucket and the teacher is never run here.
 
 Runs are deterministic for a seed: batches come from `torch_io.batch_stream`
 (batch k depends only on seed and k), the LR schedule only on the step, and
@@ -26,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
-from .torch_io import batch_stream
+from .torch_io import index_stream, make_batch
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -72,6 +74,18 @@ def distill_loss(student_logits, teacher_logits, labels, temperature: float, alp
     return alpha * kl + (1 - alpha) * ce, kl.item(), ce.item()
 
 
+def cached_distill_loss(student_logits, cached, labels, temperature: float, alpha: float):
+    """distill_loss with the soft term on a TeacherCache batch (teacher_cache.cached_kl)."""
+    import torch.nn.functional as F
+
+    from .teacher_cache import cached_kl
+
+    mask = labels != -100
+    kl = cached_kl(student_logits, cached, mask, temperature)
+    ce = F.cross_entropy(student_logits[mask], labels[mask])
+    return alpha * kl + (1 - alpha) * ce, kl.item(), ce.item()
+
+
 def _optimizer(model, lr):
     import torch
 
@@ -85,11 +99,17 @@ def run_fingerprint(student, teacher, seqs: Sequence[Sequence[int]]) -> str:
     """What a checkpoint must match besides the options: the starting student,
     the teacher and the data.  Without it a checkpoint left by another teacher
     (same options) would be resumed silently."""
+    return fingerprint_of([student, teacher], seqs)
+
+
+def fingerprint_of(models, seqs: Sequence[Sequence[int]], extra: str = "") -> str:
+    """sha256 of the models' weights (names and bytes), the sequences and `extra`."""
     h = hashlib.sha256()
-    for model in (student, teacher):
+    for model in models:
         for name, t in sorted(model.state_dict().items()):
             h.update(name.encode())
             h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    h.update(extra.encode())
     for s in seqs:
         ids = np.asarray(s, dtype="<i4")
         h.update(len(ids).to_bytes(4, "little"))
@@ -107,10 +127,25 @@ def _save(path: Path, student, opt, step: int, o: DistillOptions, fingerprint: s
 
 
 def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: DistillOptions, work_dir: Path,
-            progress: bool = True, stop_after: int | None = None) -> DistillResult:
+            progress: bool = True, stop_after: int | None = None, cache=None) -> DistillResult:
     """Trains `student` in place.  `stop_after` ends the run early (after that
-    many steps of this call) as an interruption would: for tests."""
+    many steps of this call) as an interruption would: for tests.
+
+    With `cache` (a teacher_cache.TeacherCache of `seqs` at o.temperature) the
+    soft term is the bucketed KL on the cached top-k and `teacher` is not run
+    (it may be None).  With neither (alpha 0) this is plain training on the
+    data through the same loop: the from-scratch baseline of an experiment."""
     import torch
+
+    if teacher is None and cache is None and o.alpha != 0.0:
+        raise UserError("distillation without a teacher or a teacher cache trains on the data only: alpha must be 0")
+
+    if cache is not None and cache.temperature != o.temperature:
+        raise UserError(f"the teacher cache was computed at temperature {cache.temperature}, not "
+                        f"{o.temperature}; delete {cache.path} or use its temperature")
+    if cache is not None and len(cache.offsets) - 1 != len(seqs):
+        raise UserError(f"the teacher cache {cache.path} holds {len(cache.offsets) - 1} sequences, not "
+                        f"{len(seqs)}; delete it to compute it again")
 
     if o.steps < 0 or o.batch_size < 1 or o.checkpoint_every < 1:
         raise UserError("--distill-steps must be >= 0 and batch size and checkpoint interval >= 1")
@@ -123,7 +158,12 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     work_dir.mkdir(parents=True, exist_ok=True)
     ckpt = work_dir / CHECKPOINT
     opt = _optimizer(student, o.lr)
-    fingerprint = run_fingerprint(student, teacher, seqs)
+    if cache is not None:
+        fingerprint = fingerprint_of([student], seqs, "cache " + cache.fingerprint)
+    elif teacher is None:
+        fingerprint = fingerprint_of([student], seqs, "data only")
+    else:
+        fingerprint = run_fingerprint(student, teacher, seqs)
     start = 0
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
@@ -135,22 +175,32 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
         student.load_state_dict(state["student"])
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
-    stream = batch_stream(seqs, o.batch_size, o.seed, pad_id)
+    stream = index_stream(len(seqs), o.batch_size, o.seed)
     earlier = 0
     for _ in range(start):  # batch k is a pure function of (seed, k): skip what was done
-        earlier += int((next(stream)[1] != -100).sum())
-    teacher.eval()
+        earlier += sum(len(seqs[j]) for j in next(stream))
+    if teacher is not None:
+        teacher.eval()
     student.train()
     bar = _progress(o.steps, start, progress)
     t0, tokens, done = time.perf_counter(), 0, start
     for step in range(start, o.steps):
         if stop_after is not None and step - start >= stop_after:
             break
-        ids, labels = next(stream)
-        with torch.no_grad():
-            t_logits = teacher(input_ids=ids).logits[:, :-1]
+        idx = next(stream)
+        ids, labels = make_batch([seqs[j] for j in idx], pad_id)
         s_logits = student(input_ids=ids).logits[:, :-1]
-        loss, kl, ce = distill_loss(s_logits, t_logits, labels[:, 1:], o.temperature, o.alpha)
+        if teacher is None and cache is None:
+            target = labels[:, 1:]
+            loss = torch.nn.functional.cross_entropy(s_logits[target != -100], target[target != -100])
+            kl, ce = 0.0, loss.item()
+        elif cache is None:
+            with torch.no_grad():
+                t_logits = teacher(input_ids=ids).logits[:, :-1]
+            loss, kl, ce = distill_loss(s_logits, t_logits, labels[:, 1:], o.temperature, o.alpha)
+        else:
+            loss, kl, ce = cached_distill_loss(s_logits, cache.batch(idx, ids.shape[1]), labels[:, 1:],
+                                               o.temperature, o.alpha)
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step, o)
         opt.zero_grad(set_to_none=True)
@@ -168,23 +218,23 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     return DistillResult(done, start, tokens, time.perf_counter() - t0, earlier + tokens)
 
 
-def _progress(total: int, initial: int, enabled: bool):
+def _progress(total: int, initial: int, enabled: bool, desc: str = "distill"):
     try:
         from tqdm import tqdm
     except ImportError:  # transformers depends on tqdm, but stay usable without it
-        return _Plain(total, initial, enabled)
-    return tqdm(total=total, initial=initial, desc="distill", file=sys.stderr, disable=not enabled,
+        return _Plain(total, initial, enabled, desc)
+    return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr, disable=not enabled,
                 dynamic_ncols=True)
 
 
 class _Plain:
-    def __init__(self, total, initial, enabled):
-        self.total, self.n, self.enabled = total, initial, enabled
+    def __init__(self, total, initial, enabled, desc):
+        self.total, self.n, self.enabled, self.desc = total, initial, enabled, desc
 
     def update(self, k):
         self.n += k
         if self.enabled and (self.n % 50 == 0 or self.n == self.total):
-            print(f"distill {self.n}/{self.total}", file=sys.stderr, flush=True)
+            print(f"{self.desc} {self.n}/{self.total}", file=sys.stderr, flush=True)
 
     def set_postfix_str(self, s):
         pass

@@ -54,9 +54,10 @@ def load_torch_model(model_dir: Path):
     return model.eval()
 
 
-def save_model_dir(model, tokenizer_json: Path, out: Path) -> Path:
-    """save_pretrained + tokenizer.json, swapped into place atomically; the
-    config also gets transformers-4 spellings (rope_theta) like the bundled model."""
+def save_model_dir(model, tokenizer_json: Path, out: Path, tokenizer_config: Path | None = None) -> Path:
+    """save_pretrained + tokenizer.json (+ tokenizer_config.json: BOS/EOS names,
+    add_bos, chat template), swapped into place atomically; the config also
+    gets transformers-4 spellings (rope_theta) like the bundled model."""
     import torch
 
     out = Path(out)
@@ -65,6 +66,8 @@ def save_model_dir(model, tokenizer_json: Path, out: Path) -> Path:
     try:
         model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
         shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
+        if tokenizer_config is not None and Path(tokenizer_config).is_file():
+            shutil.copyfile(tokenizer_config, tmp / "tokenizer_config.json")
         (tmp / "generation_config.json").unlink(missing_ok=True)
         cfg = json.loads((tmp / "config.json").read_text())
         rope = cfg.get("rope_parameters") or {}
@@ -111,19 +114,25 @@ def make_batch(seqs: Sequence[Sequence[int]], pad_id: int):
     return ids, labels
 
 
-def batch_stream(seqs: Sequence[Sequence[int]], batch_size: int, seed: int, pad_id: int) -> Iterator:
+def index_stream(n: int, batch_size: int, seed: int) -> Iterator[list]:
     """Endless, deterministic: epoch e is a permutation seeded by (seed, e), so
-    batch k is the same whether a run was interrupted or not."""
+    batch k (a list of sequence indices) is the same whether a run was
+    interrupted or not."""
     import torch
 
     epoch = 0
-    n = len(seqs)
     while True:
         g = torch.Generator().manual_seed(seed * 1000 + epoch)
         order = torch.randperm(n, generator=g).tolist()
         for i in range(0, n - batch_size + 1, batch_size):
-            yield make_batch([seqs[j] for j in order[i:i + batch_size]], pad_id)
+            yield order[i:i + batch_size]
         epoch += 1
+
+
+def batch_stream(seqs: Sequence[Sequence[int]], batch_size: int, seed: int, pad_id: int) -> Iterator:
+    """The batches of `index_stream`, padded (ids, labels)."""
+    for idx in index_stream(len(seqs), batch_size, seed):
+        yield make_batch([seqs[j] for j in idx], pad_id)
 
 
 def _scored_batches(model, seqs: Sequence[Sequence[int]], pad_id: int, batch_size: int):

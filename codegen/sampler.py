@@ -174,20 +174,26 @@ class Sampler:
         # (prob desc, index asc) is a total order, so any correct sort in C
         # yields this exact sequence.
         cand.sort(key=lambda i: (-float(probs[i]), i))
+        return cand[self._nucleus_draw([probs[i] for i in cand], coin)]
+
+    def _nucleus_draw(self, ordered: list, coin: np.float32) -> int:
+        """The index into `ordered` (probabilities in the candidates' order)
+        that the coin picks inside the shortest prefix whose sum exceeds top_p
+        (all of them when none does), in float32 as tllm_sampler.c sums."""
         cum = F32(0.0)
-        last = len(cand) - 1
-        for j, i in enumerate(cand):
-            cum = cum + probs[i]
+        last = len(ordered) - 1
+        for j, p in enumerate(ordered):
+            cum = cum + p
             if cum > self.top_p:
                 last = j
                 break
         r = coin * cum
         cdf = F32(0.0)
         for j in range(last + 1):
-            cdf = cdf + probs[cand[j]]
+            cdf = cdf + ordered[j]
             if r < cdf:
-                return cand[j]
-        return cand[last]
+                return j
+        return last
 
 
     def _sample_top_k(self, logits: np.ndarray) -> int:
@@ -199,17 +205,5 @@ class Sampler:
         probs = softmax(logits[ids] / self.temperature)
         coin = self.rng.next_f32()
         if self.top_p < F32(1.0):
-            cum, last = F32(0.0), len(ids) - 1
-            for j, p in enumerate(probs):
-                cum = cum + p
-                if cum > self.top_p:
-                    last = j
-                    break
-            r = coin * cum
-            cdf = F32(0.0)
-            for j in range(last + 1):
-                cdf = cdf + probs[j]
-                if r < cdf:
-                    return int(ids[j])
-            return int(ids[last])
+            return int(ids[self._nucleus_draw(list(probs), coin)])
         return int(ids[self._multinomial(probs, coin)])

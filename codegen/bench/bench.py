@@ -51,6 +51,14 @@ MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q
                   "matvec_f32", "x16_batch_p4", "matmat_q4x4_m7_p1", "matmat_q4x4_m7_p2", "matmat_q4x4_m7_p3",
                   "matmat_q4x4_m7_p4", "matmat_q4x4_c_p4", "quantize_x16b_p4")
 CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
+# llama.cpp's kept blocks (tllm_kernels_gguf.c), after every shape above, on the shapes whose columns are whole
+# 32-weight blocks: a mark before and after each (the block fill between them is not measured)
+GGUF_VARIANTS = ("matvec_q4_0", "matvec_q4_1", "matvec_q8_0")
+GGUF_BLOCK_BYTES = 34  # the largest of the three (Q8_0), per 32 weights
+
+
+def gguf_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(r, c) for r, c in shapes if c % 32 == 0]
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,7 @@ def micro_buffers(shapes: list[tuple[int, int]], group: int) -> dict[str, int]:
         "TLLM_BENCH_Q4_BYTES": max(r * ((c + 1) // 2) for r, c in shapes),
         "TLLM_BENCH_SCALES": max(r * -(-c // group) for r, c in shapes),
         "TLLM_BENCH_Q4X4_BYTES": max(q4x4_bytes(r, c) for r, c in shapes) + 1024,
+        "TLLM_BENCH_GGUF_BYTES": max([r * (c // 32) * GGUF_BLOCK_BYTES for r, c in gguf_shapes(shapes)] + [4]),
     }
 
 
@@ -159,7 +168,7 @@ def _micro_ram(board: Board, buffers: dict[str, int], cmsis_nn: bool) -> tuple[i
     buffers fit there, else the 16 MiB external window (free here: the micro
     benchmark loads no weights; QEMU counts instructions the same anywhere)."""
     b = buffers
-    need = (b["TLLM_BENCH_Q4_BYTES"] + 4 * b["TLLM_BENCH_SCALES"] + b["TLLM_BENCH_Q4X4_BYTES"]
+    need = (b["TLLM_BENCH_Q4_BYTES"] + 4 * b["TLLM_BENCH_SCALES"] + b["TLLM_BENCH_Q4X4_BYTES"] + b["TLLM_BENCH_GGUF_BYTES"]
             + b["TLLM_BENCH_MAX_ELEMS"] * (4 + (1 if cmsis_nn else 0))
             + 16 * (b["TLLM_BENCH_MAX_COLS"] + b["TLLM_BENCH_MAX_ROWS"]) + 256 * 1024)  # vectors, stack, slack
     ram = board.memory.region(board.memory.stack_region)
@@ -186,6 +195,11 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
             batch = int(v.rsplit("_p", 1)[1]) if "_p" in v and v.rsplit("_p", 1)[1].isdigit() else 1
             macs = batch * c if v.startswith(("quantize", "x16_batch")) else batch * r * c
             figures.append(KernelFigure(f"{r}x{c}", v, n, macs))
+    first = 2 + len(shapes) * (len(variants) + 1)
+    for s, (r, c) in enumerate(gguf_shapes(shapes)):
+        for j, v in enumerate(GGUF_VARIANTS):
+            at = first + 2 * (s * len(GGUF_VARIANTS) + j)
+            figures.append(KernelFigure(f"{r}x{c}", v, snaps.total_between(at, at + 1) - overhead, r * c))
     return figures
 
 
@@ -200,7 +214,8 @@ def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None =
     ram_origin, ram_bytes = _micro_ram(board, buffers, cmsis_nn is not None)
     with tempfile.TemporaryDirectory(prefix="tllm-micro-") as tmp:
         t = Path(tmp)
-        sources = [str(MICRO_SOURCE), str(firmware_dir() / "tllm_kernels.c"), str(firmware_dir() / "tllm_kernels_m7.c")]
+        sources = [str(MICRO_SOURCE)] + [str(firmware_dir() / f) for f in
+                                         ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c")]
         sources += [str(p) for p in board.source_paths()]
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
         ram = Region("ram", ram_origin, ram_bytes, "sram", "ram", True, False, "arena", "the benchmark's RAM")
@@ -208,6 +223,8 @@ def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None =
         (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
         defines = [f"TLLM_BENCH_GROUP={group}",
                    "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]
+        if gguf_shapes(shapes):
+            defines.append("TLLM_BENCH_GGUF_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in gguf_shapes(shapes)))
         defines += [f"{k}={v}" for k, v in buffers.items()]
         cmsis_sources, cmsis_includes = [], []
         if cmsis_nn is not None:

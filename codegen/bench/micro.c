@@ -13,7 +13,10 @@
  *   matvec_q4x4_c (its C twin), matvec_f32 (float baseline), x16_batch (P = 4
  *   streams interleaved), matmat_q4x4 at P = 1 (the matvec), 2, 3, 4 (M7 asm), matmat_q4x4_c
  *   at P = 4 (its C twin), quantize_x16b (four tokens straight into the
- *   x16b stream) [, CMSIS-NN s4, s8]. The batched kernel must equal
+ *   x16b stream) [, CMSIS-NN s4, s8]; then, for each shape of
+ *   -DTLLM_BENCH_GGUF_SHAPES (columns a multiple of 32), llama.cpp's kept
+ *   blocks: matvec_q40, matvec_q41, matvec_q80 (tllm_kernels_gguf.c).
+ *   The batched kernel must equal
  *   P matvecs bit for bit and its C twin (exit status 1 if not); a hash of
  *   each batched output ("@BENCH out") lets the host compare it with numpy. */
 #include <stdint.h>
@@ -22,6 +25,7 @@
 #include "tllm_board.h"
 #include "tllm_kernels.h"
 #include "tllm_kernels_m7.h"
+#include "tllm_kernels_gguf.h"
 #ifdef TLLM_BENCH_CMSIS_NN
 #include "arm_nnfunctions.h"
 #endif
@@ -44,6 +48,12 @@
 
 static const uint16_t SHAPES[][2] = {TLLM_BENCH_SHAPES};
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
+#ifdef TLLM_BENCH_GGUF_SHAPES
+static const uint16_t GGUF_SHAPES[][2] = {TLLM_BENCH_GGUF_SHAPES};
+#define N_GGUF_SHAPES (sizeof GGUF_SHAPES / sizeof GGUF_SHAPES[0])
+/* rows x cols/32 blocks of the largest format (Q8_0: 34 B per 32 weights) */
+static uint8_t gguf_blocks[TLLM_BENCH_GGUF_BYTES] __attribute__((aligned(4)));
+#endif
 
 static uint8_t q4_packed[TLLM_BENCH_Q4_BYTES];
 static float q4_scales[TLLM_BENCH_SCALES];
@@ -132,6 +142,42 @@ static void fill(uint32_t rows, uint32_t cols) {
             }
         }
 }
+
+#ifdef TLLM_BENCH_GGUF_SHAPES
+/* Random quants, every block's fp16 d (and Q4_1's m) a fixed 2^-7 (0x2000):
+ * the instruction count does not depend on the values. */
+static void fill_gguf(uint32_t rows, uint32_t cols, uint32_t block_bytes, uint32_t header_bytes) {
+    for (uint32_t b = 0; b < rows * (cols / 32u); b++) {
+        uint8_t *blk = gguf_blocks + b * block_bytes;
+        for (uint32_t i = 0; i < block_bytes; i++) blk[i] = (uint8_t)next();
+        for (uint32_t h = 0; h < header_bytes; h += 2) {
+            blk[h] = 0x00;
+            blk[h + 1] = 0x20;
+        }
+    }
+}
+
+static void bench_gguf(void) {
+    for (uint32_t s = 0; s < N_GGUF_SHAPES; s++) {
+        const uint32_t rows = GGUF_SHAPES[s][0], cols = GGUF_SHAPES[s][1];
+        const tllm_gguf_matrix m = {gguf_blocks, (uint16_t)rows, (uint16_t)cols};
+        for (uint32_t i = 0; i < cols; i++) x[i] = (float)((int32_t)(next() % 2001u) - 1000) * 0.001f;
+        tllm_quantize_i8(x, (int32_t)cols, 32, xq, xs); /* llama.cpp's blocks pair with group-32 activations */
+        fill_gguf(rows, cols, sizeof(tllm_block_q4_0), 2);
+        tllm_mark();
+        tllm_matvec_q40(&m, xq, xs, 0, out_a);
+        tllm_mark();
+        fill_gguf(rows, cols, sizeof(tllm_block_q4_1), 4);
+        tllm_mark();
+        tllm_matvec_q41(&m, xq, xs, 0, out_a);
+        tllm_mark();
+        fill_gguf(rows, cols, sizeof(tllm_block_q8_0), 2);
+        tllm_mark();
+        tllm_matvec_q80(&m, xq, xs, 0, out_a);
+        tllm_mark();
+    }
+}
+#endif
 
 static void matvec_f32(const float *w, const float *v, uint32_t rows, uint32_t cols, float *out) {
     for (uint32_t r = 0; r < rows; r++) {
@@ -224,6 +270,9 @@ int tllm_main(void) {
             puts_("\n");
         }
     }
+#ifdef TLLM_BENCH_GGUF_SHAPES
+    bench_gguf();
+#endif
     puts_("@BENCH ok\n");
     return 0;
 }

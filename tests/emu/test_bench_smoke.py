@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from tinyllm_gen.bench.bench import bench_decode, bench_kernels
+from tinyllm_gen.bench.bench import GGUF_VARIANTS, bench_decode, bench_kernels
 from tinyllm_gen.build import build
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 
@@ -28,6 +28,10 @@ def test_m7_assembly_is_bit_exact_and_counted(group):
     by = {(f.shape, f.kernel): f for f in figures}
     assert set(k for _, k in by) >= {"matvec_q4x4_m7", "matvec_q4x4_c", "matvec_q4_portable", "matvec_f32"}
     assert all(f.instructions > 0 for f in figures)
+    # llama.cpp's kept blocks on the shapes whose columns are whole 32-weight blocks (not 12x172), for any group
+    gguf = {(f.shape, f.kernel) for f in figures if f.kernel in GGUF_VARIANTS}
+    assert gguf == {(s, k) for s in ("64x64",) for k in GGUF_VARIANTS}
+    assert all(1.0 < by[("64x64", k)].instructions_per_mac < 8.0 for k in GGUF_VARIANTS)
     again = bench_kernels([(8, 40), (12, 172), (64, 64)], group)
     assert [f.instructions for f in figures] == [f.instructions for f in again]
 

@@ -17,6 +17,7 @@ from typing import Sequence
 import jinja2
 
 from tinyllm_gen.board import load_board
+from tinyllm_gen.emit.regions import static_link_layout
 from tinyllm_gen.resources import firmware_dir
 
 from .harness_c import WARNINGS, harness_source, runtime_sources
@@ -121,12 +122,10 @@ def build_m7_harness(kernels: Sequence[Kernel], tmp: Path) -> M7Harness:
     kernels = tuple(kernels)
     src = tmp / "kernel_harness_m7.c"
     src.write_text(harness_source(kernels, M7_IO, M7_MAIN))
-    code = next(r for r in board.memory.regions if r.use == "code")
     ram = next(r for r in board.memory.regions if r.name == "ram")
     lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
-    (tmp / "linker.ld").write_text(lds.render(flash_origin=f"0x{code.address:08X}", flash_bytes=code.size,
-                                              ram_origin=f"0x{ram.address:08X}", ram_bytes=ram.size,
-                                              stack_bytes=65536))
+    # the one Cortex-M linker template (boards/cortex-m/linker.ld.j2), as the kernel bench renders it
+    (tmp / "linker.ld").write_text(lds.render(**static_link_layout(board, ram, 65536).variables()))
     (tmp / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
     elf = tmp / "kernel_harness_m7.elf"
     cmd = ["arm-none-eabi-gcc", *board.cflags, *WARNINGS, "-I", str(firmware_dir()), "-I", str(tmp), str(src),

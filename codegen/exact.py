@@ -44,6 +44,9 @@ EXP_LN2_LO = f32(1.4286067653302e-06)
 EXP_POLY = tuple(f32(c) for c in (1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0))
 EXP_MIN = f32(-86.0)  # below this the result is treated as 0 (keeps 2^n normal)
 EXP_MAX = f32(88.0)  # above this the input is clamped (no inf in softmax)
+# The smallest group maximum that quantizes (tllm_math.h TLLM_AMAX_MIN): below it 127/amax overflows
+# float32, so such a group is zeros with scale 0, as an all-zero group.
+AMAX_MIN = f32(2.0 ** -120)
 
 
 def round_half_away(v: np.ndarray) -> np.ndarray:
@@ -94,7 +97,7 @@ def quantize_groups_i8(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarra
     scales = np.zeros(len(bounds), F32)
     for gi, (a, b) in enumerate(bounds):
         amax = F32(np.max(np.abs(x[a:b])))
-        if amax > 0:
+        if amax >= AMAX_MIN:
             scales[gi] = amax / F32(127.0)
             inv = F32(127.0) / amax
             q[a:b] = np.clip(round_half_away(x[a:b] * inv), -127, 127)
@@ -105,9 +108,10 @@ def quantize_rows_i8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row-wise int8 (one scale per row): KV-cache heads, attention queries."""
     x = np.asarray(x, dtype=F32)
     amax = np.max(np.abs(x), axis=-1)
-    scales = np.where(amax > 0, amax / F32(127.0), F32(0.0)).astype(F32)
+    ok = amax >= AMAX_MIN
+    scales = np.where(ok, amax / F32(127.0), F32(0.0)).astype(F32)
     with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, F32(127.0) / np.where(amax > 0, amax, F32(1.0)), F32(0.0)).astype(F32)
+        inv = np.where(ok, F32(127.0) / np.where(ok, amax, F32(1.0)), F32(0.0)).astype(F32)
     q = np.clip(round_half_away(x * inv[..., None]), -127, 127).astype(np.int8)
     return q, scales
 
@@ -280,8 +284,9 @@ def quantize_rows_i4(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]
     n = x.shape[-1]
     xg = x.reshape(*x.shape[:-1], n // group, group)
     amax = np.max(np.abs(xg), axis=-1)
-    scales = np.where(amax > 0, amax / F32(7.0), F32(0.0)).astype(F32)
-    inv = np.where(amax > 0, F32(7.0) / np.where(amax > 0, amax, F32(1.0)), F32(0.0)).astype(F32)
+    ok = amax >= AMAX_MIN
+    scales = np.where(ok, amax / F32(7.0), F32(0.0)).astype(F32)
+    inv = np.where(ok, F32(7.0) / np.where(ok, amax, F32(1.0)), F32(0.0)).astype(F32)
     q = np.clip(round_half_away(xg * inv[..., None]), -7, 7).astype(np.int8)
     return q.reshape(x.shape), scales
 
@@ -344,8 +349,10 @@ def inverse_scale(scale: np.float32) -> np.float32:
 
 
 def quantize_static_s8(x: np.ndarray, inv_scale: np.float32) -> np.ndarray:
-    """q = clamp(round(x * (1/s)), -127, 127), the multiply in float32."""
-    return np.clip(round_half_away(np.asarray(x, F32) * F32(inv_scale)), -127, 127).astype(np.int8)
+    """q = round(clamp(x * (1/s), -127, 127)), the multiply in float32 (clamped
+    first, as tllm_cmsis.c does, so no value overflows the conversion)."""
+    t = np.clip(np.asarray(x, F32) * F32(inv_scale), F32(-127.0), F32(127.0))
+    return round_half_away(t).astype(np.int8)
 
 
 def cmsis_fc_s4(x_q: np.ndarray, w_q: np.ndarray, bias: np.ndarray, multipliers: np.ndarray,

@@ -202,7 +202,7 @@ class SeqQuantKernels(_SeqRope):
 def quantize_groups_i8_seq(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """exact.quantize_groups_i8 of ONE group, for every row of x [T, g]."""
     amax = np.max(np.abs(x), axis=1).astype(F32)
-    pos = amax > 0
+    pos = amax >= exact.AMAX_MIN
     scale = np.where(pos, amax / F32(127.0), F32(0.0)).astype(F32)
     inv = np.where(pos, F32(127.0) / np.where(pos, amax, F32(1.0)), F32(0.0)).astype(F32)
     q = np.clip(exact.round_half_away(x * inv[:, None]), -127, 127).astype(np.int8)

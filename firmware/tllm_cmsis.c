@@ -11,8 +11,10 @@
 
 void tllm_quantize_static_s8(const float *x, int32_t n, float inv_scale, int8_t *q) {
     for (int32_t i = 0; i < n; i++) {
-        int32_t v = (int32_t)lroundf(x[i] * inv_scale);
-        q[i] = (int8_t)(v > 127 ? 127 : (v < -127 ? -127 : v));
+        /* clamped before the conversion, which would wrap past 2^31 (same result in range) */
+        float t = x[i] * inv_scale;
+        t = t > 127.0f ? 127.0f : (t < -127.0f ? -127.0f : t);
+        q[i] = (int8_t)lroundf(t);
     }
 }
 

@@ -33,7 +33,7 @@ static inline void quantize_i8(const float *x, int32_t n, int32_t group, int8_t 
         for (int32_t i = g0; i < g1; i++) {
             amax = fmaxf(amax, fabsf(x[i])); /* one VMAXNM on the M7 */
         }
-        if (amax > 0.0f) {
+        if (amax >= TLLM_AMAX_MIN) {
             scales[gi] = amax / 127.0f;
             const float inv = 127.0f / amax;
             for (int32_t i = g0; i < g1; i++) {
@@ -374,10 +374,11 @@ void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed,
         for (int32_t i = g0; i < g1; i++) {
             amax = fmaxf(amax, fabsf(x[i])); /* one VMAXNM on the M7 */
         }
-        const float inv = amax > 0.0f ? 7.0f / amax : 0.0f;
-        scales[gi] = amax > 0.0f ? amax / 7.0f : 0.0f;
+        const int quantized = amax >= TLLM_AMAX_MIN;
+        const float inv = quantized ? 7.0f / amax : 0.0f;
+        scales[gi] = quantized ? amax / 7.0f : 0.0f;
         for (int32_t i = g0; i < g1; i++) {
-            int32_t v = amax > 0.0f ? round_half_away(x[i] * inv) : 0;
+            int32_t v = quantized ? round_half_away(x[i] * inv) : 0;
             v = v > 7 ? 7 : (v < -7 ? -7 : v);
             /* elements arrive in ascending order: the low nibble starts a byte */
             if (i & 1) packed[i >> 1] = (uint8_t)(packed[i >> 1] | ((uint32_t)(v & 0xF) << 4));

@@ -33,7 +33,7 @@ static inline __attribute__((always_inline)) uint8_t *quantize_group_x16(const f
     for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i])); /* VMAXNM on the M7 */
     int32_t sum = 0;
     float scale = 0.0f;
-    if (amax > 0.0f) {
+    if (amax >= TLLM_AMAX_MIN) {
         scale = amax / 127.0f;
         const float inv = 127.0f / amax;
         /* |x * inv| <= 127 * (1 + 2^-23)^2 < 127.5: the rounding never leaves [-127, 127] */
@@ -224,7 +224,7 @@ static inline __attribute__((always_inline)) uint8_t *quantize_group_x16b(const 
     for (int32_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(xg[i]));
     int32_t sum = 0, i = 0;
     float scale = 0.0f;
-    if (amax > 0.0f) {
+    if (amax >= TLLM_AMAX_MIN) {
         scale = amax / 127.0f;
         const float inv = 127.0f / amax;
         for (; i + 1 < len; i += 2, word += step) {

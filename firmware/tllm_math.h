@@ -9,6 +9,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The smallest group maximum that quantizes: below it 127/amax (and 7/amax)
+ * would overflow float to inf, so such a group is stored as zeros with scale
+ * 0, as an all-zero group is (codegen/exact.py AMAX_MIN). 127 * 2^120 is
+ * below FLT_MAX. */
+#define TLLM_AMAX_MIN 0x1p-120f
+
 /* Nearest, ties away from zero, exact: one VCVTA on the M7 (with
  * -fno-math-errno), glibc/newlib lroundf elsewhere. */
 static inline int32_t round_half_away(float v) { return (int32_t)lroundf(v); }

@@ -102,7 +102,7 @@ QUANTIZE_I8 = Kernel(
     ("x", "n", "group", "q", "scales"), _quant_i8_twin,
     tuple(_quant_i8_case(n, g, seed=n) for n, g in I.VECTOR_SHAPES)
     + (_quant_i8_case(300, 32, 1, "extreme"), _quant_i8_case(70, 64, 2, "all-zero"), _quant_i8_case(64, 32, 3, "tiny1e-36"),
-       _quant_i8_case(64, 32, 3, "tiny1e-38", I.TINY_GROUP)))
+       _quant_i8_case(64, 32, 3, "tiny1e-38")))
 
 
 def _matvec_case(rows, cols, group, bias, seed, P=None, tie=False):
@@ -273,7 +273,7 @@ QUANTIZE_I4 = Kernel(
     ("x", "n", "group", "packed", "scales"), _quant_i4_twin,
     tuple(_quant_i4_case(n, g, seed=n) for n, g in [(16, 16), (48, 24), (8, 8), (64, 32), (34, 17), (128, 32)])
     + (_quant_i4_case(96, 32, 1, "extreme"), _quant_i4_case(64, 32, 2, "tiny3e-37"),
-       _quant_i4_case(64, 32, 2, "tiny1e-38", I.TINY_GROUP)))
+       _quant_i4_case(64, 32, 2, "tiny1e-38")))
 
 
 def _attn_kv4_case(nh, nkv, hd, group, pos, seed):

@@ -72,16 +72,6 @@ def tiny_group(n: int, group: int, amax: float) -> np.ndarray:
     return x
 
 
-# Groups whose peak is below 127 / FLT_MAX (int8) or 7 / FLT_MAX (int4): the
-# inverse scale overflows to inf, x * inv is +-inf (0 * inf = NaN), and the
-# rounding of that is undefined in C (lroundf) and in the twin (a float64
-# inf cast to int64).  A known difference, reported to the lead.
-TINY_GROUP = ("a group whose max |x| is below 127/FLT_MAX (3.7e-37; int4: 7/FLT_MAX, 2.1e-38) overflows the "
-              "inverse scale to inf, x * inv is +-inf (NaN at 0): the host C writes q = 0 (lroundf(inf) is "
-              "LONG_MIN, cast to int32), the M7 +-127 or 0 (VCVTA saturates), the twin -127 for every element "
-              "(inf cast to int64, clipped); none is the quantization of x. Reported to the lead.")
-
-
 def tie_bias(rng: np.random.Generator, rows: int, a: int, b: int) -> np.ndarray:
     """A bias that makes rows a and b (equal rows, with_tied_rows) the two
     largest outputs, exactly equal: the argmax must return the first."""

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from tinyllm_gen.cli import main  # noqa: E402
 from tinyllm_gen.compress.distill import DistillOptions, distill, distill_loss  # noqa: E402
@@ -22,12 +23,6 @@ SENTENCES = ["Once upon a time there was a little cat.", "The cat liked to play 
 DOCS = [" ".join(SENTENCES[(i + j) % len(SENTENCES)] for j in range(1 + i % 3)) for i in range(16)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

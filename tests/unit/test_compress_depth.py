@@ -6,6 +6,7 @@ import json
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from tinyllm_gen.compile import CompileOptions, compile_path  # noqa: E402
 from tinyllm_gen.compress.prune import prune  # noqa: E402
@@ -21,13 +22,6 @@ DOCS = ["Once upon a time there was a little cat.", "The cat liked to play in th
         "One day the cat saw a big red ball.", "She was very happy. The end."]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared machine: a second torch thread only waits for the first (10x slower here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def seqs(d):

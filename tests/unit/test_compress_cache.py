@@ -23,8 +23,6 @@ SENTENCES = ["Once upon a time there was a little cat.", "The cat liked to play 
 DOCS = [" ".join(SENTENCES[(i + j) % len(SENTENCES)] for j in range(1 + i % 3)) for i in range(16)]
 
 
-
-
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory):
     return make_hf_model(tmp_path_factory.mktemp("cache") / "teacher", dim=32, hidden=48, layers=2, heads=4,

@@ -22,8 +22,6 @@ DOCS = ["Once upon a time there was a little cat.", "The cat liked to play in th
         "One day the cat saw a big red ball.", "She was very happy. The end."]
 
 
-
-
 def seqs(d):
     return encode_docs(load_model(d).tokenizer, DOCS, 64)
 

@@ -22,8 +22,10 @@ the widest model built here.  tests/emu/test_code_flash_estimate.py builds
 models of 1 to 24 layers with each kernel set, KV precision, sampler, stream
 mode, board kind and step form (the loop over LAYERS, or --unroll-layers)
 and checks 0 <= estimate - built <= ERROR_BOUND_BYTES.  Measured with the
-loop form (the default): 38 B to 3.6 KiB above on those builds; unrolled
-10 B to 3.9 KiB above.  Unrolled SmolLM2 on the DK was 948 B above with its
+loop form (the default) and unrolled, all nine builds land in the bound;
+the tightest were about 0.1 KiB (one layer) and 3.9 KiB (16 layers
+unrolled and streamed) above, so a runtime that grows by more than about
+0.1 KiB moves RUNTIME_BYTES with it.  Unrolled SmolLM2 on the DK was 948 B above with its
 GGUF blocks kept (28,620 B built) and 1,256 B above re-rounded with
 --stream all (87,624 B built, 43,504 B of it the stream table); the loop
 form of the same builds is about 9 KiB smaller (19,252 B kept).  When the runtime or the generated step changes size, that test
@@ -34,13 +36,13 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 
-RUNTIME_BYTES = {"cortex-m7": 21_760, "portable": 16_128}
+RUNTIME_BYTES = {"cortex-m7": 21_888, "portable": 16_256}
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 224, "portable": 288},  # LAYERS[l], KV[l], the matrix descriptors
                    "unrolled": {"cortex-m7": 384, "portable": 448}}
 KV4_BYTES = 1_024
 GREEDY_BYTES = 256
 STREAM_BYTES = 1_536
-STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 440}
+STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 432}
 STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment

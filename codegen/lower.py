@@ -564,17 +564,17 @@ def lower_step(src, max_seq: int, sampler: str = "full") -> LoweredStep:
                        src.kernels, greedy, head_start=head_start, top_k=top_k)
 
 
-def _refs(obj):
-    """Every BufferRef inside a call's argument record (nested records too)."""
-    if isinstance(obj, BufferRef):
+def refs_of(obj, kind: type):
+    """Every `kind` record (BufferRef, VectorRef ...) inside a call's argument record, nested records too."""
+    if isinstance(obj, kind):
         yield obj
     elif dataclasses.is_dataclass(obj):
         for f in dataclasses.fields(obj):
-            yield from _refs(getattr(obj, f.name))
+            yield from refs_of(getattr(obj, f.name), kind)
 
 
 def buffers_of(call: KernelCall) -> list[BufferRef]:
-    return list(_refs(call.args))
+    return list(refs_of(call.args, BufferRef))
 
 
 def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGraph) -> Program:

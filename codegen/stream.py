@@ -43,7 +43,7 @@ from typing import Union
 
 from .errors import UserError
 from .lower import (ArgmaxClassifier, BufferDecl, EmbedQ4, KernelCall, LoweredStep, MatvecQ4x4, Q4Ref, TopKClassifier,
-                    VectorRef)
+                    VectorRef, refs_of)
 from .quant.formats import q4x4_bytes_of
 
 MODES = ("off", "all", "auto")
@@ -196,20 +196,12 @@ def pin_candidates(step: LoweredStep) -> list[PinCandidate]:
         elif isinstance(a, (MatvecQ4x4, ArgmaxClassifier, TopKClassifier)):
             m = a.matrix
             out[m.name] = PinCandidate(m.name, "q4x4", q4x4_bytes_of(m.rows, m.cols, m.group), 1.0)
-        for v in _vectors(a):
+        for v in refs_of(a, VectorRef):
             out[v.name] = PinCandidate(v.name, "f32", 4 * v.count, 1.0)
     rope = 4 * step.max_seq * (c.head_dim // 2)
     for name in ("rope.cos", "rope.sin"):
         out[name] = PinCandidate(name, "f32", rope, 1 / step.max_seq)
     return sorted(out.values(), key=lambda p: (-p.value, -p.nbytes, p.name))
-
-
-def _vectors(obj):
-    if isinstance(obj, VectorRef):
-        yield obj
-    elif dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            yield from _vectors(getattr(obj, f.name))
 
 
 def choose_pinned(candidates: list[PinCandidate], sram_bytes: int) -> frozenset:

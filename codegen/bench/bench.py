@@ -27,6 +27,7 @@ from ..protocol import pack_request, parse_output
 from ..board import Board, load_board
 from ..emit.regions import static_link_layout
 from ..plan.regions import Region
+from ..quant.formats import GGUF_BLOCK, GGUF_BLOCK_BYTES
 from ..sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 
@@ -54,11 +55,11 @@ CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
 # llama.cpp's kept blocks (tllm_kernels_gguf.c), after every shape above, on the shapes whose columns are whole
 # 32-weight blocks: a mark before and after each (the block fill between them is not measured)
 GGUF_VARIANTS = ("matvec_q4_0", "matvec_q4_1", "matvec_q8_0")
-GGUF_BLOCK_BYTES = 34  # the largest of the three (Q8_0), per 32 weights
+LARGEST_BLOCK_BYTES = max(GGUF_BLOCK_BYTES.values())  # Q8_0's, per GGUF_BLOCK weights: sizes the one block buffer
 
 
 def gguf_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    return [(r, c) for r, c in shapes if c % 32 == 0]
+    return [(r, c) for r, c in shapes if c % GGUF_BLOCK == 0]
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ def micro_buffers(shapes: list[tuple[int, int]], group: int) -> dict[str, int]:
         "TLLM_BENCH_Q4_BYTES": max(r * ((c + 1) // 2) for r, c in shapes),
         "TLLM_BENCH_SCALES": max(r * -(-c // group) for r, c in shapes),
         "TLLM_BENCH_Q4X4_BYTES": max(q4x4_bytes(r, c) for r, c in shapes) + 1024,
-        "TLLM_BENCH_GGUF_BYTES": max([r * (c // 32) * GGUF_BLOCK_BYTES for r, c in gguf_shapes(shapes)] + [4]),
+        "TLLM_BENCH_GGUF_BYTES": max([r * (c // GGUF_BLOCK) * LARGEST_BLOCK_BYTES for r, c in gguf_shapes(shapes)]
+                                     + [4]),
     }
 
 

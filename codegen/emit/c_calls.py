@@ -47,16 +47,35 @@ class CCall:
         """The statement, wrapped after commas (continuation under the
         opening parenthesis) where it would pass LINE_WIDTH."""
         texts = [a.text for a in self.args] if args is None else args
-        head = f"{self.assign}{self.fn}("
-        lines, cur = [], head
-        for i, t in enumerate(texts):
-            piece = t + (", " if i + 1 < len(texts) else ");")
-            if cur != head and cur.strip() and indent + len(cur) + len(piece.rstrip()) > LINE_WIDTH:
-                lines.append(cur.rstrip())
-                cur = " " * len(head)
-            cur += piece
-        lines.append(cur)
-        return ("\n" + " " * indent).join(lines)
+        return packed(f"{self.assign}{self.fn}(", texts, ");", indent)
+
+
+def packed(head: str, items: list[str], close: str, indent: int = 0) -> str:
+    """items joined by ", " after head and ended by close, wrapped after a
+    comma (continuation under head's end) where a line at this indent would
+    pass LINE_WIDTH; lines after the first are joined with the indent."""
+    lines, cur = [], head
+    for i, t in enumerate(items):
+        piece = t + (", " if i + 1 < len(items) else close)
+        if cur != head and cur.strip() and indent + len(cur) + len(piece.rstrip()) > LINE_WIDTH:
+            lines.append(cur.rstrip())
+            cur = " " * len(head)
+        cur += piece
+    lines.append(cur)
+    return ("\n" + " " * indent).join(lines)
+
+
+def block_comment(text: str, indent: int = 4) -> str:
+    """Lines of text (split at "\\n", and at spaces where a line would pass
+    LINE_WIDTH) as one C block comment at this indent: `/* text */` when it fits."""
+    lines = []
+    for para in text.split("\n"):
+        lines.append("")
+        for word in para.split(" "):
+            if lines[-1] and indent + 3 + len(lines[-1]) + 1 + len(word) > LINE_WIDTH - 3:
+                lines.append("")
+            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return ("\n" + " " * indent).join(["/* " + lines[0]] + [" * " + ln for ln in lines[1:]]) + " */"
 
 
 def _buf(ref: BufferRef) -> CArg:

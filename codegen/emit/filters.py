@@ -9,7 +9,7 @@ from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef
                      MatvecQ4, MatvecQ4x4, QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, SiluMulPairsX16,
                      FcS4PerChannel, FcS4PcRef, QuantizeStaticS8, RmsNormX16)
 from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, StreamedTopKQ4x4
-from .c_calls import LINE_WIDTH, c_call
+from .c_calls import block_comment, c_call
 from .names import buffer_macro, fc_name, matrix_name, vector_macro
 
 
@@ -22,24 +22,8 @@ def c_comment(call: KernelCall, indent: int = 4) -> str:
     """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
     what, out = describe(call)
     where = f"layer {call.layer}" if call.layer is not None else ""
-    return wrap_comment(" ".join(p for p in (where, what) if p) + f" -> {out.name} @{out.region}+0x{out.offset:x}",
-                        indent)
-
-
-def wrap_comment(text: str, indent: int = 4) -> str:
-    """/* text */ on one line, or broken at spaces into a block comment that fits LINE_WIDTH."""
-    if indent + len(text) + 6 <= LINE_WIDTH:
-        return f"/* {text} */"
-    lines, cur = [], ""
-    for word in text.split(" "):
-        if cur and indent + 3 + len(cur) + 1 + len(word) > LINE_WIDTH - 3:
-            lines.append(cur)
-            cur = word
-        else:
-            cur = f"{cur} {word}" if cur else word
-    lines.append(cur)
-    pad = "\n" + " " * indent
-    return "/* " + pad.join([lines[0]] + [" * " + ln for ln in lines[1:]]) + " */"
+    return block_comment(" ".join(p for p in (where, what) if p) + f" -> {out.name} @{out.region}+0x{out.offset:x}",
+                         indent)
 
 
 def describe(call: KernelCall) -> tuple[str, BufferRef]:
@@ -47,30 +31,23 @@ def describe(call: KernelCall) -> tuple[str, BufferRef]:
     writes: the parts of its comment that do not name the layer."""
     a = call.args
     via = ""
-    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4)):
+    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedTopKQ4x4)):
         via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
-        a = a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax
-    elif isinstance(a, StreamedTopKQ4x4):
-        via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
-        a = a.topk
+        a = (a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax if isinstance(a, StreamedArgmaxQ4x4)
+             else a.topk)
     elif isinstance(a, StreamedEmbedQ4x4):
         via = f", its tile fetched ({a.copy_bytes} B)"
         a = a.embed
     if isinstance(a, FcS4PerChannel):
         w = a.layer.weight
         what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
-    elif isinstance(a, ArgmaxClassifier):
+    elif isinstance(a, (ArgmaxClassifier, TopKClassifier)):
         layout = ("q4x4" if isinstance(a.matvec, MatvecQ4x4) else a.matrix.qtype if isinstance(a.matvec, MatvecGGUF)
                   else "q4")
-        what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, argmax over "
+        keeps = "argmax" if isinstance(a, ArgmaxClassifier) else f"top-{a.k} set"
+        what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, {keeps} over "
                 f"{a.chunk_rows}-row chunks")
-        out = a.matvec.out
-    elif isinstance(a, TopKClassifier):
-        layout = ("q4x4" if isinstance(a.matvec, MatvecQ4x4) else a.matrix.qtype if isinstance(a.matvec, MatvecGGUF)
-                  else "q4")
-        what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, top-{a.k} set over "
-                f"{a.chunk_rows}-row chunks")
-        out = a.value
+        out = a.matvec.out if isinstance(a, ArgmaxClassifier) else a.value
     elif isinstance(a, (MatvecQ4, MatvecQ4x4)):
         layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
         what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"

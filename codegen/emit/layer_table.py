@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..lower import KernelCall, Program
-from .c_calls import BUFFER, FIXED, KV, LINE_WIDTH, PARAM, SHAPE, WEIGHT, CArg, CCall, c_call
-from .filters import describe, wrap_comment
+from .c_calls import BUFFER, FIXED, KV, PARAM, SHAPE, WEIGHT, CArg, CCall, block_comment, c_call, packed
+from .filters import describe
 from .names import buffer_macro, check_unique, layer_field, layer_generic
 
 BODY_INDENT = 8  # inside tllm_model_step's for loop
@@ -202,19 +202,6 @@ def _loop(layers: list[tuple[KernelCall, ...]]) -> LayerLoop:
     return LayerLoop(fields, tuple(b.shared.values()), tuple(body))
 
 
-def block_comment(text: str, indent: int) -> str:
-    """Lines of text (split at "\\n", and at spaces where a line would pass
-    LINE_WIDTH) as one C block comment at this indent."""
-    lines = []
-    for para in text.split("\n"):
-        lines.append("")
-        for word in para.split(" "):
-            if lines[-1] and indent + 3 + len(lines[-1]) + 1 + len(word) > LINE_WIDTH - 3:
-                lines.append("")
-            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
-    return ("\n" + " " * indent).join(["/* " + lines[0]] + [" * " + ln for ln in lines[1:]]) + " */"
-
-
 def _stages(calls: tuple[KernelCall, ...]) -> list[int | None]:
     """Each call's stage (index into STAGES); a quantize call takes the stage of the call after it."""
     out: list[int | None] = [_STAGE_OF.get(c.label) for c in calls]
@@ -232,7 +219,7 @@ def _comment(calls: list[KernelCall]) -> str:
     name = layer_generic(out0.name, calls[0].layer)
     where = (f"@{out0.region}+0x{out0.offset:x}" if len({(o.region, o.offset) for o in outs}) == 1
              else "@a per-layer offset")
-    return wrap_comment(f"{what} -> {name} {where}", BODY_INDENT)
+    return block_comment(f"{what} -> {name} {where}", BODY_INDENT)
 
 
 def step_form(program: Program, unroll: bool = False) -> StepForm:
@@ -264,19 +251,6 @@ def c_layer_table(loop: LayerLoop) -> str:
     lines += ["} tllm_layer;", "", "static const tllm_layer LAYERS[TLLM_N_LAYERS] = {"]
     for layer in range(len(loop.fields[0].values)):
         head = f"    [{layer}] = {{"
-        lines.append(_packed(head, [f".{f.name} = {f.values[layer]}" for f in loop.fields], "},"))
+        lines.append(packed(head, [f".{f.name} = {f.values[layer]}" for f in loop.fields], "},"))
     lines.append("};")
-    return "\n".join(lines)
-
-
-def _packed(head: str, items: list[str], close: str) -> str:
-    """items joined by ", " after head, wrapped under head's end to fit LINE_WIDTH."""
-    lines, cur = [], head
-    for i, item in enumerate(items):
-        piece = item + (", " if i + 1 < len(items) else close)
-        if cur.strip() and cur != head and len(cur) + len(piece.rstrip()) > LINE_WIDTH:
-            lines.append(cur.rstrip())
-            cur = " " * len(head)
-        cur += piece
-    lines.append(cur)
     return "\n".join(lines)

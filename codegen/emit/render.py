@@ -24,7 +24,8 @@ from ..plan.human import report_files
 from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
 from .filters import FILTERS
-from .layer_table import block_comment, c_layer_table, step_form
+from .c_calls import block_comment
+from .layer_table import c_layer_table, step_form
 from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
 from ..abi import ABI_VERSION  # the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..board import Board

@@ -104,9 +104,10 @@ def quantize_calibrated(graph: Graph, docs: Sequence[Sequence[int]], method: str
             second[w] = moments[node.inputs[0]]
     tied = output_weight_name(graph.config) == "tok_embeddings"
     if tied:
-        h = second["tok_embeddings"]
-        lookup = np.eye(len(h)) if h.ndim == 2 else 1.0  # an embedding row's error counts uniformly
-        second["tok_embeddings"] = h / np.diag(h).mean() + lookup if h.ndim == 2 else h / h.mean() + lookup
+        h = second["tok_embeddings"]  # E[x_j^2], or E[x x^T] for gptq
+        full = h.ndim == 2
+        lookup = np.eye(len(h)) if full else 1.0  # an embedding row's error counts uniformly
+        second["tok_embeddings"] = h / (np.diag(h) if full else h).mean() + lookup
     q4, vectors = {}, {}
     for name in graph.weight_names():
         w = graph.weights[name]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ABI_VERSION = 4  # 4: tllm_model_step(token, pos, need_logits); 3: tllm_model_info.eos_ids points at every EOS id
+ABI_VERSION = 5  # 5: tllm_model_prefill and tllm_model_info.prefill_batch (batched prefill); 4: tllm_model_step(token, pos, need_logits); 3: tllm_model_info.eos_ids points at every EOS id
 
 # The weights blob (blob.py): magic, version, then total/checksum/count/sha256.
 BLOB_MAGIC = b"TLLMWTS1"

@@ -198,7 +198,13 @@ _stream_option = click.option(
          "what fits in the SRAM the plan leaves (copied once at boot), stream the rest (boards with external "
          "weights; elsewhere off).")
 _stream_chunk_option = click.option(
-    "--stream-chunk", default=None, help="Bytes per stream chunk, e.g. 4K (default: 16K, less when SRAM is short).")
+    "--stream-chunk", default=None, help="Bytes per stream chunk, e.g. 4K (default: the smallest within 0.5% of the timing model's best "
+         "tokens/s on a QUADSPI board, 16K elsewhere; less when SRAM is short).")
+_prefill_option = click.option(
+    "--prefill-batch", default="auto", show_default=True,
+    help="Prompt tokens per pass over the weights, 1..4 (batched prefill: each weight tile is read and unpacked "
+         "once for them); auto = the largest whose activations fit beside the context (with --max-seq auto: "
+         "the largest that keeps 90% of the context a batch of 1 gets).")
 
 
 @cli.command("compile")
@@ -212,19 +218,22 @@ _stream_chunk_option = click.option(
 @_sampler_option
 @_stream_option
 @_stream_chunk_option
+@_prefill_option
 @click.option("--unroll-layers", is_flag=True,
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk, unroll_layers):
+                weight_quant, sampler, stream, stream_chunk, prefill_batch, unroll_layers):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
+    from .prefill import parse_batch
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
-                   stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers)
+                   stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
+                   prefill_batch=parse_batch(prefill_batch))
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -385,10 +394,11 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
               help="The scheme to plan for (per-channel: static int8 scratch instead of the int4 streams).")
 @_stream_option
 @_stream_chunk_option
+@_prefill_option
 @click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             unroll_layers, as_json):
+             prefill_batch, unroll_layers, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from .frontends import load_model
@@ -415,12 +425,19 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler,
                        kept=kept, vocab=vocab, unroll_layers=unroll_layers)  # what sizes the blob and code flash
     from .compile import parse_size
-    from .stream import plan_streamed, trade_off_rows, trade_off_text
+    from .stream import trade_off_rows, trade_off_text
+    from .prefill import parse_batch, plan_prefill, prefill_rows, prefill_text
 
     chunk = parse_size(stream_chunk) if stream_chunk else None
-    res, stream_opts = plan_streamed(shape, opts.max_seq, opts.ram_budget, b, stream, chunk)
+    memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
+    res, stream_opts = plan_prefill(shape, opts.max_seq, opts.ram_budget, b, stream, chunk, parse_batch(prefill_batch),
+                                    memo)
+    batch_rows = prefill_rows(shape, opts.max_seq, opts.ram_budget, b, stream, chunk, memo)
     check_weights(res, opts.board)
     check_code(res, opts.board)
+    from dataclasses import replace
+
+    shape = replace(shape, prefill_batch=res.prefill_batch)  # the batch chosen: its buffers are in every plan below
     rows = trade_off_rows(shape, opts.ram_budget, b) if stream != "off" else []
     saved = _sampler_saving(shape, opts, b, stream, chunk, res.plan) if sampler != "full" else None
     if as_json:
@@ -431,9 +448,12 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
             doc.update(code_flash_bytes=res.code.total_bytes, code_flash_capacity_bytes=res.code.capacity_bytes,
                        vocab_in_weights=res.vocab_in_weights)
         from .timing import predicted, shape_of_config
-        doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b)
+        doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b,
+                                     prefill_batch=res.prefill_batch,
+                                     chunk_bytes=stream_opts.chunk_bytes if stream_opts else None)
         if saved is not None:
             doc["sampler"] = saved
+        doc["prefill"] = {"batch": res.prefill_batch, "chosen": res.prefill_why, "trade_off": batch_rows}
         if stream != "off":
             doc["stream"] = {"mode": stream, "chunk_bytes": stream_opts.chunk_bytes if stream_opts else None,
                              "pinned": sorted(stream_opts.pinned) if stream_opts else [], "trade_off": rows}
@@ -453,6 +473,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
                        f"{len(stream_opts.pinned)} weight entries pinned in SRAM")
         if rows:
             click.echo(trade_off_text(rows), nl=False)
+        click.echo(prefill_text(res, batch_rows), nl=False)
         if saved is not None:
             full = (f"{saved['full_sampler_total_bytes']:,} B, {saved['saved_bytes']:,} B more"
                     if saved["full_sampler_total_bytes"] else "more than the budget at this context")
@@ -507,13 +528,19 @@ def report(out, as_json):
         if not isinstance(plan_doc, dict) or not isinstance(size, (dict, type(None))):
             raise TypeError("not a JSON object")
         pred = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
-                         int(manifest["options"]["group_size"]), load_board(manifest["board"]))
+                         int(manifest["options"]["group_size"]), load_board(manifest["board"]),
+                         prefill_batch=int(manifest.get("prefill_batch", 1)),
+                         chunk_bytes=manifest["options"].get("stream_chunk"))
         if as_json:
             text = json.dumps({"plan": {k: v for k, v in plan_doc.items() if k not in ("buffers", "stream_schedule")},
                                "stream_schedule": plan_doc.get("stream_schedule"), "elf_size": size,
                                "predicted": pred})
         else:
             text = summary_text(plan_doc, size) + "\n" + predicted_text(pred)
+            if "prefill" in plan_doc:
+                pre = plan_doc["prefill"]
+                text += (f"prefill: {pre['batch']} prompt tokens per pass over the weights "
+                         f"({pre['batched_bytes']:,} B of P-token buffers): {pre['why']}\n")
             if "stream_schedule" in plan_doc:
                 from .stream import schedule_text
 
@@ -550,8 +577,11 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
     if out is None:
         doc["predicted"] = predicted(SHAPES[shape], int(group_size), bench=doc)
     else:
+        manifest = read_manifest(out)
         doc["predicted"] = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
-                                     int(read_manifest(out)["options"]["group_size"]), bench=doc)
+                                     int(manifest["options"]["group_size"]), bench=doc,
+                                     prefill_batch=int(manifest.get("prefill_batch", 1)),
+                         chunk_bytes=manifest["options"].get("stream_chunk"))
     click.echo(json.dumps(doc, indent=2))
 
 

@@ -21,7 +21,7 @@ from .lower import Program, lower
 from .plan import MemoryPlan
 from .plan.memory import shape_of
 from .planning import check_code, model_context
-from .stream import plan_streamed
+from .prefill import plan_prefill
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.per_channel import calibration_tokens, quantize_per_channel
@@ -53,6 +53,7 @@ class CompileOptions:
     stream: str = "off"  # weight streaming (stream.py): off | all | auto (pin what fits, stream the rest)
     stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
     unroll_layers: bool = False  # print each layer's calls instead of the loop over LAYERS (emit/layer_table.py)
+    prefill_batch: str | int = "auto"  # prompt tokens per weight pass (prefill.py): auto (the planner's) or 1..4
 
 
 @dataclass(frozen=True)
@@ -163,12 +164,14 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
-    planned, stream = plan_streamed(shape_of(qg, opts.sampler, vocab.size, opts.unroll_layers), opts.max_seq, opts.ram_budget, board,
-                                    opts.stream, opts.stream_chunk)  # shared with `plan`
+    planned, stream = plan_prefill(shape_of(qg, opts.sampler, vocab.size, opts.unroll_layers), opts.max_seq,
+                                   opts.ram_budget, board, opts.stream, opts.stream_chunk,
+                                   opts.prefill_batch)  # shared with `plan`
     plan = planned.plan
     check_code(planned, opts.board)  # the code flash, before the linker would say so
     external_vocab = planned.vocab_in_weights  # too big for the code flash: into the weights blob
-    program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None, stream))
+    program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None, stream,
+                                   planned.prefill_batch))
     check_vocab_fits(board, vocab, len(program.blob.data), external_vocab)
     limit = board.weights.max_bytes
     if limit is not None and len(program.blob.data) > limit:

@@ -312,6 +312,11 @@ class Program:
     stream: object = None  # stream.StreamPlan (the same the step carried), None: weights read in place
     head_start: int = -1  # calls[head_start:] are the head (LoweredStep.head_start); -1: not set
     top_k: int = 0  # --sampler topk:K: the classifier feeds a K-entry set (TopKClassifier), no logits vector
+    prefill: object = None  # prefill.PrefillPlan (the same the step carried); None: token by token
+
+    @property
+    def prefill_batch(self) -> int:
+        return self.prefill.batch if self.prefill is not None else 1
 
     @property
     def body_calls(self) -> tuple[KernelCall, ...]:
@@ -375,6 +380,12 @@ class LoweredStep:
     # skips them for the others (tllm_model_step's need_logits).
     head_start: int = -1
     top_k: int = 0  # --sampler topk:K (TopKClassifier); 0: full or greedy
+    prefill: object = None  # prefill.PrefillPlan: prompt tokens per weight pass, the P-token buffers
+
+    @property
+    def body_calls(self) -> tuple[KernelCall, ...]:
+        assert self.head_start > 0, "lower_step sets head_start"
+        return self.calls[:self.head_start]
 
     def decl(self, name: str) -> BufferDecl:
         for d in self.decls:
@@ -579,6 +590,8 @@ def buffers_of(call: KernelCall) -> list[BufferRef]:
 
 def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGraph) -> Program:
     """Write the plan's offsets and the blob's offsets into the step's calls."""
+    from .prefill import planned_count
+
     planned = {p.name: p for p in plan.buffers}
     missing = sorted(set(d.name for d in step.decls) ^ set(planned))
     if missing:
@@ -596,7 +609,8 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
     def transform(obj):
         if isinstance(obj, BufferRef):
             p = planned[obj.name]
-            assert (p.request.ctype, p.request.count) == (obj.ctype, obj.count), obj.name
+            assert (p.request.ctype, p.request.count) == (obj.ctype, planned_count(step.prefill, obj.name, obj.count)), \
+                obj.name  # a P-token buffer (prefill.py) holds P times the one-token count
             return BufferRef(obj.name, obj.ctype, obj.count, p.offset, p.region)
         if isinstance(obj, Q4Ref):
             return q4ref(obj)
@@ -621,18 +635,29 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
         rope_cos=VectorRef("rope.cos", cos.nbytes // 4, cos.offset), rope_sin=VectorRef("rope.sin", sin.nbytes // 4, sin.offset),
         attention_scale=exact.attention_scale(c.head_dim), group_size=step.group_size, kv_bits=step.kv_bits,
         kernels=step.kernels, greedy=step.greedy, stream=step.stream, head_start=step.head_start, top_k=step.top_k,
+        prefill=step.prefill,
     )
 
 
-def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None, stream=None) -> Program:
+def lower(qg: QuantizedGraph, plan: MemoryPlan, sampler: str = "full", vocab=None, stream=None,
+          prefill_batch: int = 1) -> Program:
     """QuantizedGraph + its MemoryPlan -> Program.  The plan was made from
     lower_step on the same graph and options (plan/lifetimes.py); bind checks
     that both name the same buffers.  vocab: a vocab.Vocabulary to keep in
     the weights blob (external flash), or None.  stream: the
-    stream.StreamOptions the plan was made with (None: weights in place)."""
+    stream.StreamOptions the plan was made with (None: weights in place);
+    prefill_batch: the P it was made with (prefill.py)."""
     c = qg.config
     cos, sin = rope_tables(c.head_dim, c.rope_theta, plan.max_seq)
     blob = build_blob(qg, cos, sin, vocab.text if vocab else None, vocab.offsets if vocab else None)
-    from .stream import stream_step  # stream.StreamOptions: the same pass the plan saw (None: off)
+    return bind(lowered_step(qg, plan.max_seq, sampler, stream, prefill_batch), plan, blob, qg)
 
-    return bind(stream_step(lower_step(qg, plan.max_seq, sampler), stream), plan, blob, qg)
+
+def lowered_step(src, max_seq: int, sampler: str, stream=None, prefill_batch: int = 1) -> LoweredStep:
+    """lower_step, then the passes between lowering and planning: the weight
+    stream (stream.py) and the prefill batch (prefill.py).  The planner and
+    `lower` both call this, so they see the same buffers."""
+    from .prefill import batch_step
+    from .stream import stream_step
+
+    return batch_step(stream_step(lower_step(src, max_seq, sampler), stream), prefill_batch)

@@ -20,16 +20,38 @@ AUTO = "auto"
 
 
 @dataclass(frozen=True)
+class SeqNote:
+    """What --max-seq auto chose, said on demand: the other KV precision's
+    context costs a search of plans, and plan_prefill makes several
+    PlanResults of which one is shown."""
+
+    shape: GraphShape | None = None  # None: the context was given, nothing to say
+    chosen: int = 0
+    budget: int = 0
+    board: Board | None = None
+
+    def text(self) -> str:
+        return trade_off(self.shape, self.chosen, self.budget, self.board) if self.shape is not None else ""
+
+
+@dataclass(frozen=True)
 class PlanResult:
     plan: MemoryPlan
     weights_bytes: int
     weights_capacity: int | None  # bytes the board holds for weights (None: no limit)
-    trade_off: str  # what --max-seq auto chose and what the other KV precision would give ("" otherwise)
+    seq_note: SeqNote  # what --max-seq auto chose and what the other KV precision would give (trade_off)
     group_size: int = 32
     method: str = "rtn"  # the weight scheme (quant/formats.py): "gguf" keeps 32-weight blocks, no group choice
     vocab_in_weights: bool = False  # the vocabulary goes into the weights blob (vocab.py); compile follows this
     code: CodeFlash | None = None  # the code-flash estimate (plan/codesize.py); None on the host
     streaming: bool = False  # --stream is on (the code-flash fix names it)
+
+    @property
+    def trade_off(self) -> str:
+        """What --max-seq auto chose and what the other KV precision would give ("" otherwise)."""
+        return self.seq_note.text()
+    prefill_batch: int = 1  # prompt tokens per weight pass (prefill.py plan_prefill chose it)
+    prefill_why: str = ""  # how it was chosen
 
 
 def model_context(graph: Graph, requested: int | None) -> int:
@@ -52,11 +74,11 @@ def trade_off(shape: GraphShape, chosen: int, budget: int, board: Board) -> str:
             f"(int{other} KV would fit {alt_text}; the model's context is {shape.config.max_seq})")
 
 
-def resolve_seq(shape: GraphShape, requested: int | str | None, budget: int, board: Board) -> tuple[int, str]:
+def resolve_seq(shape: GraphShape, requested: int | str | None, budget: int, board: Board) -> tuple[int, SeqNote]:
     if requested == AUTO:
         seq = auto_max_seq(shape, shape.config.max_seq, budget, board.stack_bytes, board=board)
-        return seq, trade_off(shape, seq, budget, board)
-    return model_context(shape.graph, requested), ""
+        return seq, SeqNote(shape, seq, budget, board)
+    return model_context(shape.graph, requested), SeqNote()
 
 
 def plan_for(shape: GraphShape, requested_seq: int | str | None, budget: int, board: Board) -> PlanResult:

@@ -381,6 +381,37 @@ def schedule_text(doc: dict | None) -> str:
 # --- choosing chunk size and pins against the plan ------------------------------
 
 CHUNK_FALLBACK = (16 * 1024, 8 * 1024, 4 * 1024, 2 * 1024, 1024)
+CHUNK_CANDIDATES = (1024, 2048, 4096, 8192, 16 * 1024, 32 * 1024)
+CHUNK_TOLERANCE = 0.005  # a chunk within 0.5% of the best predicted tokens/s is as good: the smallest such wins
+
+
+def _dwup_workload(shape):
+    from . import timing
+
+    return timing.scaled_workload("this model", timing.shape_of_config(shape.config), timing.MEASURED_MATVEC_PER_MAC,
+                                  None, timing.MEASURED_OTHER_PER_MAC, "estimated", shape.group_size)
+
+
+def chunk_sizes(shape, board) -> tuple[int, ...]:
+    """The chunk sizes to try, first choice first.  On a board that streams
+    from QUADSPI the timing model decides (timing.mode_seconds, DWUP): per
+    chunk the larger of compute and transfer, plus one command per chunk and
+    the pipeline fill, so small chunks pay commands and large ones a longer
+    fill.  The first choice is the smallest chunk within CHUNK_TOLERANCE of
+    the best predicted decode tokens/s (the SRAM it saves goes to the
+    context), then the halvings below it for plans that are short of SRAM.
+    Elsewhere (host, QEMU: no link to model) 16 KiB, halved.  Two buffers:
+    one transfer is in flight at a time (tllm_board.h), so a third buffer
+    would hold a chunk nobody can start yet."""
+    if board.qspi_flash is None:
+        return CHUNK_FALLBACK
+    from . import timing
+
+    w = _dwup_workload(shape)
+    tok = {c: timing.predict(board, w, chunk_bytes=c)["modes"]["dwup"]["tokens_per_s"] for c in CHUNK_CANDIDATES}
+    best = max(tok.values())
+    first = min(c for c, t in tok.items() if t >= best * (1 - CHUNK_TOLERANCE))
+    return tuple(c for c in sorted(CHUNK_CANDIDATES, reverse=True) if c <= first)
 
 
 def _free_bytes(plan, board) -> int:
@@ -399,8 +430,8 @@ def plan_streamed(shape, requested_seq, budget: int, board, mode: str, chunk_byt
     """planning.plan_for with the stream pass in the plan: `off` unchanged;
     `all` streams every q4x4 matrix; `auto` streams on boards whose weights
     are external and pins what fits in the SRAM left.  The chunk size is
-    `chunk_bytes` or 16 KiB, halved (down to 1 KiB) while the plan does not
-    fit.  Returns (PlanResult, StreamOptions | None)."""
+    `chunk_bytes` or chunk_sizes' first choice (the timing model's), halved
+    (down to 1 KiB) while the plan does not fit.  Returns (PlanResult, StreamOptions | None)."""
     from dataclasses import replace
 
     from .planning import plan_for
@@ -412,7 +443,7 @@ def plan_streamed(shape, requested_seq, budget: int, board, mode: str, chunk_byt
                         "layers in place: drop one of them")
     if mode == "off" or (mode == "auto" and board.weights.storage != "external"):
         return plan_for(shape, requested_seq, budget, board), None
-    sizes = (chunk_bytes,) if chunk_bytes else CHUNK_FALLBACK
+    sizes = (chunk_bytes,) if chunk_bytes else chunk_sizes(shape, board)
     err = None
     for size in sizes:
         opts = StreamOptions(mode, size)
@@ -457,10 +488,7 @@ def trade_off_rows(shape, budget: int, board) -> list[dict]:
     from .plan.regions import board_memory
     from . import timing
 
-    w = None
-    if board.qspi_flash is not None:
-        w = timing.scaled_workload("this model", timing.shape_of_config(shape.config), timing.MEASURED_MATVEC_PER_MAC,
-                                   None, timing.MEASURED_OTHER_PER_MAC, "estimated", shape.group_size)
+    w = _dwup_workload(shape) if board.qspi_flash is not None else None
     rows = []
     for size in TRADE_OFF_CHUNKS:
         s = replace(shape, stream=StreamOptions("all", size))

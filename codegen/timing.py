@@ -88,13 +88,16 @@ class Workload:
     def prefill(self, batch: int = 1) -> "Workload":
         """One prompt token before the last: no classifier (its logits are
         never read) and no sampling; with a batched prefill of `batch` tokens
-        per weight pass each token reads 1/batch of the layers' weights
-        (today's step runs one token at a time: batch 1).  The last prompt
+        per weight pass (prefill.py) each token reads 1/batch of the layers'
+        weights, and the batched kernel's instructions per MAC
+        (MEASURED_MATMAT_PER_MAC) replace the matvec's.  The last prompt
         token costs a decoded token's step without its sampling."""
         body_bytes = self.weight_bytes - self.head_weight_bytes
         body_streams = self.streams - (1 if self.head_weight_bytes else 0)
+        body_mv = self.matvec_instructions - self.head_matvec_instructions
+        rate = MEASURED_MATMAT_PER_MAC[batch] / MEASURED_MATMAT_PER_MAC[1]
         return replace(self, name=f"{self.name} prefill", weight_bytes=-(-body_bytes // batch),
-                       matvec_instructions=self.matvec_instructions - self.head_matvec_instructions,
+                       matvec_instructions=round(body_mv * rate),
                        other_instructions=self.other_instructions - self.sampling_instructions,
                        sampling_instructions=0, streams=-(-body_streams // batch),
                        head_weight_bytes=0, head_matvec_instructions=0)
@@ -270,7 +273,8 @@ def shape_of_header(text: str) -> Shape:
                  v["TLLM_VOCAB_SIZE"], v["TLLM_HEAD_DIM"])
 
 
-def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict | None = None) -> dict:
+def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict | None = None,
+              prefill_batch: int = 1, chunk_bytes: int | None = None) -> dict:
     """The `predicted` object of plan/report/bench --json: per board (this
     one if it streams from QUADSPI, else every board that does) and mode.
     With `bench` (bench --json's counts) the instructions are measured;
@@ -285,7 +289,8 @@ def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict 
                             "instructions per MAC (bench, stories15M shape)", group)
     boards = [board] if board is not None and board.qspi_flash is not None else \
         [b for b in map(load_board, board_names()) if b.qspi_flash is not None]
-    return {b.name: predict(b, w) for b in boards}
+    chunk = chunk_bytes or DEFAULT_CHUNK_BYTES  # the build's stream chunk, where it streams
+    return {b.name: predict(b, w, chunk_bytes=chunk, prefill_batch=prefill_batch) for b in boards}
 
 
 # Measured with `tinyllm-gen bench` on the stories15M shape (random weights,
@@ -294,6 +299,11 @@ def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict 
 # been run (plan, report) and to scale to SmolLM2-135M.
 MEASURED_MATVEC_PER_MAC = 1.35
 MEASURED_OTHER_PER_MAC = 0.066
+# tllm_matmat_q4x4 at P tokens per call, instructions per MAC (MACs = P x
+# rows x cols), `tinyllm-gen bench` at 256x256 g32 (README "Batched prefill
+# kernel"); P = 1 is the matvec.  A batched prefill token's matvec work
+# scales by MEASURED_MATMAT_PER_MAC[P] / [1].
+MEASURED_MATMAT_PER_MAC = {1: 1.353, 2: 1.049, 3: 0.999, 4: 0.939}
 
 
 def predicted_text(pred: dict) -> str:
@@ -306,6 +316,6 @@ def predicted_text(pred: dict) -> str:
                      f" (with prefetch {m['in_place_prefetch']['ms_per_token']:,.1f}), DWUP "
                      f"{m['dwup']['ms_per_token']:,.1f} ms ({m['dwup']['tokens_per_s']:.2f} tok/s, "
                      f"{m['dwup']['mj_per_token']:,.1f} mJ), flash bound {m['flash_bound']['ms_per_token']:,.1f} ms; "
-                     f"a prompt token before the last (no classifier) {p['prefill']['dwup']['ms_per_token']:,.1f} ms "
-                     "(DWUP)")
+                     f"a prompt token before the last (no classifier, {p['prefill']['batch']} per weight pass) "
+                     f"{p['prefill']['dwup']['ms_per_token']:,.1f} ms (DWUP)")
     return "\n".join(lines) + "\n"

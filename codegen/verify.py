@@ -102,6 +102,7 @@ def verify_program(program) -> "object":
     import dataclasses
 
     from .lower import BufferRef, GGUFRef, Q4Ref, VectorRef, buffers_of
+    from .prefill import planned_count
 
     planned = {p.name: p for p in program.plan.buffers}
     arena = {r.name: r.arena_bytes for r in program.plan.regions}
@@ -118,7 +119,7 @@ def verify_program(program) -> "object":
         for ref in buffers_of(call):
             p = planned.get(ref.name)
             if p is None or (p.offset, p.region, p.request.ctype, p.request.count) != \
-                    (ref.offset, ref.region, ref.ctype, ref.count):
+                    (ref.offset, ref.region, ref.ctype, planned_count(program.prefill, ref.name, ref.count)):
                 raise GraphError(f"call {i} ({call.label}): buffer {ref.name} is not the planned one")
             if p.offset + p.size > arena.get(p.region, 0):
                 raise GraphError(f"call {i} ({call.label}): buffer {ref.name} ends past its arena")

@@ -4,7 +4,7 @@
 #ifndef TLLM_ABI_H
 #define TLLM_ABI_H
 
-#define TLLM_ABI_VERSION 4
+#define TLLM_ABI_VERSION 5
 
 /* weights blob (codegen/blob.py) */
 #define TLLM_BLOB_MAGIC "TLLMWTS1"

@@ -1,8 +1,9 @@
 /* The generation engine behind tllm_api.h: one state machine, used by the
  * console firmware (tllm_main.c) and by a user's own main alike.
  *
- *   IDLE -> PREFILL (one model step per prompt token; only the last one
- *                    runs the head, since only its logits are sampled)
+ *   IDLE -> PREFILL (tllm_model_prefill, up to prefill_batch prompt tokens
+ *                    per call; only the last token runs the head, since
+ *                    only its logits are sampled)
  *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
  *
  * The state lives in the planned arena (tllm_gen_state), so a generation
@@ -119,17 +120,21 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
     st->stop_reason = st->max_new ? 0u : (uint32_t)TLLM_STOP_MAX_TOKENS;
     while (st->phase != TLLM_DONE) {
         switch (st->phase) {
-        case TLLM_PREFILL:
+        case TLLM_PREFILL: {
+            /* prefill_batch tokens per call: the weights are read once for all of them */
+            const uint32_t left = st->n_prompt - st->pos;
+            const uint32_t n = left < tllm_model.prefill_batch ? left : tllm_model.prefill_batch;
             tllm_mark();
-            logits = tllm_model_step(tokens[st->pos], (int32_t)st->pos, st->pos + 1u == st->n_prompt);
+            logits = tllm_model_prefill(tokens + st->pos, (int32_t)st->pos, (int32_t)n, st->pos + n == st->n_prompt);
             tllm_mark();
-            st->pos++;
+            st->pos += n;
             if (st->pos == st->n_prompt) {
                 st->t_prefill = now();
                 t_token = st->t_prefill;
                 st->phase = TLLM_SAMPLE;
             }
             break;
+        }
         case TLLM_SAMPLE:
             if (logits)
                 st->token = tllm_sample(&st->sampler, logits, (int32_t)tllm_model.vocab_size, tllm_model_sample_idx());

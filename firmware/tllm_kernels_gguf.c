@@ -217,6 +217,121 @@ void tllm_embed_q80(const tllm_gguf_matrix *m, int32_t token, float *out) {
     }
 }
 
+/* --- batched prefill: one weight pass for P tokens (tllm_kernels_gguf.h) ---
+ * Per row and block the fp16 scales are converted, and (with SMLAD) the
+ * nibbles or int8 weights unpacked into SMLAD lanes, once for the P tokens;
+ * per token the block's float expression is the matvec's, in block order. */
+
+/* Per-token sums of the activation blocks kept for the batch: BATCH_XSUMS in
+ * all (512 B of stack), so cols / 32 / P blocks per token; beyond them a
+ * block's sum is recomputed per row (the same integers). */
+#define BATCH_XSUMS 128
+
+/* s[p] = sum(q * x_p) over one block of nibbles, x_p = x + p * stride. */
+static inline void dot_nibbles_batch(const uint8_t *qs, const int8_t *x, int32_t stride, int32_t P, int32_t *s) {
+#if GGUF_SMLAD
+    const uint32_t mask = 0x000F000Fu;
+    for (int32_t p = 0; p < P; p++) s[p] = 0;
+    for (int32_t k = 0; k < 16; k += 4) {
+        /* the lanes of dot_nibbles: low nibbles of bytes 0/2 and 1/3, then the high ones */
+        const uint32_t w = load32(qs + k);
+        const uint32_t t0 = w & mask, t1 = (w >> 8) & mask, t2 = (w >> 4) & mask, t3 = (w >> 12) & mask;
+        for (int32_t p = 0; p < P; p++) {
+            const int8_t *xp = x + p * stride;
+            const uint32_t xl = load32(xp + k), xh = load32(xp + 16 + k);
+            s[p] = __smlad(t0, __sxtb16(xl), s[p]);
+            s[p] = __smlad(t1, __sxtb16(ror8(xl)), s[p]);
+            s[p] = __smlad(t2, __sxtb16(xh), s[p]);
+            s[p] = __smlad(t3, __sxtb16(ror8(xh)), s[p]);
+        }
+    }
+#else
+    for (int32_t p = 0; p < P; p++) s[p] = dot_nibbles(qs, x + p * stride);
+#endif
+}
+
+/* s[p] = sum(q * x_p) over one block of int8. */
+static inline void dot_i8_batch(const int8_t *q, const int8_t *x, int32_t stride, int32_t P, int32_t *s) {
+#if GGUF_SMLAD
+    for (int32_t p = 0; p < P; p++) s[p] = 0;
+    for (int32_t k = 0; k < 32; k += 4) {
+        const uint32_t w = load32(q + k);
+        const uint32_t w0 = __sxtb16(w), w1 = __sxtb16(ror8(w));
+        for (int32_t p = 0; p < P; p++) {
+            const uint32_t xv = load32(x + p * stride + k);
+            s[p] = __smlad(w0, __sxtb16(xv), s[p]);
+            s[p] = __smlad(w1, __sxtb16(ror8(xv)), s[p]);
+        }
+    }
+#else
+    for (int32_t p = 0; p < P; p++) s[p] = dot_i8(q, x + p * stride);
+#endif
+}
+
+enum { GGUF_Q40, GGUF_Q41, GGUF_Q80 };
+
+/* At most TLLM_MAX_BATCH tokens: out[p * rows + r] = the matvec of token p. */
+static void matmat_gguf(int kind, const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P,
+                        const float *bias, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK, cols = m->cols;
+    const uint32_t bytes = kind == GGUF_Q40 ? Q40_BYTES : kind == GGUF_Q41 ? Q41_BYTES : Q80_BYTES;
+    int32_t xsum[BATCH_XSUMS];
+    const int32_t kept = kind == GGUF_Q80 ? 0 : (nb < BATCH_XSUMS / P ? nb : BATCH_XSUMS / P);
+    for (int32_t p = 0; p < P; p++)
+        for (int32_t b = 0; b < kept; b++) xsum[p * kept + b] = sum_i8(xq + p * cols + 32 * b);
+    const uint8_t *blk = m->blocks;
+    for (int32_t r = 0; r < m->rows; r++) {
+        float acc[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int32_t b = 0; b < nb; b++, blk += bytes) {
+            int32_t isum[TLLM_MAX_BATCH];
+            const float d = h2f(load16(blk));
+            if (kind == GGUF_Q80) {
+                dot_i8_batch((const int8_t *)(blk + 2), xq + 32 * b, cols, P, isum);
+                for (int32_t p = 0; p < P; p++) acc[p] = acc[p] + (d * xs[p * nb + b]) * (float)isum[p];
+                continue;
+            }
+            dot_nibbles_batch(blk + (kind == GGUF_Q41 ? 4 : 2), xq + 32 * b, cols, P, isum);
+            const float mn = kind == GGUF_Q41 ? h2f(load16(blk + 2)) : 0.0f;
+            for (int32_t p = 0; p < P; p++) {
+                const int32_t s = b < kept ? xsum[p * kept + b] : sum_i8(xq + p * cols + 32 * b);
+                const float sx = xs[p * nb + b];
+                if (kind == GGUF_Q40) {
+                    acc[p] = acc[p] + (d * sx) * (float)(isum[p] - 8 * s);
+                } else {
+                    float t = (d * sx) * (float)isum[p];
+                    t = t + (mn * sx) * (float)s;
+                    acc[p] = acc[p] + t;
+                }
+            }
+        }
+        for (int32_t p = 0; p < P; p++) out[p * m->rows + r] = bias ? acc[p] + bias[r] : acc[p];
+    }
+}
+
+static void matmat_batches(int kind, const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P,
+                           const float *bias, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    for (int32_t p0 = 0; p0 < P; p0 += TLLM_MAX_BATCH) {
+        const int32_t n = P - p0 < TLLM_MAX_BATCH ? P - p0 : TLLM_MAX_BATCH;
+        matmat_gguf(kind, m, xq + p0 * m->cols, xs + p0 * nb, n, bias, out + p0 * m->rows);
+    }
+}
+
+void tllm_matmat_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                     float *out) {
+    matmat_batches(GGUF_Q40, m, xq, xs, P, bias, out);
+}
+
+void tllm_matmat_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                     float *out) {
+    matmat_batches(GGUF_Q41, m, xq, xs, P, bias, out);
+}
+
+void tllm_matmat_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                     float *out) {
+    matmat_batches(GGUF_Q80, m, xq, xs, P, bias, out);
+}
+
 typedef void (*gguf_matvec_fn)(const tllm_gguf_matrix *, const int8_t *, const float *, const float *, float *);
 
 static int32_t argmax_chunked(gguf_matvec_fn mv, uint32_t block_bytes, const tllm_gguf_matrix *m, const int8_t *xq,

@@ -65,6 +65,20 @@ void tllm_matvec_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *x
 void tllm_matvec_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out);
 void tllm_matvec_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out);
 
+/* Batched prefill, P tokens through one matrix: token p's int8 activations
+ * at xq + p * cols, its scales at xs + p * cols / 32; out[p * rows + r] equals
+ * tllm_matvec_* of token p bit for bit (each block's scales, and its weights
+ * in SMLAD lanes, are unpacked once for TLLM_MAX_BATCH tokens). */
+#ifndef TLLM_MAX_BATCH
+#define TLLM_MAX_BATCH 4
+#endif
+void tllm_matmat_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                     float *out);
+void tllm_matmat_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                     float *out);
+void tllm_matmat_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
+                     float *out);
+
 /* Greedy-only builds: the matvec over chunk_rows rows at a time into chunk,
  * returning the index of the first maximum (as tllm_argmax). */
 int32_t tllm_argmax_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,

@@ -35,6 +35,7 @@ typedef struct {
     const int32_t *eos_ids; /* n_eos ids, any number (a model may have several) */
     uint32_t greedy_only; /* --sampler greedy: requests must have temperature 0 */
     uint32_t top_k;       /* --sampler topk:K: K (sampling within the K largest logits); 0 otherwise */
+    uint32_t prefill_batch; /* prompt tokens tllm_model_prefill takes per call (1..4, codegen/prefill.py) */
 } tllm_model_info;
 
 extern const tllm_model_info tllm_model;
@@ -45,6 +46,13 @@ extern const tllm_model_info tllm_model;
  * returns NULL: the engine passes 0 for every prompt token but the last,
  * whose logits nobody reads. */
 float *tllm_model_step(int32_t token, int32_t pos, int need_logits);
+/* Runs n prompt tokens (1 <= n <= tllm_model.prefill_batch) at positions
+ * pos .. pos + n - 1 through the layers together: each weight is read once
+ * for the n (batched prefill). The KV cache ends as n tllm_model_step calls
+ * leave it, bit for bit; need_logits runs the head for the last of them
+ * only and returns as tllm_model_step does. A build with prefill_batch 1
+ * runs tllm_model_step per token. */
+float *tllm_model_prefill(const uint16_t *tokens, int32_t pos, int32_t n, int need_logits);
 /* Greedy-only builds (TLLM_GREEDY_ONLY): the step computes the classifier
  * in chunks and keeps only its argmax, returned here after a step with
  * need_logits; tllm_model_step then returns NULL. Full builds return -1. */

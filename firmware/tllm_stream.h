@@ -26,6 +26,7 @@
 #define TLLM_STREAM_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "tllm_board.h"
 #include "tllm_kernels_m7.h"
@@ -105,6 +106,24 @@ static inline void tllm_stream_matvec_q4x4(tllm_stream *s, const tllm_q4x4_matri
         const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
         const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
         tllm_matvec_q4x4(&part, x_stream, bias ? bias + r0 : 0, out + r0);
+    }
+}
+
+/* Batched prefill (codegen/prefill.py): tllm_matmat_q4x4 over the stream
+ * for P tokens, chunk by chunk. The kernel writes token-major over the rows
+ * it is given (token p at p * n), so each chunk's P x n rows land in
+ * chunk_out (P * chunk_rows + 3 floats, planned) and are copied to token p's
+ * vector at out + p * m->rows + r0: one float move per output, against
+ * m->cols MACs each. */
+static inline void tllm_stream_matmat_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                           const uint8_t *xb, int32_t P, const float *bias, float *chunk_out,
+                                           float *out) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_matmat_q4x4(&part, xb, P, bias ? bias + r0 : 0, chunk_out);
+        for (int32_t p = 0; p < P; p++)
+            memcpy(out + p * m->rows + r0, chunk_out + p * n, (size_t)n * sizeof(float));
     }
 }
 

@@ -83,8 +83,9 @@ class BenchResult:
     breakdown: dict[str, int]
     kernels: list[KernelFigure] = field(default_factory=list)
     repeatable: bool | None = None
-    # the `position` prompt steps together: only the last runs the classifier (tllm_model_step's need_logits)
+    # the `position` prompt tokens together (prefill_batch per call): only the last runs the classifier
     prefill_instructions: int = 0
+    prefill_batch: int = 1  # prompt tokens per tllm_model_prefill call (the manifest's)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -121,9 +122,10 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
     if snaps.exit_code != 0:
         raise UserError(f"firmware exited with status {snaps.exit_code} under the bench: "
                         f"{parse_output(snaps.console).error or 'see its console output'}")
-    # marks: prefill (before, after) x position, then "after sample"; then
-    # per decode step (before, after, after sample)
-    first_decode = 2 * position + 1
+    # marks: (before, after) per prefill call (prefill_batch prompt tokens each), then "after sample";
+    # then per decode step (before, after, after sample)
+    calls = -(-position // int(manifest.get("prefill_batch", 1)))
+    first_decode = 2 * calls + 1
     before, after_step, after_sample = first_decode, first_decode + 1, first_decode + 2
     per_fn = snaps.between(before, after_sample)
     step = snaps.total_between(before, after_step)
@@ -132,7 +134,8 @@ def bench_decode(out: Path, position: int = 10, decode_tokens: int = 2) -> tuple
     breakdown["sampling"] = sampling
     result = BenchResult(position=position, decode_instructions_per_token=step + sampling,
                          decode_step_instructions=step, sampling_instructions=sampling, breakdown=breakdown,
-                         prefill_instructions=snaps.total_between(0, 2 * position - 1))
+                         prefill_instructions=snaps.total_between(0, 2 * calls - 1),
+                         prefill_batch=int(manifest.get("prefill_batch", 1)))
     assert sum(per_fn.values()) == step + sampling
     return result, snaps
 
@@ -271,7 +274,7 @@ def format_table(result: BenchResult) -> str:
     lines = [f"decode at position {result.position}: {result.decode_instructions_per_token:,} instructions per token "
              f"(step {result.decode_step_instructions:,}, sampling {result.sampling_instructions:,}); "
              f"the {result.position}-token prompt before it {result.prefill_instructions:,} "
-             "(the classifier only for its last token)"]
+             f"({result.prefill_batch} per pass over the weights, the classifier only for its last token)"]
     total = result.decode_instructions_per_token
     for op, n in result.breakdown.items():
         lines.append(f"  {op:<12} {n:>12,}  {100 * n / total:5.1f}%")

@@ -18,6 +18,7 @@ from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, 
 from .names import buffer_macro, fc_name, matrix_name, vector_macro
 
 LINE_WIDTH = 120  # generated C fits a screen
+PER_TOKEN_LOOP = "for (int32_t p = 0; p < n; p++)"  # tllm_model_prefill: token p of the n in this batch
 
 # CArg.kind:
 FIXED = "fixed"    # text that is the same wherever the call is: TLLM_DIM, pos, rope_cos, a 0 bias
@@ -35,6 +36,7 @@ class CArg:
     ref: object = None  # the record it comes from (or the number, for SHAPE / PARAM / KV)
     ctype: str = ""    # its C type as a descriptor-table field (BUFFER, WEIGHT, PARAM)
     name: str = ""     # the IR name a field is named after (PARAM: "<buffer or matrix>.<what>")
+    lane: str = ""     # batched prefill: " + p * 64", token p's place in a P-token buffer (prefill_c_call)
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,19 @@ class CCall:
     fn: str
     args: tuple[CArg, ...]
     assign: str = ""  # "greedy_token = " for the greedy classifier
+    per_token: bool = False  # batched prefill: the call runs once per token of the batch, p = 0..n-1
 
     def text(self, args: list[str] | None = None, indent: int = 4) -> str:
         """The statement, wrapped after commas (continuation under the
-        opening parenthesis) where it would pass LINE_WIDTH."""
-        texts = [a.text for a in self.args] if args is None else args
-        return packed(f"{self.assign}{self.fn}(", texts, ");", indent)
+        opening parenthesis) where it would pass LINE_WIDTH; a per-token
+        call under its `for` over the batch.  args: each argument's text
+        without its lane (layer_table.py substitutes the per-layer ones)."""
+        texts = [a.text + a.lane for a in self.args] if args is None else \
+            [t + a.lane for t, a in zip(args, self.args)]
+        if not self.per_token:
+            return packed(f"{self.assign}{self.fn}(", texts, ");", indent)
+        call = packed(f"{self.assign}{self.fn}(", texts, ");", indent + 4)
+        return f"{PER_TOKEN_LOOP}\n{' ' * (indent + 4)}{call}"
 
 
 def packed(head: str, items: list[str], close: str, indent: int = 0) -> str:
@@ -195,3 +204,56 @@ def c_call(call: KernelCall) -> CCall:
     if isinstance(a, SiluMul):
         return CCall("tllm_silu_mul", (_buf(a.gate), _buf(a.up), _shape(a.n)))
     raise AssertionError(f"no C form for {type(a).__name__}")
+
+
+# --- batched prefill (prefill.py): the body's calls for n tokens at once ------
+
+# A per-token call's position-dependent arguments: token p is at pos + p.
+_PER_TOKEN_FIXED = {"token": "tokens[p]", "pos": "pos + p", "rope_cos": "rope_cos + p * (TLLM_HEAD_DIM / 2)",
+                    "rope_sin": "rope_sin + p * (TLLM_HEAD_DIM / 2)"}
+
+
+def with_lane(arg: CArg, batched: frozenset, lane: str) -> CArg:
+    """arg at token `lane`'s place when it is a P-token buffer."""
+    if arg.kind == BUFFER and arg.ref.name in batched:
+        return CArg(arg.text, arg.kind, arg.ref, arg.ctype, arg.name, f" + {lane} * {arg.ref.count}")
+    return arg
+
+
+def _x16b(fn: str, args: tuple[CArg, ...], batched: frozenset) -> CCall:
+    """An x16 producer writing token p's places of the batch's x16b stream:
+    the stream is its last argument, the batch size and p go before it."""
+    *ins, stream = args
+    return CCall(fn + "b", tuple(with_lane(a, batched, "p") for a in ins) + (_fixed("n"), _fixed("p"), stream),
+                 per_token=True)
+
+
+def prefill_c_call(call: KernelCall, batched: frozenset, chunk_out: BufferRef | None) -> CCall:
+    """The call in tllm_model_prefill: a linear once for the n tokens
+    (tllm_matmat_*), anything else once per token on that token's values."""
+    a = call.args
+    if isinstance(a, StreamedMatvecQ4x4):
+        mv = a.matvec
+        rows = _param(str(a.chunk_rows), a.chunk_rows, "int32_t", mv.matrix.name + ".chunk_rows")
+        return CCall("tllm_stream_matmat_q4x4", (_fixed("&weight_stream"), _matrix(mv.matrix), rows,
+                                                 _buf(mv.x_stream), _fixed("n"), _vec(mv.bias), _buf(chunk_out),
+                                                 _buf(mv.out)))
+    if isinstance(a, MatvecQ4x4):
+        return CCall("tllm_matmat_q4x4", (_matrix(a.matrix), _buf(a.x_stream), _fixed("n"), _vec(a.bias),
+                                          _buf(a.out)))
+    if isinstance(a, (MatvecQ4, MatvecGGUF)):
+        layout, _ = _matvec_args(a)
+        return CCall(f"tllm_matmat_{layout}", (_matrix(a.matrix), _buf(a.xq), _buf(a.xs), _fixed("n"), _vec(a.bias),
+                                              _buf(a.out)))
+    one = c_call(call)
+    if isinstance(a, (QuantizeX16, RmsNormX16, SiluMulPairsX16)):
+        return _x16b(one.fn, one.args, batched)
+    args = tuple(with_lane(_fixed(_PER_TOKEN_FIXED[x.text]) if x.kind == FIXED and x.text in _PER_TOKEN_FIXED
+                           else x, batched, "p") for x in one.args)
+    return CCall(one.fn, args, one.assign, per_token=True)
+
+
+def last_token_c_call(call: KernelCall, batched: frozenset) -> CCall:
+    """A head call in tllm_model_prefill: on the batch's last token."""
+    one = c_call(call)
+    return CCall(one.fn, tuple(with_lane(x, batched, "(n - 1)") for x in one.args), one.assign)

@@ -11,11 +11,14 @@ number by value; a shape number that differs makes the layers different,
 and then (or with `compile --unroll-layers`) the step stays unrolled."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from ..lower import KernelCall, Program
-from .c_calls import BUFFER, FIXED, KV, PARAM, SHAPE, WEIGHT, CArg, CCall, block_comment, c_call, packed
-from .filters import describe
+from .c_calls import (BUFFER, FIXED, KV, PARAM, SHAPE, WEIGHT, CArg, CCall, block_comment, c_call, last_token_c_call,
+                      packed, prefill_c_call)
+from .filters import c_comment, describe
 from .names import buffer_macro, check_unique, layer_field, layer_generic
 
 BODY_INDENT = 8  # inside tllm_model_step's for loop
@@ -94,6 +97,21 @@ class StepForm:
     after: tuple[KernelCall, ...]
     loop: LayerLoop | None
     why: str  # the comment at the top of the step: which form, and why
+    prefill: "PrefillForm | None" = None  # tllm_model_prefill's batched body (None: prefill_batch 1)
+
+
+@dataclass(frozen=True)
+class PrefillForm:
+    """tllm_model_prefill's body for n <= P tokens: the step's calls as
+    batched C (c_calls.prefill_c_call), in the step's form (a loop when the
+    step is one), then the head on the last token."""
+
+    before: tuple[str, ...]  # statements, each with its comment line
+    layers: tuple[tuple[str, ...], ...]  # unrolled: each layer's statements
+    after: tuple[str, ...]
+    loop: LayerLoop | None
+    head: tuple[str, ...]
+    why: str
 
 
 class NotIsomorphic(Exception):
@@ -174,18 +192,21 @@ class _Builder:
         return macro
 
 
-def _loop(layers: list[tuple[KernelCall, ...]]) -> LayerLoop:
+def _loop(layers: list[tuple[KernelCall, ...]], b: "_Builder", to_c: Callable[[KernelCall], CCall] = c_call
+          ) -> LayerLoop:
+    """The loop body of the layers' calls as `to_c` prints them (the decode
+    step's, or tllm_model_prefill's batched ones); the table's fields go into
+    b, which both loops share (one LAYERS table)."""
     if len(layers) < 2:
         raise NotIsomorphic("one layer: nothing to loop over")
     if len({len(l) for l in layers}) > 1:
         raise NotIsomorphic(f"layer 0 makes {len(layers[0])} calls, another layer "
                             f"{next(len(l) for l in layers if len(l) != len(layers[0]))}")
-    b = _Builder()
     body, stage_now = [], None
     stage_of = _stages(layers[0])
     for k in range(len(layers[0])):
         calls = [layer[k] for layer in layers]
-        c_calls: list[CCall] = [c_call(c) for c in calls]
+        c_calls: list[CCall] = [to_c(c) for c in calls]
         where = f"call {k} ({calls[0].label})"
         heads = [describe(c)[0] for c in calls]
         for l, (cc, head) in enumerate(zip(c_calls, heads)):
@@ -200,6 +221,17 @@ def _loop(layers: list[tuple[KernelCall, ...]]) -> LayerLoop:
     fields = tuple(b.fields.values())
     check_unique([f.what for f in fields], "layer descriptor field", layer_field)
     return LayerLoop(fields, tuple(b.shared.values()), tuple(body))
+
+
+def _loops(layers: list[tuple[KernelCall, ...]], prefill_c) -> tuple[LayerLoop, LayerLoop | None]:
+    """The decode step's loop and tllm_model_prefill's (None: prefill_c None),
+    both with the fields and shared macros of the two (one LAYERS table)."""
+    b = _Builder()
+    step = _loop(layers, b)
+    pre = _loop(layers, b, prefill_c) if prefill_c is not None else None
+    fields, shared = tuple(b.fields.values()), tuple(b.shared.values())
+    return (LayerLoop(fields, shared, step.body),
+            LayerLoop(fields, shared, pre.body) if pre is not None else None)
 
 
 def _stages(calls: tuple[KernelCall, ...]) -> list[int | None]:
@@ -225,20 +257,49 @@ def _comment(calls: list[KernelCall]) -> str:
 def step_form(program: Program, unroll: bool = False) -> StepForm:
     calls = program.body_calls
     head, layers, tail = (), [], ()
+    prefill_c = _prefill_c(program)
     try:
         head, layers, tail = _split(calls)
         if len(layers) != program.config.n_layers:
             raise NotIsomorphic(f"{len(layers)} layers of calls for a model of {program.config.n_layers}")
         if unroll:
-            return StepForm(head, tuple(layers), tail, None, "The layers are unrolled (compile --unroll-layers).")
-        loop = _loop(layers)
+            form = StepForm(head, tuple(layers), tail, None, "The layers are unrolled (compile --unroll-layers).")
+            return _with_prefill(form, program, prefill_c, None)
+        loop, prefill_loop = _loops(layers, prefill_c)
     except (NotIsomorphic, AssertionError) as e:
         if not layers:
             head, layers, tail = calls, [], ()
-        return StepForm(head, tuple(layers), tail, None, f"The layers are unrolled: they differ ({e}).")
-    return StepForm(head, tuple(layers), tail, loop,
+        form = StepForm(head, tuple(layers), tail, None, f"The layers are unrolled: they differ ({e}).")
+        return _with_prefill(form, program, prefill_c, None)
+    form = StepForm(head, tuple(layers), tail, loop,
                     f"The {len(layers)} layers run as one loop: they make the same calls and differ only in the "
                     "weights, buffers and KV cache named in LAYERS[l] (compile --unroll-layers prints each layer).")
+    return _with_prefill(form, program, prefill_c, prefill_loop)
+
+
+def _prefill_c(program: Program) -> Callable[[KernelCall], CCall] | None:
+    """The batched printer of tllm_model_prefill's calls (None: prefill_batch 1)."""
+    if program.prefill_batch == 1:
+        return None
+    from ..prefill import CHUNK_OUT
+
+    planned = {b.name: b for b in program.buffers()}
+    batched = program.prefill.batched
+    return lambda call: prefill_c_call(call, batched, planned.get(CHUNK_OUT))
+
+
+def _with_prefill(form: StepForm, program: Program, prefill_c, loop: LayerLoop | None) -> StepForm:
+    if prefill_c is None:
+        return form
+
+    def statements(calls, indent=4) -> tuple[str, ...]:
+        return tuple(f"{c_comment(c, indent)}\n{' ' * indent}{prefill_c(c).text(indent=indent)}" for c in calls)
+
+    batched = program.prefill.batched
+    head = tuple(f"{c_comment(c)}\n    {last_token_c_call(c, batched).text()}" for c in program.head_calls)
+    pre = PrefillForm(statements(form.before), tuple(statements(l) for l in form.layers) if loop is None else (),
+                      statements(form.after), loop, head, program.prefill.why)
+    return dataclasses.replace(form, prefill=pre)
 
 
 def c_layer_table(loop: LayerLoop) -> str:

@@ -174,7 +174,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
-        "top_k": program.top_k,
+        "top_k": program.top_k, "prefill_batch": program.prefill_batch,
+        "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",
         **_stream_context(program, pinned),
     }
 
@@ -231,6 +232,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
                       "vocab_size": c.vocab_size},
         "eos_ids": list(c.eos_ids),
         "max_seq": program.max_seq,
+        "prefill_batch": program.prefill_batch,
         "generator": f"tinyllm-gen {__version__}",
         "abi_version": ABI_VERSION,
         "board": board.name,

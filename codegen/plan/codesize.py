@@ -10,6 +10,7 @@ arm-none-eabi-size's sections):
   + KV4 when --kv-bits 4                  the int4 KV kernels
   + GREEDY when --sampler greedy          the streamed argmax
   + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream)
+  + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
   + 8 x stream chunks + 12 x pinned       the stream tables (tllm_stream.h), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
@@ -29,7 +30,11 @@ unrolled and streamed) above, so a runtime that grows by more than about
 GGUF blocks kept (28,620 B built) and 1,256 B above re-rounded with
 --stream all (87,624 B built, 43,504 B of it the stream table); the loop
 form of the same builds is about 9 KiB smaller (19,252 B kept).  When the runtime or the generated step changes size, that test
-says by how much and these constants follow."""
+says by how much and these constants follow.  Batched prefill (the default, P = 4 where it fits) added
+15.5 KiB to every Cortex-M7 image (1.7 KiB portable), fitted on the same nine builds with the stream chunk the
+timing model picks (stream.chunk_sizes: smaller chunks, so more matrices span several and keep their loops when
+unrolled): the tightest margins are now 0.25 KiB (the untied qwen2 streamed, unrolled), 0.3 KiB (one layer) and
+0.36 KiB (the same qwen2 streamed, loop)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,6 +48,13 @@ KV4_BYTES = 1_024
 GREEDY_BYTES = 256
 STREAM_BYTES = 1_536
 STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 432}
+# Batched prefill (prefill_batch > 1, codegen/prefill.py): the batched kernels (the M7's nine assembly
+# variants of tllm_matmat_q4x4 are most of it), the x16b writers and tllm_model_prefill's loop; unrolled,
+# each layer's batched calls; with a stream, tllm_stream_matmat_q4x4 inlined per matrix.
+PREFILL_BYTES = {"cortex-m7": 15_872, "portable": 2_048}
+PREFILL_UNROLLED_PER_LAYER_BYTES = 640
+PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}  # unrolled: a matrix of several chunks keeps its loops
+PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 320
 STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
@@ -59,6 +71,7 @@ class CodeFlash:
     capacity_bytes: int  # the code region's size
     region: str
     unrolled: bool = False  # compile --unroll-layers: the loop form would be smaller
+    prefill_bytes: int = 0  # the batched prefill's part of runtime_bytes (--prefill-batch 1 saves it)
 
     @property
     def total_bytes(self) -> int:
@@ -99,11 +112,18 @@ def code_flash(shape, max_seq: int, board, vocab_bytes: int = 0) -> CodeFlash | 
     runtime += KV4_BYTES if shape.kv_bits == 4 else 0
     runtime += GREEDY_BYTES if shape.sampler == "greedy" else 0
     chunks, pins = stream_tables(shape, max_seq)
-    if shape.stream is not None and shape.stream.mode != "off":
+    streamed = shape.stream is not None and shape.stream.mode != "off"
+    if streamed:
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
-    return CodeFlash(runtime, STREAM_CHUNK_BYTES * chunks + STREAM_PIN_BYTES * pins,
+    prefill = 0
+    if shape.prefill_batch > 1:
+        prefill = PREFILL_BYTES[kernels] + (PREFILL_STREAM_BYTES[form] if streamed else 0)
+        if shape.unroll_layers:
+            prefill += (PREFILL_UNROLLED_PER_LAYER_BYTES + (PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES if streamed
+                                                            else 0)) * layers
+    return CodeFlash(runtime + prefill, STREAM_CHUNK_BYTES * chunks + STREAM_PIN_BYTES * pins,
                      vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size, region.name,
-                     shape.unroll_layers)
+                     shape.unroll_layers, prefill)
 
 
 def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) -> None:
@@ -118,6 +138,8 @@ def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) ->
         parts.append(f"vocabulary {est.vocab_bytes:,} B")
     if streaming and est.stream_table_bytes >= over:
         fix = "a larger --stream-chunk (fewer table entries) or --stream off"
+    elif est.prefill_bytes >= over:
+        fix = f"--prefill-batch 1 (the batched prefill's kernels are about {est.prefill_bytes:,} B)"
     elif est.unrolled:
         fix = "drop --unroll-layers (one loop over the layer table is smaller) or use a model with fewer layers"
     else:

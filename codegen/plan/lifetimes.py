@@ -133,7 +133,6 @@ def lifetimes_of(step) -> Lifetimes:
 def find_lifetimes(shape, max_seq: int) -> Lifetimes:
     """shape: plan.memory.GraphShape (the graph and the options that decide
     the buffers; no weights need be quantized for `tinyllm-gen plan`)."""
-    from ..lower import lower_step
-    from ..stream import stream_step  # off: the step unchanged
+    from ..lower import lowered_step
 
-    return lifetimes_of(stream_step(lower_step(shape, max_seq, shape.sampler), getattr(shape, "stream", None)))
+    return lifetimes_of(lowered_step(shape, max_seq, shape.sampler, shape.stream, shape.prefill_batch))

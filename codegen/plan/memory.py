@@ -40,6 +40,7 @@ class GraphShape:
     kept: tuple[tuple[str, str], ...] = ()  # (weight, GGUF qtype) of matrices whose blocks are kept (method gguf)
     vocab: tuple[int, int] | None = None  # (tokens, text bytes) of the vocabulary the board prints; None: unknown
     unroll_layers: bool = False  # compile --unroll-layers: each layer's calls printed (code flash, plan/codesize.py)
+    prefill_batch: int = 1  # prompt tokens per weight pass (prefill.py): the layers' buffers hold that many tokens
 
     @property
     def config(self):
@@ -164,17 +165,58 @@ def _plan(qg, max_seq: int, budget: int, stack: int, mem: BoardMemory) -> Memory
     )
 
 
+INTERPOLATION_ROUNDS = 4  # then plain bisection: the plan's bytes need not be linear in the context
+
+
+def _over_bytes(plan: MemoryPlan) -> int:
+    """Bytes over the budget (negative: under): what the context's KV cache
+    uses up, linearly.  A region that is full first only makes the
+    interpolation's guess wrong, which the neighbour check and bisection
+    then correct."""
+    return plan.total_bytes - plan.budget_bytes
+
+
 def largest_fitting_seq(qg, budget: int, stack: int, upper: int, mem: BoardMemory | None = None) -> int | None:
+    """The largest context in [MIN_SEQ, upper] whose plan fits (fitting is
+    monotone in the context).  Each plan places every buffer, so the search
+    interpolates on the bytes over (the KV cache is linear in the context:
+    the first guess is usually right, checked with its neighbour) and falls
+    back to bisection; the answer is bisection's."""
     mem = mem or board_memory(None)
     lo, hi = MIN_SEQ, upper
-    if hi < lo or not _plan(qg, lo, budget, stack, mem).fits:
+    if hi < lo:
         return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
+    p_lo = _plan(qg, lo, budget, stack, mem)
+    if not p_lo.fits:
+        return None
+    p_hi = _plan(qg, hi, budget, stack, mem)
+    if p_hi.fits:
+        return hi
+    o_lo, o_hi = _over_bytes(p_lo), _over_bytes(p_hi)  # fits(lo), not fits(hi)
+    for _ in range(INTERPOLATION_ROUNDS):
+        if hi - lo <= 1:
+            return lo
+        guess = lo + (hi - lo) * -o_lo // max(1, o_hi - o_lo) if o_hi > o_lo else (lo + hi) // 2
+        guess = min(max(guess, lo + 1), hi - 1)
+        p = _plan(qg, guess, budget, stack, mem)
+        if p.fits:
+            lo, o_lo = guess, _over_bytes(p)
+            nxt = guess + 1
+        else:
+            hi, o_hi = guess, _over_bytes(p)
+            nxt = guess - 1
+        if lo < nxt < hi:  # the neighbour on the other side settles it
+            q = _plan(qg, nxt, budget, stack, mem)
+            if q.fits:
+                lo, o_lo = nxt, _over_bytes(q)
+            else:
+                hi, o_hi = nxt, _over_bytes(q)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
         if _plan(qg, mid, budget, stack, mem).fits:
             lo = mid
         else:
-            hi = mid - 1
+            hi = mid
     return lo
 
 

@@ -50,6 +50,10 @@ def plan_json(plan: MemoryPlan, program=None) -> dict:
             from ..stream import schedule_json
 
             doc["stream_schedule"] = schedule_json(program)
+        pre = getattr(program, "prefill", None)
+        if pre is not None:  # the batched prefill's decisions (codegen/prefill.py)
+            doc["prefill"] = {"batch": pre.batch, "why": pre.why, "batched_buffers": sorted(pre.batched),
+                              "batched_bytes": sum(b.size for b in plan.buffers if b.name in pre.batched)}
     return doc
 
 

@@ -34,18 +34,20 @@ def built(tmp_path_factory):
     """sampler -> the bundled model's QEMU build (each built once for the module)."""
     root, outs = tmp_path_factory.mktemp("prefill"), {}
 
-    def get(sampler: str):
+    def get(sampler: str, batch: int = 1):
+        """batch: --prefill-batch (1: one tllm_model_step per prompt token, what the tests on the head count)."""
         need("arm-none-eabi-gcc")
         need("qemu-system-arm")
-        if sampler not in outs:
-            out = outs[sampler] = root / f"out-{sampler}"
-            write_tree(compile_path(STORY, CompileOptions(sampler=sampler, max_seq=64)).tree, out)
+        key = (sampler, batch)
+        if key not in outs:
+            out = outs[key] = root / f"out-{sampler}-p{batch}"
+            write_tree(compile_path(STORY, CompileOptions(sampler=sampler, max_seq=64, prefill_batch=batch)).tree, out)
             build(out)
-        return outs[sampler]
+        return outs[key]
     return get
 
 
-def counted_run(out, sampling: SamplingOptions):
+def counted_run(out, sampling: SamplingOptions, batch: int = 1):
     m = load_model(STORY)
     prompt = m.tokenizer.encode("Once upon a time there was a cat")
     req = out / "build" / "req.bin"
@@ -56,9 +58,9 @@ def counted_run(out, sampling: SamplingOptions):
     ref = generate(Executor(m.graph, QuantKernels(quantize(m, CompileOptions()), 64)), prompt, N_NEW, 64,
                    m.graph.config.eos_ids, sampling).generated_ids
     assert parse_output(snaps.console).generated_ids == ref
-    # marks: (before, after) per prompt step, then one after its sampling; then (before, after, after sample)
-    # per decode step
-    n = len(prompt)
+    # marks: (before, after) per prefill call (`batch` prompt tokens), then one after its sampling; then
+    # (before, after, after sample) per decode step
+    n = -(-len(prompt) // batch)
     prompt_steps = [snaps.between(2 * i, 2 * i + 1) for i in range(n)]
     decode_steps = [snaps.between(2 * n + 1 + 3 * j, 2 * n + 2 + 3 * j) for j in range(N_NEW - 1)]
     return prompt_steps, decode_steps, m.graph.config
@@ -96,3 +98,21 @@ def test_bench_reports_the_prompts_instructions(built):
     assert 0 <= engine < 7 * 200
     assert steps[-1] - steps[-2] > 40_000  # the last step alone runs the 512x64 classifier
     assert f"the 8-token prompt before it {result.prefill_instructions:,}" in format_table(result)
+
+
+def test_batched_prefill_reads_each_weight_once_per_batch(built):
+    """--prefill-batch 4: the prompt's calls run tllm_matmat_q4x4 (the M7
+    assembly) and no layer matvec; the last call alone runs the classifier
+    (one matvec over the 512x64 table); the tokens are the reference's and the
+    prompt costs fewer instructions than token by token (figures in README)."""
+    one, _, c = counted_run(built("full", 1), SAMPLING)
+    four, decode, _ = counted_run(built("full", 4), SAMPLING, batch=4)
+    assert len(four) == -(-len(one) // 4) >= 2
+
+    def calls(fns, prefix):
+        return sum(v for k, v in fns.items() if k.startswith(prefix))
+
+    assert all(calls(s, "tllm_matmat_q4x4") > 0 for s in four)
+    assert all(calls(s, "tllm_matvec_q4x4") == 0 for s in four[:-1])
+    assert calls(four[-1], "tllm_matvec_q4x4") == calls(decode[0], "tllm_matvec_q4x4") - calls(one[0], "tllm_matvec_q4x4")
+    assert sum(map(lambda s: sum(s.values()), four)) < 0.9 * sum(map(lambda s: sum(s.values()), one))

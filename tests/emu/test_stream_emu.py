@@ -15,7 +15,8 @@ from tinymodels import make_hf_model
 from tinyllm_gen.board import load_board
 from tinyllm_gen.build import build, run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
-from tinyllm_gen.protocol import pack_request
+from tinyllm_gen.protocol import pack_request, parse_output
+from tinyllm_gen.run import _decode
 from tinyllm_gen.run_unicorn import run_unicorn
 from tinyllm_gen.stream import StreamedEmbedQ4x4
 
@@ -90,10 +91,49 @@ def test_streamed_h750_under_unicorn(root, board, kv_bits, sampling, chunk):
     body = sum(c["copy_bytes"] for c in sched["chunks"][:sched["head_chunk"]])
     assert 0 < body < per_step  # the classifier streams: the head's chunks are the table's last
     embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))
-    # every step's chunks and embedding tile came through the MDMA, the head's chunks only where
-    # logits are read (the last prompt token, 3 decode steps), plus perhaps the last step's prefetch
-    moved = (len(ids) - 1) * body + 4 * per_step + (len(ids) + 3) * embed
+    # the body's chunks once per prefill pass (prefill_batch prompt tokens each) and per decode step,
+    # the head's only where logits are read (the last pass, 3 decode steps), every token's embedding
+    # tile, plus perhaps the last step's prefetch
+    assert compiled.program.prefill_batch == 4  # auto: the planner's largest
+    moved = stream_bytes(sched, len(ids), 4, 3, embed)
     assert moved <= res.mdma.bytes_moved <= moved + sched["chunks"][0]["copy_bytes"]
+
+
+def stream_bytes(sched: dict, prompt: int, batch: int, decoded: int, embed: int) -> int:
+    """Bytes the MDMA moves for a prompt of `prompt` tokens prefilled `batch`
+    per pass and `decoded` decode steps after it."""
+    per_step = sum(c["copy_bytes"] for c in sched["chunks"])
+    body = sum(c["copy_bytes"] for c in sched["chunks"][:sched["head_chunk"]])
+    passes = -(-prompt // batch)
+    return (passes - 1) * body + (1 + decoded) * per_step + (prompt + decoded) * embed
+
+
+def test_batched_prefill_reads_the_blob_once_per_batch_h750(root):
+    """A 32-token prompt on the WeAct board with --prefill-batch 4 moves the
+    layers' chunks through the MDMA ceil(32 / 4) = 8 times (the issue's
+    target), against 32 token by token; tokens as the reference's."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    model_dir = tiny(root, "llama-tied-gqa")
+    out = root / "out-prefill32-weact"
+    compiled = compile_path(model_dir, CompileOptions(board="weact-h750", stream="all", stream_chunk=2048,
+                                                      prefill_batch=4))
+    write_tree(compiled.tree, out)
+    build(out)
+    built = Built(model_dir, out)
+    ids = [(7 * i + 3) % 300 for i in range(32)]
+    request = out / "build" / "request.bin"
+    request.write_bytes(pack_request(ids, 2, GREEDY, 0))
+    res = run_unicorn(out / "build" / "firmware.elf", load_board("weact-h750"), out / "weights.bin", request,
+                      timeout_s=120)
+    assert res.exit_code == 0 and not res.error and res.violations == []
+    sched = json.loads((out / "report.json").read_text())["stream_schedule"]
+    embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))
+    moved = stream_bytes(sched, 32, 4, 1, embed)
+    assert moved <= res.mdma.bytes_moved <= moved + sched["chunks"][0]["copy_bytes"]
+    assert res.mdma.bytes_moved < stream_bytes(sched, 32, 1, 1, embed) * 0.3
+    assert parse_output(_decode(res.output)).generated_ids == reference_tokens(model_dir, 32, ids, GREEDY, 96)[:2]
 
 
 @pytest.mark.parametrize("board", ["stm32h750b-dk", "weact-h750"])

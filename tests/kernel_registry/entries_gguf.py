@@ -81,6 +81,28 @@ def matvec_twin(qtype):
     return twin
 
 
+def matmat_twin(qtype):
+    """P matvecs: token p's output at out[p * rows:]."""
+    def twin(v):
+        d, m, q = _fields(qtype, v)
+        b = np.asarray(v["bias"], F32)
+        P, cols = v["P"], v["cols"]
+        xq, xs = np.asarray(v["xq"]).reshape(P, cols), np.asarray(v["xs"], F32).reshape(P, -1)
+        return {"out": np.concatenate([exact.matvec_gguf(qtype, d, m, q, xq[p], xs[p], b if b.size else None)
+                                       for p in range(P)])}
+    return twin
+
+
+def _batch_case(qtype, rows, cols, bias, P, seed):
+    def make(r):
+        v = _matrix_case(qtype, rows, cols, bias, seed).make(r)
+        x = np.stack([I.with_zero_groups(I.normal(r, cols, 3.0), 32) for _ in range(P)])
+        qs = [exact.quantize_groups_i8(x[p], 32) for p in range(P)]
+        v.update(xq=np.concatenate([a for a, _ in qs]), xs=np.concatenate([s for _, s in qs]), P=P)
+        return v
+    return Case(f"{rows}x{cols}{'-bias' if bias else ''}-P{P}", make, seed)
+
+
 def _embed_twin(qtype):
     def twin(v):
         d, m, q = _fields(qtype, v)
@@ -102,6 +124,14 @@ def _entries(qtype):
                ("m", "token", "out"), _embed_twin(qtype), cases),
         Kernel(f"tllm_matvec_{s}", H, GGUF_ARGS + ACT + (Out("out", "float", "rows"),),
                ("m", "xq", "xs", "bias", "out"), matvec_twin(qtype), cases),
+        Kernel(f"tllm_matmat_{s}", H,
+               GGUF_ARGS + (In("xq", "int8_t", "P * cols"), In("xs", "float", "P * (cols // 32)"),
+                            Scalar("P", "int32_t"), In("bias", "float", "rows", nullable=True),
+                            Out("out", "float", "P * rows")),
+               ("m", "xq", "xs", "P", "bias", "out"), matmat_twin(qtype),
+               # P = 6: two calls' worth of tokens; 2112 columns: past the kept activation sums
+               tuple(_batch_case(qtype, r, c, b, P, seed=r * c + P) for P in (1, 2, 3, 4, 6)
+                     for r, c, b in [(10, 96, True), (3, 2112, False), (5, 64, False)])),
         Kernel(f"tllm_argmax_{s}", H,
                GGUF_ARGS + ACT + (Scratch("chunk", "float", "chunk_rows"), Scalar("chunk_rows", "int32_t")),
                ("m", "xq", "xs", "bias", "chunk", "chunk_rows"),

@@ -39,7 +39,7 @@ def compiled():
 
 def step_text(tree) -> str:
     src = tree.files["src/tllm_model.c"].decode()
-    return src[src.index("float *tllm_model_step("):src.index("tllm_gen_state *tllm_model_state")]
+    return src[src.index("float *tllm_model_step("):src.index("float *tllm_model_prefill(")]
 
 
 def test_bundled_model_runs_its_layers_as_one_loop(compiled):

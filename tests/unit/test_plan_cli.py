@@ -91,7 +91,7 @@ def test_greedy_sampler_frees_logits_and_sampler_scratch(ckpts):
     docs = {}
     for sampler in ("full", "greedy"):
         proc = cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-bits", "4", "--max-seq", "auto",
-                   "--sampler", sampler, "--json")
+                   "--sampler", sampler, "--prefill-batch", "1", "--json")
         assert proc.returncode == 0, proc.stderr
         docs[sampler] = json.loads(proc.stdout)
     full, greedy = docs["full"], docs["greedy"]

@@ -388,6 +388,7 @@ class MdmaModel:
     active: dict = field(default_factory=dict)  # channel -> MdmaTransfer
     bytes_moved: int = 0
     transfers: int = 0
+    started: list = field(default_factory=list)  # (source, destination, bytes) of every transfer, in request order
     violations: list = field(default_factory=list)
     on_start: object = None  # (transfer) -> None
     on_done: object = None  # (transfer) -> None
@@ -520,6 +521,7 @@ class MdmaModel:
             self._violate(problems[0])
             return
         t = MdmaTransfer(ch, src, dst, total, self.busy_polls)
+        self.started.append((src, dst, total))
         self.active[ch] = t
         self.regs[(ch, MDMA_CISR)] = self.reg(ch, MDMA_CISR) | CISR_CRQA
         if self.on_start is not None:

@@ -184,14 +184,18 @@ def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, f
 
 # ------------------------------------------------------------ workloads
 def q4_bytes(rows: int, cols: int, group: int) -> int:
-    """Bytes of one INT4 matrix: nibbles plus one float32 scale per group
-    (quant/formats.py), rows padded to the q4x4 tile of 4."""
-    rows = -(-rows // 4) * 4
-    return rows * (cols // 2 + cols % 2) + rows * (-(-cols // group)) * 4
+    """Bytes of one INT4 matrix in the blob: the q4x4 layout's (nibbles in
+    4-row tiles plus one float32 scale per row and group)."""
+    from .quant.formats import q4x4_bytes_of
+
+    return q4x4_bytes_of(rows, cols, group)
 
 
 @dataclass(frozen=True)
 class Shape:
+    """A decoder's shape: what the timing model and the benchmark's random
+    models (bench/synthetic.py) need."""
+
     dim: int
     hidden: int
     layers: int
@@ -199,6 +203,7 @@ class Shape:
     kv_heads: int
     vocab: int
     head_dim: int | None = None
+    context: int = 512  # max_position_embeddings of a random model built from it
 
     def classifier(self) -> tuple[int, int]:
         return self.vocab, self.dim
@@ -221,7 +226,7 @@ class Shape:
 
 SHAPES = {
     "stories260k": Shape(dim=64, hidden=172, layers=5, heads=8, kv_heads=4, vocab=512),
-    "stories15m": Shape(dim=288, hidden=768, layers=6, heads=6, kv_heads=6, vocab=32000),
+    "stories15m": Shape(dim=288, hidden=768, layers=6, heads=6, kv_heads=6, vocab=32000, context=256),
     "smollm2-135m": Shape(dim=576, hidden=1536, layers=30, heads=9, kv_heads=3, vocab=49152, head_dim=64),
 }
 

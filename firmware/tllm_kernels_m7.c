@@ -54,7 +54,8 @@ static inline __attribute__((always_inline)) uint8_t *quantize_group_x16(const f
 }
 
 void tllm_quantize_x16(const float *x, int32_t n, int32_t group, uint8_t *stream) {
-    for (int32_t g0 = 0; g0 < n; g0 += group) stream = quantize_group_x16(x + g0, g0 + group < n ? group : n - g0, stream);
+    for (int32_t g0 = 0; g0 < n; g0 += group)
+        stream = quantize_group_x16(x + g0, g0 + group < n ? group : n - g0, stream);
 }
 
 void tllm_rmsnorm_x16(const float *x, const float *w, int32_t n, float eps, int32_t group, uint8_t *stream) {
@@ -254,7 +255,8 @@ void tllm_quantize_x16b(const float *x, int32_t n, int32_t group, int32_t P, int
         tllm_quantize_x16(x, n, group, xb);
         return;
     }
-    for (int32_t g0 = 0; g0 < n; g0 += group) xb = quantize_group_x16b(x + g0, g0 + group < n ? group : n - g0, P, p, xb);
+    for (int32_t g0 = 0; g0 < n; g0 += group)
+        xb = quantize_group_x16b(x + g0, g0 + group < n ? group : n - g0, P, p, xb);
 }
 
 void tllm_rmsnorm_x16b(const float *x, const float *w, int32_t n, float eps, int32_t group, int32_t P, int32_t p,
@@ -926,7 +928,8 @@ void tllm_matmat_q4x4(const tllm_q4x4_matrix *m, const uint8_t *xb, int32_t P, c
     if (m->rows == 0) return;
     const uint32_t dims[4] = {m->rows, (uint32_t)(m->cols / m->group),
                               (uint32_t)n_blocks((int32_t)(m->cols % m->group)),
-                              (uint32_t)(P * (m->cols / m->group) * (m->group * 2 + 8))}; /* x16b bytes of the full groups */
+                              /* the x16b bytes of the full groups */
+                              (uint32_t)(P * (m->cols / m->group) * (m->group * 2 + 8))};
     fns[g][P - 2](m->stream, xb, out, dims);
     if (bias)
         for (int32_t p = 0; p < P; p++)

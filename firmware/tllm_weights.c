@@ -15,7 +15,10 @@ int tllm_weights_check(const char **why) {
     const uint8_t *b = tllm_weights_base();
     uint32_t hdr[4];
     memcpy(hdr, b + 8, sizeof hdr);
-    if (memcmp(b, TLLM_BLOB_MAGIC, TLLM_BLOB_MAGIC_BYTES) != 0) { *why = "no weights blob at the weights address (bad magic)"; return -1; }
+    if (memcmp(b, TLLM_BLOB_MAGIC, TLLM_BLOB_MAGIC_BYTES) != 0) {
+        *why = "no weights blob at the weights address (bad magic)";
+        return -1;
+    }
     if (hdr[0] != TLLM_BLOB_VERSION) { *why = "weights blob format version mismatch"; return -1; }
     if (hdr[1] != TLLM_WEIGHTS_BYTES) { *why = "weights blob size does not match this build"; return -1; }
     /* sum_i w_i * ((i*0x9E3779B1 + 1) | 1) mod 2^32, as blob.blob_checksum */

@@ -143,7 +143,8 @@ static void clock_init(void)
      * runs at 132 MHz with prescaler 1, the fastest the chips' 133 MHz STR
      * and the H750's 133 MHz SDR limits allow from a 16 MHz step. */
     const uint32_t n = rev_v ? 60u : 50u;
-    RCC_PLLCKSELR = (RCC_PLLCKSELR & ~((0x3Fu << 12) | (0x3Fu << 4) | 3u)) | (4u << 12) | (4u << 4); /* DIVM2=DIVM1=4, HSI */
+    /* DIVM2 = DIVM1 = 4, source HSI */
+    RCC_PLLCKSELR = (RCC_PLLCKSELR & ~((0x3Fu << 12) | (0x3Fu << 4) | 3u)) | (4u << 12) | (4u << 4);
     RCC_PLLCFGR = (RCC_PLLCFGR & ~0xFFu) | (3u << 6) | (3u << 2) | (7u << 16) | (1u << 21); /* RGE 8-16 MHz, wide
                                                                                           * VCOs, P1/Q1/R1, R2 on */
     RCC_PLL1DIVR = (n - 1u) | ((2u - 1u) << 9) | ((4u - 1u) << 16) | ((2u - 1u) << 24);

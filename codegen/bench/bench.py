@@ -46,6 +46,13 @@ OP_OF_FUNCTION = {
     **{f"tllm_mm_q4x4_b{nb}_p{p}": "matmat" for nb in (4, 8, 16) for p in (2, 3, 4)},
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
     "tllm_topk_push": "topk", "topk_insert": "topk",  # --sampler topk:K: the running set the chunks feed
+    "tllm_matmat_q4": "matmat", "tllm_matmat_q40": "matmat", "tllm_matmat_q41": "matmat", "tllm_matmat_q80": "matmat",
+    # --stream: the board's copy hooks (tllm_board.h), each chunk's wait and start; under QEMU the synchronous
+    # hook's memcpy is the transfer itself, which the MDMA makes on the H750
+    "tllm_board_copy_start": "stream wait+start", "tllm_board_copy_wait": "stream wait+start",
+    "tllm_board_copy_args_error": "stream wait+start", "memcpy": "memcpy",
+    # the generated functions' own instructions: loops, descriptors, the inlined stream bookkeeping (tllm_stream.h)
+    "tllm_model_step": "step", "tllm_model_prefill": "step",
 }
 # in micro.c's mark order; a "_pP" suffix: P tokens per call (batched prefill), MACs = P x rows x cols
 MICRO_VARIANTS = ("quantize_i8", "matvec_q4_portable", "quantize_x16", "matvec_q4x4_m7", "matvec_q4x4_c",
@@ -277,7 +284,7 @@ def format_table(result: BenchResult) -> str:
              f"({result.prefill_batch} per pass over the weights, the classifier only for its last token)"]
     total = result.decode_instructions_per_token
     for op, n in result.breakdown.items():
-        lines.append(f"  {op:<12} {n:>12,}  {100 * n / total:5.1f}%")
+        lines.append(f"  {op:<18} {n:>12,}  {100 * n / total:5.1f}%")
     if result.kernels:
         lines += ["", f"  {'shape':<10} {'kernel':<20} {'instructions':>12} {'per MAC':>8}"]
         for k in result.kernels:

@@ -9,7 +9,7 @@ from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef
                      MatvecQ4, MatvecQ4x4, QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, SiluMulPairsX16,
                      FcS4PerChannel, FcS4PcRef, QuantizeStaticS8, RmsNormX16)
 from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, StreamedTopKQ4x4
-from .c_calls import block_comment, c_call
+from .c_calls import LINE_WIDTH, block_comment, c_call, packed
 from .names import buffer_macro, fc_name, matrix_name, vector_macro
 
 
@@ -118,9 +118,9 @@ def c_hex(n: int) -> str:
     return f"0x{n:x}u"
 
 
-def c_bytes(data: bytes) -> str:
-    """A C string literal for arbitrary bytes (octal escapes never run into
-    a following digit the way \\x escapes do)."""
+def _escaped(data: bytes) -> list[str]:
+    """Each byte as it stands in a C string literal (octal escapes never run
+    into a following digit the way \\x escapes do)."""
     out = []
     for b in data:
         ch = chr(b)
@@ -130,10 +130,46 @@ def c_bytes(data: bytes) -> str:
             out.append(ch)
         else:
             out.append(f"\\{b:03o}")
-    return '"' + "".join(out) + '"'
+    return out
+
+
+def c_bytes(data: bytes) -> str:
+    """A C string literal for arbitrary bytes."""
+    return '"' + "".join(_escaped(data)) + '"'
+
+
+def c_bytes_lines(data: bytes, indent: int = 4) -> str:
+    """The bytes as adjacent C string literals (the compiler joins them), one
+    per line, each line within LINE_WIDTH at this indent."""
+    lines, cur = [], ""
+    for e in _escaped(data):
+        if cur and indent + len(cur) + len(e) + 2 > LINE_WIDTH:
+            lines.append(cur)
+            cur = ""
+        cur += e
+    lines.append(cur)
+    return ("\n" + " " * indent).join(f'"{ln}"' for ln in lines)
+
+
+def c_define(name: str, value: str, note: str = "") -> str:
+    """`#define name value /* note */`; past LINE_WIDTH the note goes on the
+    line above and a brace-list value is continued after its commas."""
+    line = f"#define {name} {value}" + (f" /* {note} */" if note else "")
+    if len(line) <= LINE_WIDTH:
+        return line
+    head = block_comment(note, 0) + "\n" if note else ""
+    if len(f"#define {name} {value}") <= LINE_WIDTH:
+        return head + f"#define {name} {value}"
+    items, _, rest = value.partition("{")
+    parts = [p.strip() for p in rest.rsplit("}", 1)[0].split("}, ")]
+    body = packed(f"#define {name} {items}{{", [p if p.endswith("}") else p + "}" for p in parts[:-1]] + [parts[-1]],
+                  "}", 4)
+    return head + body.replace("\n", " \\\n")
 
 
 FILTERS = {
+    "c_bytes_lines": c_bytes_lines,
+    "c_define": c_define,
     "c_statement": c_statement,
     "c_comment": c_comment,
     "c_hex": c_hex,

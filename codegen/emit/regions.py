@@ -54,6 +54,13 @@ class LinkRegion:
     attrs: str  # "rx" (flash) | "rwx" (RAM)
     note: str
 
+    @property
+    def comment(self) -> str:
+        """The note as a block comment at the MEMORY entries' indent, wrapped to the line width."""
+        from .c_calls import block_comment
+
+        return block_comment(self.note, 2)
+
 
 @dataclass(frozen=True)
 class LinkArena:

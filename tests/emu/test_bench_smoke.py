@@ -48,3 +48,20 @@ def test_decode_counts_are_exact_and_add_up(tmp_path):
     assert sum(a.breakdown.values()) == a.decode_instructions_per_token
     norm = a.breakdown.get("norm", 0) + a.breakdown.get("norm+quantize", 0)
     assert a.breakdown["matvec"] > norm > 0
+
+
+def test_stream_transfers_are_counted_apart_from_compute(tmp_path):
+    """--stream all: the copy hooks' wait and start, the synchronous copy
+    (memcpy) and the step's own bookkeeping are ops of their own in the
+    breakdown; an in-place build has no stream op."""
+    model = make_hf_model(tmp_path / "m", context=64, seed=9)
+    figures = {}
+    for stream in ("off", "all"):
+        out = tmp_path / f"out-{stream}"
+        write_tree(compile_path(model, CompileOptions(board="qemu-mps2-an500", stream=stream,
+                                                      stream_chunk=1024)).tree, out)
+        build(out)
+        figures[stream] = bench_decode(out, position=5)[0].breakdown
+    assert "stream wait+start" not in figures["off"] and figures["all"]["stream wait+start"] > 0
+    assert figures["all"]["memcpy"] > figures["off"].get("memcpy", 0)
+    assert figures["all"]["matvec"] >= figures["off"]["matvec"]  # the same rows, more calls (one per chunk)

@@ -6,6 +6,7 @@ buffer still in flight among them). Tokens equal the reference; the
 bundled 260K model with --stream auto pins its whole blob and reads no
 weights from flash after the boot copy."""
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,51 @@ def test_story260k_pinned_under_qemu(root):
     for sampling in (GREEDY, TOP_P):
         fw = run_firmware(built.out, ids, 24, sampling)
         assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, sampling, 64)[:24]
+
+
+def expected_transfers(sched: dict, steps: list[tuple[list[int], bool]], embed_src) -> list[int]:
+    """Blob offsets of the MDMA's transfers in request order, as
+    firmware/tllm_stream.h makes them: chunk 0 at boot; per step (a prefill
+    pass or a decode step: its tokens, whether it runs the head) each
+    token's embedding tile, then per chunk taken the next chunk's start,
+    wrapping to chunk 0 at the end of the table, or at the head's first
+    chunk when the step skips the head."""
+    srcs = [c["src"] for c in sched["chunks"]]
+    head, n = sched["head_chunk"], len(srcs)
+    out, nxt = [srcs[0]], 0
+    for tokens, need_logits in steps:
+        out += [embed_src(t) for t in tokens]
+        for _ in range(n if need_logits else head):
+            k = nxt + 1
+            nxt = 0 if k == n or (not need_logits and k == head) else k
+            out.append(srcs[nxt])
+    return out
+
+
+def test_prefetch_crosses_matrices_layers_and_steps_h750(root):
+    """The MDMA's own request log under Unicorn: every chunk is requested
+    while the previous one is computed on, in the schedule's order, across
+    matrix, layer and step boundaries (the next step's chunk 0 is requested
+    by the last chunk of this one, the head skipped in prefill passes), with
+    no chunk fetched twice and the two stream buffers alternating."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    built, compiled = build_streamed(root, tiny(root, "qwen2-bias-untied"), "qwen2-order", "weact-h750",
+                                     chunk=2048)
+    assert compiled.program.prefill_batch == 4
+    ids = [(11 * i + 5) % 320 for i in range(9)]  # prefill passes of 4, 4 and 1 tokens
+    res = _unicorn(built, "weact-h750", ids, 3, GREEDY)
+    assert res.exit_code == 0 and not res.error and res.violations == []
+    sched = json.loads((built.out / "report.json").read_text())["stream_schedule"]
+    emb = next(c.args for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))
+    base = load_board("weact-h750").weights.address
+    generated = parse_output(_decode(res.output)).generated_ids
+    steps = [(ids[0:4], False), (ids[4:8], False), (ids[8:9], True), (generated[0:1], True), (generated[1:2], True)]
+    want = expected_transfers(sched, steps, lambda t: emb.table.packed_offset + (t // 4) * emb.tile_bytes)
+    got = [src - base for src, _, _ in res.mdma.started]
+    assert got == want
+    buffers = [dst for (src, dst, _), w in zip(res.mdma.started, want) if w in {c["src"] for c in sched["chunks"]}]
+    assert len(set(buffers)) == 2
+    per_matrix = Counter(c["matrix"] for c in sched["chunks"])
+    assert len(per_matrix) >= 3 * 6 and max(per_matrix.values()) > 1  # 3 layers' matrices, some of several chunks

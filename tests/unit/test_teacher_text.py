@@ -76,3 +76,11 @@ def test_other_sampling_settings_refuse_to_mix_with_the_text_on_disk(recipe, tmp
     recipe.check_settings(where, dict(s))
     with pytest.raises(UserError, match=r"temperature 0.8 -> 1.0"):
         recipe.check_settings(where, {**s, "temperature": 1.0})
+
+
+def test_a_stage_given_bad_input_prints_one_line_and_exits_2(recipe, tmp_path, capsys):
+    pytest.importorskip("torch")  # main sets torch's thread count before any stage
+    with pytest.raises(SystemExit) as e:
+        recipe.main(["teacher-text", "--work", str(tmp_path / "w"), "--gguf", str(tmp_path / "missing.gguf")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "missing.gguf" in err and "Traceback" not in err

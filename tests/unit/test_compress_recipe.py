@@ -1,8 +1,5 @@
 """scripts/distill_smollm2.py's equal-compute arithmetic (issue 16's experiment), on small inputs."""
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -10,19 +7,9 @@ torch = pytest.importorskip("torch")
 
 from tinyllm_gen.compress.prune_vocab import VocabPlan, slice_vocab  # noqa: E402
 from tinyllm_gen.compress.torch_io import n_params  # noqa: E402
+from recipe_script import load_recipe  # noqa: E402
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def recipe():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("distill_smollm2", SCRIPTS / "distill_smollm2.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+recipe = load_recipe
 
 
 def test_the_teacher_compute_counts_the_vocabulary_pruned_teacher():

@@ -1,27 +1,16 @@
 """scripts/distill_smollm2.py `teacher-text`: prompt selection, story clean-up and
 the resume bookkeeping, without the teacher (pure Python)."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
+from recipe_script import load_recipe
 from tinyllm_gen.compress.eval import read_documents
 from tinyllm_gen.errors import UserError
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 @pytest.fixture(scope="module")
 def recipe():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("distill_smollm2", SCRIPTS / "distill_smollm2.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    return load_recipe()
 
 
 def test_prompts_are_distinct_openings_and_held_out_ones_open_no_training_story(recipe):

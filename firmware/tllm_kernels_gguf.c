@@ -206,14 +206,16 @@ static inline void dot_i8_rows2(const int8_t *q0, const int8_t *q1, const int8_t
 #endif
 }
 
-/* One block's float term for one row (tllm_kernels_gguf.h's arithmetic). */
-static inline float block_term(int kind, const uint8_t *blk, int32_t isum, int32_t xsum, float sx) {
-    const float d = h2f(load16(blk));
+/* One block's float term for one row and token (tllm_kernels_gguf.h's arithmetic), from its scales d (and mn, Q4_1). */
+static inline float block_term_dm(int kind, float d, float mn, int32_t isum, int32_t xsum, float sx) {
     if (kind == GGUF_Q80) return (d * sx) * (float)isum;
     if (kind == GGUF_Q40) return (d * sx) * (float)(isum - 8 * xsum);
-    const float mn = h2f(load16(blk + 2));
     float t = (d * sx) * (float)isum;
     return t + (mn * sx) * (float)xsum;
+}
+
+static inline float block_term(int kind, const uint8_t *blk, int32_t isum, int32_t xsum, float sx) {
+    return block_term_dm(kind, h2f(load16(blk)), kind == GGUF_Q41 ? h2f(load16(blk + 2)) : 0.0f, isum, xsum, sx);
 }
 
 static inline __attribute__((always_inline)) void matvec_gguf(int kind, const tllm_gguf_matrix *m, const int8_t *xq,
@@ -310,86 +312,151 @@ void tllm_embed_q80(const tllm_gguf_matrix *m, int32_t token, float *out) {
  * block's sum is recomputed per row (the same integers). */
 #define BATCH_XSUMS 128
 
-/* s[p] = sum(q * x_p) over one block of nibbles, x_p = x + p * stride. */
-static inline void dot_nibbles_batch(const uint8_t *qs, const int8_t *x, int32_t stride, int32_t P, int32_t *s) {
+/* s[i] = sum(q * x_i) over one block of int8 for two tokens: each weight word's SXTB16 lanes made once. */
+static inline void dot_i8_tokens2(const int8_t *q, const int8_t *x0, const int8_t *x1, int32_t *s) {
+#if GGUF_SMLAD
+    int32_t s0 = 0, s1 = 0;
+#pragma GCC unroll 8
+    for (int32_t k = 0; k < 32; k += 4) {
+        const uint32_t w = load32(q + k), v0 = load32(x0 + k), v1 = load32(x1 + k);
+        uint32_t w0, w1, a;
+        __asm__("sxtb16 %[w0], %[w]\n\t"
+                "sxtb16 %[w1], %[w], ror #8\n\t"
+                "sxtb16 %[a], %[v0]\n\t"
+                "smlad %[s0], %[w0], %[a], %[s0]\n\t"
+                "sxtb16 %[a], %[v0], ror #8\n\t"
+                "smlad %[s0], %[w1], %[a], %[s0]\n\t"
+                "sxtb16 %[a], %[v1]\n\t"
+                "smlad %[s1], %[w0], %[a], %[s1]\n\t"
+                "sxtb16 %[a], %[v1], ror #8\n\t"
+                "smlad %[s1], %[w1], %[a], %[s1]"
+                : [s0] "+r"(s0), [s1] "+r"(s1), [w0] "=&r"(w0), [w1] "=&r"(w1), [a] "=&r"(a)
+                : [w] "r"(w), [v0] "r"(v0), [v1] "r"(v1));
+    }
+    s[0] = s0;
+    s[1] = s1;
+#else
+    s[0] = dot_i8(q, x0);
+    s[1] = dot_i8(q, x1);
+#endif
+}
+
+#if GGUF_SMLAD
+/* Two lanes (j0 = lane j, j1 = lane j + 1 of dot_nibbles) of two rows' weight words w0 w1 against two tokens'
+ * activation words v0 v1: the rows' lanes masked once for both tokens, the tokens' SXTB16 once for both rows. */
+#define TLLM_NIBBLE_LANES_2X2(sh0, sh1, xror)                                                                     \
+    __asm__("and %[t0], %[m], %[w0]" sh0 "\n\t"                                                                   \
+            "and %[t1], %[m], %[w1]" sh0 "\n\t"                                                                   \
+            "sxtb16 %[a], %[v0]\n\t"                                                                              \
+            "smlad %[s00], %[t0], %[a], %[s00]\n\t"                                                               \
+            "smlad %[s10], %[t1], %[a], %[s10]\n\t"                                                               \
+            "sxtb16 %[a], %[v1]\n\t"                                                                              \
+            "smlad %[s01], %[t0], %[a], %[s01]\n\t"                                                               \
+            "smlad %[s11], %[t1], %[a], %[s11]\n\t"                                                               \
+            "and %[t0], %[m], %[w0]" sh1 "\n\t"                                                                   \
+            "and %[t1], %[m], %[w1]" sh1 "\n\t"                                                                   \
+            "sxtb16 %[a], %[v0], ror #8\n\t"                                                                      \
+            "smlad %[s00], %[t0], %[a], %[s00]\n\t"                                                               \
+            "smlad %[s10], %[t1], %[a], %[s10]\n\t"                                                               \
+            "sxtb16 %[a], %[v1], ror #8\n\t"                                                                      \
+            "smlad %[s01], %[t0], %[a], %[s01]\n\t"                                                               \
+            "smlad %[s11], %[t1], %[a], %[s11]"                                                                   \
+            : [s00] "+r"(s00), [s01] "+r"(s01), [s10] "+r"(s10), [s11] "+r"(s11), [t0] "=&r"(t0), [t1] "=&r"(t1), \
+              [a] "=&r"(a)                                                                                        \
+            : [w0] "r"(w0), [w1] "r"(w1), [v0] "r"(xror##0), [v1] "r"(xror##1), [m] "r"(mask))
+#endif
+
+/* s[2 * i + j] = sum(q_i * x_j) over one block of nibbles: two rows' blocks q0 q1 against two tokens' x0 x1. */
+static inline void dot_nibbles_2x2(const uint8_t *q0, const uint8_t *q1, const int8_t *x0, const int8_t *x1,
+                                   int32_t *s) {
 #if GGUF_SMLAD
     const uint32_t mask = 0x000F000Fu;
-    for (int32_t p = 0; p < P; p++) s[p] = 0;
+    int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+#pragma GCC unroll 4
     for (int32_t k = 0; k < 16; k += 4) {
-        /* the lanes of dot_nibbles: low nibbles of bytes 0/2 and 1/3, then the high ones */
-        const uint32_t w = load32(qs + k);
-        const uint32_t t0 = w & mask, t1 = (w >> 8) & mask, t2 = (w >> 4) & mask, t3 = (w >> 12) & mask;
-        for (int32_t p = 0; p < P; p++) {
-            const int8_t *xp = x + p * stride;
-            const uint32_t xl = load32(xp + k), xh = load32(xp + 16 + k);
-            s[p] = __smlad(t0, __sxtb16(xl), s[p]);
-            s[p] = __smlad(t1, __sxtb16(ror8(xl)), s[p]);
-            s[p] = __smlad(t2, __sxtb16(xh), s[p]);
-            s[p] = __smlad(t3, __sxtb16(ror8(xh)), s[p]);
-        }
+        const uint32_t w0 = load32(q0 + k), w1 = load32(q1 + k);
+        uint32_t t0, t1, a;
+        const uint32_t l0 = load32(x0 + k), l1 = load32(x1 + k);
+        TLLM_NIBBLE_LANES_2X2("", ", lsr #8", l);
+        const uint32_t h0 = load32(x0 + 16 + k), h1 = load32(x1 + 16 + k);
+        TLLM_NIBBLE_LANES_2X2(", lsr #4", ", lsr #12", h);
     }
+    s[0] = s00;
+    s[1] = s01;
+    s[2] = s10;
+    s[3] = s11;
 #else
-    for (int32_t p = 0; p < P; p++) s[p] = dot_nibbles(qs, x + p * stride);
+    s[0] = dot_nibbles(q0, x0);
+    s[1] = dot_nibbles(q0, x1);
+    s[2] = dot_nibbles(q1, x0);
+    s[3] = dot_nibbles(q1, x1);
 #endif
 }
 
-/* s[p] = sum(q * x_p) over one block of int8. */
-static inline void dot_i8_batch(const int8_t *q, const int8_t *x, int32_t stride, int32_t P, int32_t *s) {
-#if GGUF_SMLAD
-    for (int32_t p = 0; p < P; p++) s[p] = 0;
-    for (int32_t k = 0; k < 32; k += 4) {
-        const uint32_t w = load32(q + k);
-        const uint32_t w0 = __sxtb16(w), w1 = __sxtb16(ror8(w));
-        for (int32_t p = 0; p < P; p++) {
-            const uint32_t xv = load32(x + p * stride + k);
-            s[p] = __smlad(w0, __sxtb16(xv), s[p]);
-            s[p] = __smlad(w1, __sxtb16(ror8(xv)), s[p]);
-        }
-    }
-#else
-    for (int32_t p = 0; p < P; p++) s[p] = dot_i8(q, x + p * stride);
-#endif
-}
-
-/* At most TLLM_MAX_BATCH tokens: out[p * rows + r] = the matvec of token p. */
-static void matmat_gguf(int kind, const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P,
-                        const float *bias, float *out) {
+/* At most TLLM_MAX_BATCH tokens: out[p * rows + r] = the matvec of token p.
+ * Rows outside, tokens inside: a row's blocks are read (from flash, through
+ * the cache) once for the P tokens.  The nibble formats take two rows and
+ * two tokens per pass over a block (dot_nibbles_2x2), Q8_0 two tokens
+ * (dot_i8_tokens2); per row and token the block term is the matvec's
+ * (block_term), in block order. */
+static inline __attribute__((always_inline)) void matmat_gguf(int kind, const tllm_gguf_matrix *m, const int8_t *xq,
+                                                              const float *xs, int32_t P, const float *bias,
+                                                              float *out) {
     const int32_t nb = m->cols / TLLM_GGUF_BLOCK, cols = m->cols;
     const uint32_t bytes = kind == GGUF_Q40 ? Q40_BYTES : kind == GGUF_Q41 ? Q41_BYTES : Q80_BYTES;
+    const uint32_t qs_at = kind == GGUF_Q41 ? 4u : 2u, row_bytes = (uint32_t)nb * bytes;
     int32_t xsum[BATCH_XSUMS];
     const int32_t kept = kind == GGUF_Q80 ? 0 : (nb < BATCH_XSUMS / P ? nb : BATCH_XSUMS / P);
     for (int32_t p = 0; p < P; p++)
         for (int32_t b = 0; b < kept; b++) xsum[p * kept + b] = sum_i8(xq + p * cols + 32 * b);
-    const uint8_t *blk = m->blocks;
-    for (int32_t r = 0; r < m->rows; r++) {
-        float acc[TLLM_MAX_BATCH] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int32_t b = 0; b < nb; b++, blk += bytes) {
-            int32_t isum[TLLM_MAX_BATCH];
-            const float d = h2f(load16(blk));
-            if (kind == GGUF_Q80) {
-                dot_i8_batch((const int8_t *)(blk + 2), xq + 32 * b, cols, P, isum);
-                for (int32_t p = 0; p < P; p++) acc[p] = acc[p] + (d * xs[p * nb + b]) * (float)isum[p];
-                continue;
+    const int32_t rows2 = kind == GGUF_Q80 ? 1 : 2;  /* rows per pass */
+    for (int32_t r = 0; r < m->rows; r += rows2) {
+        const int32_t nr = m->rows - r < rows2 ? m->rows - r : rows2;
+        float acc[2][TLLM_MAX_BATCH] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        const uint8_t *row0 = m->blocks + (uint32_t)r * row_bytes;
+        for (int32_t b = 0; b < nb; b++) {
+            const uint8_t *blk[2] = {row0 + (uint32_t)b * bytes, row0 + row_bytes + (uint32_t)b * bytes};
+            int32_t isum[2][TLLM_MAX_BATCH];
+            for (int32_t p = 0; p < P; p += 2) {
+                const int8_t *x0 = xq + p * cols + 32 * b;
+                if (kind == GGUF_Q80 && p + 1 < P) {
+                    int32_t s2[2];
+                    dot_i8_tokens2((const int8_t *)(blk[0] + qs_at), x0, x0 + cols, s2);
+                    isum[0][p] = s2[0];
+                    isum[0][p + 1] = s2[1];
+                } else if (kind != GGUF_Q80 && nr == 2 && p + 1 < P) {
+                    int32_t s4[4];
+                    dot_nibbles_2x2(blk[0] + qs_at, blk[1] + qs_at, x0, x0 + cols, s4);
+                    isum[0][p] = s4[0];
+                    isum[0][p + 1] = s4[1];
+                    isum[1][p] = s4[2];
+                    isum[1][p + 1] = s4[3];
+                } else {  /* an odd last row or token */
+                    for (int32_t i = 0; i < nr; i++)
+                        for (int32_t q = p; q < P && q < p + 2; q++) {
+                            const int8_t *x = xq + q * cols + 32 * b;
+                            isum[i][q] = kind == GGUF_Q80 ? dot_i8((const int8_t *)(blk[i] + qs_at), x)
+                                                          : dot_nibbles(blk[i] + qs_at, x);
+                        }
+                }
             }
-            dot_nibbles_batch(blk + (kind == GGUF_Q41 ? 4 : 2), xq + 32 * b, cols, P, isum);
-            const float mn = kind == GGUF_Q41 ? h2f(load16(blk + 2)) : 0.0f;
-            for (int32_t p = 0; p < P; p++) {
-                const int32_t s = b < kept ? xsum[p * kept + b] : sum_i8(xq + p * cols + 32 * b);
-                const float sx = xs[p * nb + b];
-                if (kind == GGUF_Q40) {
-                    acc[p] = acc[p] + (d * sx) * (float)(isum[p] - 8 * s);
-                } else {
-                    float t = (d * sx) * (float)isum[p];
-                    t = t + (mn * sx) * (float)s;
-                    acc[p] = acc[p] + t;
+            for (int32_t i = 0; i < nr; i++) {
+                const float d = h2f(load16(blk[i])), mn = kind == GGUF_Q41 ? h2f(load16(blk[i] + 2)) : 0.0f;
+                for (int32_t p = 0; p < P; p++) {
+                    const int8_t *x = xq + p * cols + 32 * b;
+                    const int32_t s = kind == GGUF_Q80 ? 0 : b < kept ? xsum[p * kept + b] : sum_i8(x);
+                    acc[i][p] = acc[i][p] + block_term_dm(kind, d, mn, isum[i][p], s, xs[p * nb + b]);
                 }
             }
         }
-        for (int32_t p = 0; p < P; p++) out[p * m->rows + r] = bias ? acc[p] + bias[r] : acc[p];
+        for (int32_t i = 0; i < nr; i++)
+            for (int32_t p = 0; p < P; p++)
+                out[p * m->rows + r + i] = bias ? acc[i][p] + bias[r + i] : acc[i][p];
     }
 }
 
-static void matmat_batches(int kind, const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P,
+static inline __attribute__((always_inline)) void matmat_batches(int kind, const tllm_gguf_matrix *m, const int8_t *xq,
+                                                                 const float *xs, int32_t P,
                            const float *bias, float *out) {
     const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
     for (int32_t p0 = 0; p0 < P; p0 += TLLM_MAX_BATCH) {

@@ -47,6 +47,9 @@ OP_OF_FUNCTION = {
     "tllm_embed_q4": "embedding", "tllm_embed_q4x4": "embedding", "tllm_add": "add",
     "tllm_topk_push": "topk", "topk_insert": "topk",  # --sampler topk:K: the running set the chunks feed
     "tllm_matmat_q4": "matmat", "tllm_matmat_q40": "matmat", "tllm_matmat_q41": "matmat", "tllm_matmat_q80": "matmat",
+    # llama.cpp's kept blocks (tllm_kernels_gguf.c)
+    "tllm_matvec_q40": "matvec", "tllm_matvec_q41": "matvec", "tllm_matvec_q80": "matvec",
+    "tllm_embed_q40": "embedding", "tllm_embed_q41": "embedding", "tllm_embed_q80": "embedding",
     # --stream: the board's copy hooks (tllm_board.h), each chunk's wait and start; under QEMU the synchronous
     # hook's memcpy is the transfer itself, which the MDMA makes on the H750
     "tllm_board_copy_start": "stream wait+start", "tllm_board_copy_wait": "stream wait+start",

@@ -341,7 +341,16 @@ static inline void dot_i8_tokens2(const int8_t *q, const int8_t *x0, const int8_
 #endif
 }
 
-#if GGUF_SMLAD
+/* The 2x2 block needs 12 registers for its operands: only an optimizing
+ * build can give them (at -O0 gcc finds the constraints impossible), so an
+ * unoptimized one takes the plain C, which sums the same integers. */
+#if GGUF_SMLAD && defined(__OPTIMIZE__)
+#define GGUF_ASM_2X2 1
+#else
+#define GGUF_ASM_2X2 0
+#endif
+
+#if GGUF_ASM_2X2
 /* Two lanes (j0 = lane j, j1 = lane j + 1 of dot_nibbles) of two rows' weight words w0 w1 against two tokens'
  * activation words v0 v1: the rows' lanes masked once for both tokens, the tokens' SXTB16 once for both rows. */
 #define TLLM_NIBBLE_LANES_2X2(sh0, sh1, xror)                                                                     \
@@ -369,7 +378,7 @@ static inline void dot_i8_tokens2(const int8_t *q, const int8_t *x0, const int8_
 /* s[2 * i + j] = sum(q_i * x_j) over one block of nibbles: two rows' blocks q0 q1 against two tokens' x0 x1. */
 static inline void dot_nibbles_2x2(const uint8_t *q0, const uint8_t *q1, const int8_t *x0, const int8_t *x1,
                                    int32_t *s) {
-#if GGUF_SMLAD
+#if GGUF_ASM_2X2
     const uint32_t mask = 0x000F000Fu;
     int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
 #pragma GCC unroll 4

@@ -249,7 +249,8 @@ static inline __attribute__((always_inline)) void matvec_gguf(int kind, const tl
         float acc = 0.0f;
         for (int32_t b = 0; b < nb; b++, blk += bytes) {
             const int8_t *x = xq + 32 * b;
-            const int32_t isum = kind == GGUF_Q80 ? dot_i8((const int8_t *)(blk + qs_at), x) : dot_nibbles(blk + qs_at, x);
+            const int32_t isum = kind == GGUF_Q80 ? dot_i8((const int8_t *)(blk + qs_at), x)
+                                                  : dot_nibbles(blk + qs_at, x);
             const int32_t s = kind == GGUF_Q80 ? 0 : b < kept ? xsum[b] : sum_i8(x);
             acc = acc + block_term(kind, blk, isum, s, xs[b]);
         }

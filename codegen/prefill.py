@@ -194,10 +194,7 @@ def prefill_rows(shape, requested_seq, budget: int, board, stream_mode: str, chu
     streams from QUADSPI, else None).  memo: plan_prefill's."""
     from . import timing
 
-    w = None
-    if board.qspi_flash is not None:
-        w = timing.scaled_workload("this model", timing.shape_of_config(shape.config), timing.MEASURED_MATVEC_PER_MAC,
-                                   None, timing.MEASURED_OTHER_PER_MAC, "estimated", shape.group_size)
+    w = timing.estimated_workload(shape.config, shape.group_size) if board.qspi_flash is not None else None
     rows = []
     for p in range(1, MAX_BATCH + 1):
         try:

@@ -385,13 +385,6 @@ CHUNK_CANDIDATES = (1024, 2048, 4096, 8192, 16 * 1024, 32 * 1024)
 CHUNK_TOLERANCE = 0.005  # a chunk within 0.5% of the best predicted tokens/s is as good: the smallest such wins
 
 
-def _dwup_workload(shape):
-    from . import timing
-
-    return timing.scaled_workload("this model", timing.shape_of_config(shape.config), timing.MEASURED_MATVEC_PER_MAC,
-                                  None, timing.MEASURED_OTHER_PER_MAC, "estimated", shape.group_size)
-
-
 def chunk_sizes(shape, board) -> tuple[int, ...]:
     """The chunk sizes to try, first choice first.  On a board that streams
     from QUADSPI the timing model decides (timing.mode_seconds, DWUP): per
@@ -407,7 +400,7 @@ def chunk_sizes(shape, board) -> tuple[int, ...]:
         return CHUNK_FALLBACK
     from . import timing
 
-    w = _dwup_workload(shape)
+    w = timing.estimated_workload(shape.config, shape.group_size)
     tok = {c: timing.predict(board, w, chunk_bytes=c)["modes"]["dwup"]["tokens_per_s"] for c in CHUNK_CANDIDATES}
     best = max(tok.values())
     first = min(c for c, t in tok.items() if t >= best * (1 - CHUNK_TOLERANCE))
@@ -488,7 +481,7 @@ def trade_off_rows(shape, budget: int, board) -> list[dict]:
     from .plan.regions import board_memory
     from . import timing
 
-    w = _dwup_workload(shape) if board.qspi_flash is not None else None
+    w = timing.estimated_workload(shape.config, shape.group_size) if board.qspi_flash is not None else None
     rows = []
     for size in TRADE_OFF_CHUNKS:
         s = replace(shape, stream=StreamOptions("all", size))

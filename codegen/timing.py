@@ -262,6 +262,13 @@ def scaled_workload(name: str, shape: Shape, matvec_per_mac: float, total_instru
     return workload_from_counts(name, shape, mv, other, source, group)
 
 
+def estimated_workload(config, group: int = 32) -> Workload:
+    """A model's token from its config alone (plan, the stream's chunk choice):
+    the measured per-MAC figures below, scaled to its shape."""
+    return scaled_workload("this model", shape_of_config(config), MEASURED_MATVEC_PER_MAC, None,
+                           MEASURED_OTHER_PER_MAC, "estimated", group)
+
+
 def shape_of_config(c) -> Shape:
     """A Shape from an ir.ModelConfig (or anything with its field names)."""
     return Shape(c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.head_dim)

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 from .errors import UserError
 from .frontends.tokenizer import Tokenizer
 from .protocol import TokenLine, parse_output, parse_token_line
-from .sampler import SamplingOptions
+from .reference.sampler import SamplingOptions
 
 PLAIN_STOP = ("\nUser:",)  # the plain chat rendering's turn marker
 

@@ -19,7 +19,7 @@ from .frontends.tokenizer import Tokenizer
 from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
 from .board import Board, load_board
 from .run import RunResult, run_host, run_qemu, run_qemu_serial, run_serial, run_unicorn_board
-from .sampler import SamplingOptions
+from .reference.sampler import SamplingOptions
 
 APT_HINT = "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
 

@@ -71,7 +71,7 @@ class _TextFile(click.Path):
 
 
 def _sampling_options(f):
-    from .sampler import MAX_NEW_TOKENS, temperature_problem, top_p_problem
+    from .reference.sampler import MAX_NEW_TOKENS, temperature_problem, top_p_problem
 
     f = click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True,
                      help="RNG seed for sampling.")(f)
@@ -150,7 +150,7 @@ def _scheme_options(f):
 
 
 def _check_sampler(ctx, param, value: str) -> str:
-    from .sampler import sampler_problem
+    from .reference.sampler import sampler_problem
 
     if (why := sampler_problem(value)) is not None:
         raise click.BadParameter(why)
@@ -303,7 +303,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build import load_out_tokenizer, read_manifest, run_firmware
-    from .sampler import SamplingOptions
+    from .reference.sampler import SamplingOptions
 
     tok = load_out_tokenizer(out, read_manifest(out))
     if renode_check:
@@ -353,8 +353,8 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
     from .frontends import load_model
-    from .reference import Executor, FloatKernels, QuantKernels, generate
-    from .sampler import SamplingOptions, top_k_of
+    from .reference.executor import Executor, FloatKernels, QuantKernels, generate
+    from .reference.sampler import SamplingOptions, top_k_of
 
     m = load_model(model, tokenizer)
     tok = require_tokenizer(m)
@@ -760,7 +760,7 @@ def chat_cmd(out, max_new_tokens, temperature, top_p, seed, system, timing, time
     token by token as the device emits it (/reset forgets the conversation, /exit or end of input quits)."""
     from .backends import ModelInfo, open_backend
     from .chat import ChatOptions, run_chat
-    from .sampler import SamplingOptions
+    from .reference.sampler import SamplingOptions
 
     info = ModelInfo.load(out, None, chat_template.read_text() if chat_template else None)
     if info.greedy_only and temperature > 0:

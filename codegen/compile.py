@@ -109,7 +109,7 @@ def resolve_kernels(opts: CompileOptions, board: Board | None = None) -> str:
 
 
 def check_sampler(opts: CompileOptions) -> None:
-    from .sampler import sampler_problem
+    from .reference.sampler import sampler_problem
 
     if (why := sampler_problem(opts.sampler)) is not None:
         raise UserError(f"--sampler {why}")

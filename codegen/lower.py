@@ -15,7 +15,7 @@ from typing import Union
 
 import numpy as np
 
-from . import exact
+from .reference import exact
 from .blob import WeightsBlob, build_blob, gguf_blob_kind
 from .ir import ModelConfig, Node
 from .plan import MemoryPlan
@@ -23,9 +23,9 @@ from .plan.lifetimes import GEN_STATE_BYTES, logits_rows, request_bytes
 from .fusion import fused_gate_up, fused_norm_outputs
 from .quant.formats import GGUF_BLOCK, QuantizedGraph, n_groups, x16_stream_bytes
 from .quant.kv import kv_layout
-from .reference import head_start_node, rope_tables
+from .reference.executor import head_start_node, rope_tables
 from .errors import UserError
-from .sampler import top_k_of
+from .reference.sampler import top_k_of
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 from tinyllm_gen.build import build, run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference import Executor, QuantKernels, generate
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from tinyllm_gen.reference.sampler import SamplingOptions
 
 from tinymodels import make_hf_model
 

@@ -13,7 +13,7 @@ from tinymodels import make_hf_model
 from tinyllm_gen.build import build, run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference import Executor, QuantKernels, generate
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 
 # (name, arch, model kwargs, matrices' qtype, embedding's qtype)
 GGUF_CASES = {

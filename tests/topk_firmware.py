@@ -9,8 +9,8 @@ from tinymodels import make_hf_model
 from tinyllm_gen.build import build, run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference import Executor, QuantKernels, generate
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from tinyllm_gen.reference.sampler import SamplingOptions
 
 N_NEW = 24
 SAMPLINGS = [SamplingOptions(), SamplingOptions(0.9, 0.85, 1234), SamplingOptions(1.5, 1.0, 7),

@@ -28,7 +28,7 @@ from ..board import Board, load_board
 from ..emit.regions import static_link_layout
 from ..plan.regions import Region
 from ..quant.formats import GGUF_BLOCK, GGUF_BLOCK_BYTES
-from ..sampler import SamplingOptions
+from ..reference.sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 
 MICRO_SOURCE = package_file("bench/micro.c")

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..frontends import ImportedModel
-from ..reference_seq import SeqFloatKernels, SeqQuantKernels, run_sequence
+from ..reference.sequence import SeqFloatKernels, SeqQuantKernels, run_sequence
 
 DOC_SEPARATOR = "\n\n"
 DEFAULT_MAX_TOKENS = 20000

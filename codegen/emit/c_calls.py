@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..exact import c_float_literal
+from ..reference.exact import c_float_literal
 from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef, EmbedGGUF, EmbedQ4, FcS4PcRef, FcS4PerChannel,
                      GGUFRef, KernelCall, MatvecGGUF, MatvecQ4, MatvecQ4x4, Q4Ref, QuantizeI8, QuantizeStaticS8,
                      QuantizeX16, RmsNorm, RmsNormX16, Rope, SiluMul, SiluMulPairsX16, VectorRef)

@@ -4,7 +4,7 @@ Templates stay loops over precomputed data; every string built here is
 tested through the generated C (tests/host, tests/emu) and tests/unit/test_determinism.py."""
 from __future__ import annotations
 
-from ..exact import c_float_literal
+from ..reference.exact import c_float_literal
 from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
                      MatvecQ4, MatvecQ4x4, QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, SiluMulPairsX16,
                      FcS4PerChannel, FcS4PcRef, QuantizeStaticS8, RmsNormX16)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import __version__
 from ..frontends.tokenizer import Tokenizer
-from ..exact import c_float_literal
+from ..reference.exact import c_float_literal
 from ..lower import FcS4PerChannel, GGUFRef, Program, Q4Ref
 from ..plan.lifetimes import GEN_STATE_BYTES
 from ..plan.memory import CANARY_BYTES

@@ -40,7 +40,7 @@ ARGMAX_CHUNK_ROWS = 64  # classifier rows per chunk in a greedy-only build (a mu
 def logits_rows(c, sampler: str) -> int:
     """Rows of the logits buffer: the vocabulary, or one classifier chunk
     (greedy and topk:K builds)."""
-    from ..sampler import top_k_of
+    from ..reference.sampler import top_k_of
 
     chunked = sampler == "greedy" or top_k_of(sampler) > 0
     return min(c.vocab_size, ARGMAX_CHUNK_ROWS) if chunked else c.vocab_size

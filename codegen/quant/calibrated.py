@@ -60,7 +60,7 @@ def calibration_documents(tokenizer, text_file: Path | None, max_seq: int,
 
 def linear_inputs(graph: Graph, docs: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
     """Every linear's input value on the calibration documents, float model: [tokens, n]."""
-    from ..reference_seq import SeqFloatKernels, run_sequence
+    from ..reference.sequence import SeqFloatKernels, run_sequence
 
     names = {n.inputs[0] for n in graph.nodes if n.op == "linear"}
     kern = SeqFloatKernels(graph, max(len(d) for d in docs))

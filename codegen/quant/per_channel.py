@@ -68,7 +68,7 @@ def static_scale(max_abs: float) -> np.float32:
 
 def calibrate(graph: Graph, token_ids: Sequence[int]) -> dict[str, float]:
     """max |x| of every linear's input and output value over the tokens."""
-    from ..reference import Executor, FloatKernels
+    from ..reference.executor import Executor, FloatKernels
 
     watched = {v for n in graph.nodes if n.op == "linear" for v in (n.inputs[0], n.output)}
     peaks = {v: 0.0 for v in watched}

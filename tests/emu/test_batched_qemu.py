@@ -12,7 +12,7 @@ import struct
 import numpy as np
 import pytest
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.bench.bench import run_micro
 
 pytestmark = pytest.mark.emu

@@ -12,7 +12,7 @@ from tinyllm_gen.board import load_board
 from tinyllm_gen.build import build, run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference import Executor, QuantKernels, generate
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.vocab import CODE_RESERVE_BYTES, Vocabulary, vocab_in_weights
 from tinymodels import make_hf_model
 

@@ -19,8 +19,8 @@ from tinyllm_gen.build import build, image_path
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.protocol import pack_request, parse_output
-from tinyllm_gen.reference import Executor, QuantKernels, generate
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from tinyllm_gen.reference.sampler import SamplingOptions
 
 pytestmark = pytest.mark.emu
 

@@ -13,7 +13,7 @@ import pytest
 
 from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference_tokens
 from tinyllm_gen.backends import Backend, DeviceError, Generation, ModelInfo, RunBackend, chat_prompt_ids
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.serve import make_server
 
 openai = pytest.importorskip("openai", reason="pip install openai (the test extra)")

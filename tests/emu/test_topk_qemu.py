@@ -39,7 +39,7 @@ def test_topk_streamed_weact_under_unicorn(root):
     from tinyllm_gen.board import load_board
     from tinyllm_gen.protocol import pack_request, parse_output
     from tinyllm_gen.run_unicorn import run_unicorn
-    from tinyllm_gen.sampler import SamplingOptions
+    from tinyllm_gen.reference.sampler import SamplingOptions
 
     path = model(root, "qwen2-bias-untied")
     out = build_topk(root, path, "qwen2-weact", 5, board="weact-h750", stream="all", stream_chunk=4096)

@@ -6,7 +6,7 @@ import pytest
 from tinyllm_gen.build import build, run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference import Executor, QuantKernels, generate
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 
 from firmware_harness import GREEDY, N_NEW, SHAPES, SHAPES_CONTEXT, TOP_P, need
 from tinymodels import make_hf_model

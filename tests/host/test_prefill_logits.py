@@ -18,7 +18,7 @@ from firmware_harness import SHAPES, need
 from tinymodels import make_hf_model
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference import Executor, QuantKernels
+from tinyllm_gen.reference.executor import Executor, QuantKernels
 
 pytestmark = pytest.mark.host
 

@@ -10,7 +10,7 @@ import pytest
 from firmware_harness import need, prompt_for
 from gguf_firmware import gguf_case
 from topk_firmware import SAMPLINGS, build_topk, check_all, model, reference
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.sampler import SamplingOptions
 
 pytestmark = pytest.mark.host
 

@@ -8,7 +8,7 @@ several RNG states), on the host and on the Cortex-M7."""
 import numpy as np
 import pytest
 
-from tinyllm_gen.sampler import Sampler, SamplingOptions, top_k_ids
+from tinyllm_gen.reference.sampler import Sampler, SamplingOptions, top_k_ids
 
 pytestmark = pytest.mark.host
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.per_channel import quantize_multiplier
-from tinyllm_gen.sampler import DEFAULT_SEED_STATE, MASK64, Rng, Sampler, SamplingOptions
+from tinyllm_gen.reference.sampler import DEFAULT_SEED_STATE, MASK64, Rng, Sampler, SamplingOptions
 
 from . import inputs as I
 from .layouts import pack_nibbles, unpack_nibbles

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import GGUF_BLOCK_BYTES, gguf_fields
 
 from . import inputs as I

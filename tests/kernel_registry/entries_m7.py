@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import pack_q4x4, q4x4_bytes_of, unpack_q4x4, x16_stream_bytes
 
 from . import inputs as I

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 
 from . import inputs as I
 from .spec import Case, In, InOut, Kernel, Scalar

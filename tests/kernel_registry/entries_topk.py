@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import GGUF_BLOCK_BYTES
-from tinyllm_gen.sampler import DEFAULT_SEED_STATE, MASK64, Sampler, SamplingOptions, top_k_ids
+from tinyllm_gen.reference.sampler import DEFAULT_SEED_STATE, MASK64, Sampler, SamplingOptions, top_k_ids
 
 from . import entries_gguf as G
 from . import entries_kernels as K4

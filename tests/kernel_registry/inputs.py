@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import Q4Tensor
 from tinyllm_gen.quant.rtn import quantize_q4_rtn
 

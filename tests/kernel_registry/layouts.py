@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.abi import Q4X4_BLOCK
 from tinyllm_gen.quant.formats import x16_stream_bytes
 

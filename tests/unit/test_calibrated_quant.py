@@ -11,7 +11,7 @@ from tinyllm_gen.quant.awq import apply_awq
 from tinyllm_gen.quant.calibrated import linear_inputs, quantize_calibrated
 from tinyllm_gen.quant.clip import quantize_q4_clip
 from tinyllm_gen.quant.rtn import quantize_q4_rtn
-from tinyllm_gen.reference_seq import SeqFloatKernels, run_sequence
+from tinyllm_gen.reference.sequence import SeqFloatKernels, run_sequence
 
 from tinymodels import make_hf_model
 

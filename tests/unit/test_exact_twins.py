@@ -2,10 +2,10 @@
 tests/host/test_kernel_twins.py and end to end)."""
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import pack_q4, unpack_q4
 from tinyllm_gen.quant.rtn import quantize_q4_rtn
-from tinyllm_gen.sampler import Rng, Sampler, SamplingOptions
+from tinyllm_gen.reference.sampler import Rng, Sampler, SamplingOptions
 
 
 def test_expf_is_accurate_and_float32_only():

@@ -19,8 +19,8 @@ from gguf_models import SMOL_NAME, fetch_smollm2, hf_to_gguf
 from tinymodels import make_hf_model
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.frontends import load_hf, load_model
-from tinyllm_gen.reference import Executor, FloatKernels, generate
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.executor import Executor, FloatKernels, generate
+from tinyllm_gen.reference.sampler import SamplingOptions
 
 IDS = [0, 5, 17, 42, 7, 99, 3]
 TEXTS = ["Once upon a time there was a little cat.", "The sun  was\nbig, red: 1234!", "naïve café 日本語 🙂",

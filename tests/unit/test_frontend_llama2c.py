@@ -20,7 +20,7 @@ from tinyllm_gen.frontends import load_model
 from tinyllm_gen.frontends.hf import load_hf
 from tinyllm_gen.frontends.llama2c import load_llama2c
 from tinyllm_gen.frontends.tokenizer import Tokenizer
-from tinyllm_gen.reference import Executor, FloatKernels
+from tinyllm_gen.reference.executor import Executor, FloatKernels
 
 DIM, HIDDEN, LAYERS, HEADS, KV_HEADS, SEQ = 64, 96, 2, 4, 2, 32
 HD = DIM // HEADS

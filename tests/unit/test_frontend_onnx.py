@@ -24,7 +24,7 @@ ort = pytest.importorskip("onnxruntime")
 from tinymodels import export_onnx, make_hf_model  # noqa: E402
 from tinyllm_gen.errors import UserError  # noqa: E402
 from tinyllm_gen.frontends import load_model  # noqa: E402
-from tinyllm_gen.reference_seq import SeqFloatKernels, run_sequence  # noqa: E402
+from tinyllm_gen.reference.sequence import SeqFloatKernels, run_sequence  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

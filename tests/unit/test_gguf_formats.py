@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gguf_models import smollm2_path
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import (GGUF_BLOCK_BYTES, GGUF_KEPT, GGUFMatrix, dequantize_gguf, pack_gguf,
                                        unpack_gguf)
 
@@ -130,7 +130,7 @@ def test_every_smollm2_tensor_from_our_blob_equals_gguf_dequantized():
     from tinyllm_gen.compile import CompileOptions, quantize
     from tinyllm_gen.frontends import load_model
     from tinyllm_gen.frontends.gguf import _unpermute_rows
-    from tinyllm_gen.reference import rope_tables
+    from tinyllm_gen.reference.executor import rope_tables
 
     path = smollm2_path()
     m = load_model(path)
@@ -170,15 +170,15 @@ def test_sequence_evaluator_is_bit_identical_on_gguf_blocks(tmp_path, monkeypatc
     smaller than the matrices, as for SmolLM2's classifier)."""
     from dataclasses import replace
 
-    from tinyllm_gen import reference_seq
+    from tinyllm_gen.reference import sequence as reference_seq
 
     monkeypatch.setattr(reference_seq, "SEQ_ROW_CHUNK", 40)
 
     from gguf_firmware import gguf_case
     from tinyllm_gen.compile import CompileOptions, quantize
     from tinyllm_gen.frontends import load_model
-    from tinyllm_gen.reference import Executor, QuantKernels
-    from tinyllm_gen.reference_seq import SeqQuantKernels, run_sequence
+    from tinyllm_gen.reference.executor import Executor, QuantKernels
+    from tinyllm_gen.reference.sequence import SeqQuantKernels, run_sequence
 
     m = load_model(gguf_case(tmp_path, case))
     qg = replace(quantize(m, CompileOptions()), kv_bits=kv)

@@ -6,7 +6,7 @@ import pytest
 
 from kernel_registry.layouts import (pack_nibbles, parse_x16, parse_x16b, split_gate_up_tiles, unpack_nibbles, x16_of,
                                      x16b_of, x16b_write_token)
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.formats import pack_q4, x16_batch_bytes, x16_stream_bytes
 
 

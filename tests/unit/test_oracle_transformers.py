@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from tinyllm_gen.frontends import load_model  # noqa: E402
 from tinyllm_gen.frontends.hf import load_hf  # noqa: E402
-from tinyllm_gen.reference import Executor, FloatKernels  # noqa: E402
+from tinyllm_gen.reference.executor import Executor, FloatKernels  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

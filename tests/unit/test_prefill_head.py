@@ -18,8 +18,8 @@ from tinyllm_gen.frontends import load_model
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph
 from tinyllm_gen.lower import ArgmaxClassifier, RmsNorm, RmsNormX16, lower_step
 from tinyllm_gen.plan.memory import GraphShape
-from tinyllm_gen.reference import Executor, QuantKernels, generate, head_start_node
-from tinyllm_gen.sampler import Sampler, SamplingOptions
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate, head_start_node
+from tinyllm_gen.reference.sampler import Sampler, SamplingOptions
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 CONFIG = ModelConfig("qwen2", 96, 160, 3, 6, 2, 16, 320, 96, tied_embeddings=False, qkv_bias=True, eos_ids=(1,))
@@ -118,7 +118,7 @@ def test_emitted_step_returns_before_the_head(story, tmp_path, unroll):
 def test_sequence_without_logits_runs_the_head_only_for_kept_values(story):
     """reference_seq.run_sequence(need_logits=False), as calibration calls it:
     the classifier's input is kept, the [T, vocab] classifier is not run."""
-    from tinyllm_gen.reference_seq import SeqQuantKernels, run_sequence
+    from tinyllm_gen.reference.sequence import SeqQuantKernels, run_sequence
 
     m, qg = story
     ran = []

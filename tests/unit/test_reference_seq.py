@@ -4,8 +4,8 @@ import pytest
 
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.quant.rtn import quantize_graph
-from tinyllm_gen.reference import Executor, FloatKernels, QuantKernels
-from tinyllm_gen.reference_seq import SeqFloatKernels, SeqQuantKernels, run_sequence
+from tinyllm_gen.reference.executor import Executor, FloatKernels, QuantKernels
+from tinyllm_gen.reference.sequence import SeqFloatKernels, SeqQuantKernels, run_sequence
 
 from tinymodels import make_hf_model
 

@@ -19,7 +19,7 @@ from tinyllm_gen.board import load_board
 from tinyllm_gen.run_renode import (PWR_ADDRESS, STOCK_MEMORIES, STOCK_UARTS, find_renode, renode_files,
                                     renode_missing_reason, run_script, write_check)
 from tinyllm_gen.run_unicorn import DBGMCU_IDC
-from tinyllm_gen.sampler import SamplingOptions
+from tinyllm_gen.reference.sampler import SamplingOptions
 
 from tinymodels import make_hf_model
 

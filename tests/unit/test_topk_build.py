@@ -13,7 +13,7 @@ from tinyllm_gen.ir import ModelConfig, build_decoder_graph
 from tinyllm_gen.lower import ArgmaxClassifier, TopKClassifier, lower_step
 from tinyllm_gen.plan.lifetimes import ARGMAX_CHUNK_ROWS, lifetimes_of
 from tinyllm_gen.plan.memory import GraphShape
-from tinyllm_gen.sampler import TOP_K_MAX, sampler_problem, top_k_of
+from tinyllm_gen.reference.sampler import TOP_K_MAX, sampler_problem, top_k_of
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 CONFIG = ModelConfig("qwen2", 96, 160, 3, 6, 2, 16, 320, 96, tied_embeddings=False, qkv_bias=True, eos_ids=(1,))

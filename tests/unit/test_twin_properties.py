@@ -5,7 +5,7 @@ whose C harnesses the registry replaced (test_attention_i8_host.py,
 test_batched_kernels.py)."""
 import numpy as np
 
-from tinyllm_gen import exact
+from tinyllm_gen.reference import exact
 from tinyllm_gen.quant.rtn import quantize_q4_rtn
 
 

@@ -19,9 +19,9 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from . import exact
-from .ir import Graph, Node
-from .quant.formats import gguf_fields
-from .quant.kv import kv_layout
+from ..ir import Graph, Node
+from ..quant.formats import gguf_fields
+from ..quant.kv import kv_layout
 from .sampler import Sampler, SamplingOptions
 
 

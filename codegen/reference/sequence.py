@@ -30,10 +30,10 @@ import numpy as np
 
 from . import exact
 from .exact import F32
-from .ir import Graph
-from .quant.formats import gguf_fields
-from .quant.kv import kv_layout
-from .reference import head_start_node, rope_tables
+from ..ir import Graph
+from ..quant.formats import gguf_fields
+from ..quant.kv import kv_layout
+from .executor import head_start_node, rope_tables
 
 
 def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:

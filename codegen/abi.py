@@ -30,6 +30,21 @@ REQUEST_EXIT_AFTER = 0x1  # flags bit 0: exit after this generation (UART reques
 # inputs per packed block.
 Q4X4_TILE = 4
 Q4X4_BLOCK = 8
+# Floats a 4-row tile kernel may write past the last token's last row of a
+# batched output (tllm_matmat_q4x4 writes whole tiles): planned as slack.
+TILE_SPILL = Q4X4_TILE - 1
+
+# Batched prefill: tokens per weight pass at most (the assembly's registers
+# hold four tokens' accumulators, tllm_kernels_m7.h).
+MAX_BATCH = 4
+
+# sizeof(tllm_gen_state) at most: the generation state's planned buffer
+# (tllm_model_api.h; the generated code _Static_asserts it).
+GEN_STATE_BYTES = 64
+
+# INT4 weight group sizes along a row's inputs (--group-size): the kernels'
+# x16 blocks of 8 and the int8 activation groups divide each of them.
+GROUP_SIZES = (32, 64, 128)
 
 
 @dataclass(frozen=True)

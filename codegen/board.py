@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
-from .plan.regions import KINDS, PLACEMENTS, SPEEDS, USES, BoardMemory, Region, host_memory
+from .memory_map import KINDS, PLACEMENTS, SPEEDS, USES, BoardMemory, Region, host_memory
 from .resources import boards_dir
 
 # -ffp-contract=off: no fused multiply-add, so x86 and the M7 round alike

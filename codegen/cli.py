@@ -227,7 +227,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     from dataclasses import replace
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
-    from .prefill import parse_batch
+    from .lower.prefill import parse_batch
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
@@ -244,7 +244,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     if compiled.trade_off:
         click.echo(compiled.trade_off)
     if compiled.program.stream is not None:
-        from .stream import schedule_json, schedule_text
+        from .emit.stream_tables import schedule_json, schedule_text
 
         click.echo(schedule_text(schedule_json(compiled.program)).splitlines()[0])
 
@@ -351,7 +351,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
               kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
-    from .compile import CompileOptions, quantize, require_tokenizer, resolve_max_seq
+    from .compile import CompileOptions, context_for, parse_size, quantize, require_tokenizer
     from .frontends import load_model
     from .reference.executor import Executor, FloatKernels, QuantKernels, generate
     from .reference.sampler import SamplingOptions, top_k_of
@@ -362,15 +362,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
         raise UserError("--sampler greedy decodes greedily only: pass --temperature 0")
     opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq, quant=quant,
                           calibration=calibration, weight_quant=weight_quant)
-    if max_seq == "auto":  # the context compile would pick for the default board
-        from .compile import parse_size
-        from .plan.memory import GraphShape
-        from .planning import resolve_seq
-        from .board import load_board
-
-        max_seq, _ = resolve_seq(GraphShape(m.graph, opts.group_size, opts.kv_bits), "auto",
-                                 parse_size(ram_budget), load_board(opts.board))
-    seq = resolve_max_seq(m, max_seq)
+    seq = context_for(m, opts, parse_size(ram_budget))  # --max-seq auto: the context compile would pick
     ids = _prompt_ids(tok, prompt, chat)
     if len(ids) >= seq:
         raise UserError(f"the prompt is {len(ids)} tokens but the context is {seq}: shorten the prompt "
@@ -402,109 +394,15 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
              prefill_batch, unroll_layers, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
-    from .frontends import load_model
-    from .plan.memory import GraphShape
-    from .plan.report import plan_json, plan_text
-    from .planning import check_code, check_weights
-    from .board import load_board
-    from .verify import verify_graph
+    from .compile import parse_size
+    from .lower.prefill import parse_batch
+    from .compile import plan_model
 
     opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
-    b = load_board(opts.board)
-    m = load_model(model, tokenizer)
-    from .compile import resolve_kernels, resolve_weight_quant
-
-    # the same kernel set compile would pick: it decides the activation scratch (a GGUF's kept
-    # blocks run the portable kernels, quant/gguf_keep.py)
-    method = "per-channel" if quant == "per-channel" else resolve_weight_quant(m, "auto")
-    kernels = "portable" if method == "gguf" else resolve_kernels(opts, b)
-    from .quant.gguf_keep import kept_formats
-    from .vocab import vocabulary_of
-
-    kept = tuple(sorted(kept_formats(m.blocks).items())) if method == "gguf" else ()
-    vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
-    shape = GraphShape(verify_graph(m.graph), opts.group_size, opts.kv_bits, kernels, method, sampler,
-                       kept=kept, vocab=vocab, unroll_layers=unroll_layers)  # what sizes the blob and code flash
-    from .compile import parse_size
-    from .stream import trade_off_rows, trade_off_text
-    from .prefill import parse_batch, plan_prefill, prefill_rows, prefill_text
-
-    chunk = parse_size(stream_chunk) if stream_chunk else None
-    memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
-    res, stream_opts = plan_prefill(shape, opts.max_seq, opts.ram_budget, b, stream, chunk, parse_batch(prefill_batch),
-                                    memo)
-    batch_rows = prefill_rows(shape, opts.max_seq, opts.ram_budget, b, stream, chunk, memo)
-    check_weights(res, opts.board)
-    check_code(res, opts.board)
-    from dataclasses import replace
-
-    shape = replace(shape, prefill_batch=res.prefill_batch)  # the batch chosen: its buffers are in every plan below
-    rows = trade_off_rows(shape, opts.ram_budget, b) if stream != "off" else []
-    saved = _sampler_saving(shape, opts, b, stream, chunk, res.plan) if sampler != "full" else None
-    if as_json:
-        doc = plan_json(res.plan)
-        doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
-                   trade_off=res.trade_off or None)
-        if res.code is not None:  # the estimate compile checks too (plan/codesize.py)
-            doc.update(code_flash_bytes=res.code.total_bytes, code_flash_capacity_bytes=res.code.capacity_bytes,
-                       vocab_in_weights=res.vocab_in_weights)
-        from .timing import predicted, shape_of_config
-        doc["predicted"] = predicted(shape_of_config(m.graph.config), opts.group_size, b,
-                                     prefill_batch=res.prefill_batch,
-                                     chunk_bytes=stream_opts.chunk_bytes if stream_opts else None)
-        if saved is not None:
-            doc["sampler"] = saved
-        doc["prefill"] = {"batch": res.prefill_batch, "chosen": res.prefill_why, "trade_off": batch_rows}
-        if stream != "off":
-            doc["stream"] = {"mode": stream, "chunk_bytes": stream_opts.chunk_bytes if stream_opts else None,
-                             "pinned": sorted(stream_opts.pinned) if stream_opts else [], "trade_off": rows}
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        click.echo(plan_text(res.plan), nl=False)
-        click.echo(f"  weights       {res.weights_bytes:,} B of {res.weights_capacity or 0:,} B "
-                   f"in the board's weights storage")
-        if res.code is not None:
-            where = "in the weights blob" if res.vocab_in_weights else "in code flash"
-            click.echo(f"  code flash    about {res.code.total_bytes:,} B of {res.code.capacity_bytes:,} B "
-                       f"({res.code.region}; vocabulary {where})")
-        if res.trade_off:
-            click.echo("  " + res.trade_off)
-        if stream_opts is not None:
-            click.echo(f"  weight stream --stream {stream}: chunks of at most {stream_opts.chunk_bytes:,} B, "
-                       f"{len(stream_opts.pinned)} weight entries pinned in SRAM")
-        if rows:
-            click.echo(trade_off_text(rows), nl=False)
-        click.echo(prefill_text(res, batch_rows), nl=False)
-        if saved is not None:
-            full = (f"{saved['full_sampler_total_bytes']:,} B, {saved['saved_bytes']:,} B more"
-                    if saved["full_sampler_total_bytes"] else "more than the budget at this context")
-            click.echo(f"  sampler {sampler}: {saved['sampler_bytes']:,} B of sampler buffers, RAM "
-                       f"{saved['total_bytes']:,} B; with the full sampler (the [vocab] logits vector and top-p "
-                       f"scratch, {saved['full_sampler_bytes']:,} B) the plan needs {full}")
-
-
-def _sampler_saving(shape, opts, board, stream, chunk, plan) -> dict:
-    """What `--sampler greedy|topk:K` saves against the full sampler, from
-    planning both: the sampler's own buffers and the plan's totals (same
-    context; 0 when the full sampler does not fit)."""
-    from dataclasses import replace
-
-    from .errors import UserError as PlanError
-    from .lower import lower_step
-    from .plan.lifetimes import CTYPE_BYTES, align_up
-    from .stream import plan_streamed
-
-    kinds = ("logits", "topk", "sampler")
-    full_shape = replace(shape, sampler="full")
-    full_own = sum(align_up(d.count * CTYPE_BYTES[d.ctype]) for d in lower_step(full_shape, plan.max_seq).decls
-                   if d.kind in kinds)
-    try:
-        full_total = plan_streamed(full_shape, plan.max_seq, opts.ram_budget, board, stream, chunk)[0].plan.total_bytes
-    except PlanError:
-        full_total = 0
-    own = sum(b.size for b in plan.buffers if b.request.kind in kinds)
-    return {"sampler_bytes": own, "total_bytes": plan.total_bytes, "full_sampler_bytes": full_own,
-            "full_sampler_total_bytes": full_total, "saved_bytes": full_total - plan.total_bytes if full_total else None}
+    doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
+                           parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
+                           unroll_layers)
+    click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text, nl=as_json)
 
 
 @cli.command()
@@ -543,7 +441,7 @@ def report(out, as_json):
                 text += (f"prefill: {pre['batch']} prompt tokens per pass over the weights "
                          f"({pre['batched_bytes']:,} B of P-token buffers): {pre['why']}\n")
             if "stream_schedule" in plan_doc:
-                from .stream import schedule_text
+                from .emit.stream_tables import schedule_text
 
                 text = text.rstrip("\n") + "\n" + schedule_text(plan_doc["stream_schedule"])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError) as e:

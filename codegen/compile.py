@@ -1,10 +1,11 @@
 """The pipeline, one named step per stage:
 
-    import -> IR -> quantize -> plan -> lower -> emit -> write
+    import -> IR -> quantize -> lower -> fit (plan) -> bind -> emit -> write
 
 `compile_model` returns every intermediate so the CLI, tests and reports
 can look at any stage; `write_tree` puts the emitted files on disk
-atomically (all or nothing)."""
+atomically (all or nothing).  The graph is lowered once; the searches
+(fit/search.py) plan that one step at every candidate they try."""
 from __future__ import annotations
 
 import errno
@@ -14,20 +15,29 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .bind import Program, bind, verify_program
+from .board import Board, load_board
 from .emit import EmittedTree, emit_tree
 from .errors import UserError, first_line
+from .fit.search import AUTO, FitRequest, Planner, check_code, check_weights, model_context
+from .fit.search import fit as fit_step
+from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
-from .lower import Program, lower
-from .plan import MemoryPlan
-from .plan.memory import shape_of
-from .planning import check_code, model_context
-from .prefill import plan_prefill
+from .lower.blob import build_blob
+from .lower.records import StepSource, source_of
+from .lower.step import lower_step
+from .plan.memory import MemoryPlan
+from .plan.report import plan_json, plan_text
+from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
-from .board import Board, load_board
-from .verify import verify_graph, verify_program, verify_quantized
+from .quant.verify import verify_quantized
+from .reference.executor import rope_tables
+from .reference.sampler import sampler_problem
+from .timing import predicted, shape_of_config
+from .verify import verify_graph
 from .vocab import check_vocab_fits, vocabulary_of
 
 DEFAULT_RAM_BUDGET = 512 * 1024
@@ -41,7 +51,7 @@ class CompileOptions:
     board: str = "qemu-mps2-an500"
     group_size: int = 32
     kv_bits: int = 8
-    max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits (planning.py)
+    max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits (fit/search.py)
     ram_budget: int = DEFAULT_RAM_BUDGET
     kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
     quant: str = "group"  # "group": W4A8 group-wise; "per-channel": CMSIS-NN arithmetic (quant/per_channel.py)
@@ -50,10 +60,10 @@ class CompileOptions:
     # otherwise "rtn"), gguf (quant/gguf_keep.py), rtn | clip | awq (INT4, quant/calibrated.py, uses `calibration`)
     weight_quant: str = "auto"
     sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
-    stream: str = "off"  # weight streaming (stream.py): off | all | auto (pin what fits, stream the rest)
+    stream: str = "off"  # weight streaming (lower/stream.py): off | all | auto (pin what fits, stream the rest)
     stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
     unroll_layers: bool = False  # print each layer's calls instead of the loop over LAYERS (emit/layer_table.py)
-    prefill_batch: str | int = "auto"  # prompt tokens per weight pass (prefill.py): auto (the planner's) or 1..4
+    prefill_batch: str | int = "auto"  # prompt tokens per weight pass (lower/prefill.py): auto (fit's) or 1..4
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,7 @@ def parse_size(text: str | int) -> int:
 
 
 def resolve_max_seq(model: ImportedModel, requested: int | None) -> int:
-    return model_context(model.graph, requested)
+    return model_context(model.graph.config, requested)
 
 
 def require_tokenizer(model: ImportedModel) -> Tokenizer:
@@ -109,8 +119,6 @@ def resolve_kernels(opts: CompileOptions, board: Board | None = None) -> str:
 
 
 def check_sampler(opts: CompileOptions) -> None:
-    from .reference.sampler import sampler_problem
-
     if (why := sampler_problem(opts.sampler)) is not None:
         raise UserError(f"--sampler {why}")
     if opts.sampler != "full" and opts.quant == "per-channel":
@@ -150,12 +158,27 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
                             "block sums): drop --kernels cortex-m7, or re-round with --weight-quant rtn")
         return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits)
     if opts.weight_quant != "rtn":
-        from .quant.calibrated import calibration_documents, quantize_calibrated
-
         docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
         return quantize_calibrated(graph, docs, opts.weight_quant, opts.group_size, opts.kv_bits,
                                    resolve_kernels(opts, board))
     return quantize_graph(graph, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
+
+
+def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | None) -> FitRequest:
+    return FitRequest(board, opts.ram_budget, opts.max_seq, opts.stream, opts.stream_chunk, opts.prefill_batch,
+                      vocab, opts.unroll_layers)
+
+
+def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program) -> dict:
+    """The options the manifest and every banner record."""
+    options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
+               "max_seq": program.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
+               "kernels": qg.kernels, "sampler": opts.sampler}
+    if program.stream is not None:  # only when on: trees compiled without it keep their manifests
+        options.update(stream=opts.stream, stream_chunk=program.stream.options.chunk_bytes)
+    if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
+        options.update(unroll_layers=True)
+    return options
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
@@ -164,28 +187,28 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
-    planned, stream = plan_prefill(shape_of(qg, opts.sampler, vocab.size, opts.unroll_layers), opts.max_seq,
-                                   opts.ram_budget, board, opts.stream, opts.stream_chunk,
-                                   opts.prefill_batch)  # shared with `plan`
-    plan = planned.plan
-    check_code(planned, opts.board)  # the code flash, before the linker would say so
-    external_vocab = planned.vocab_in_weights  # too big for the code flash: into the weights blob
-    program = verify_program(lower(qg, plan, opts.sampler, vocab if external_vocab else None, stream,
-                                   planned.prefill_batch))
-    check_vocab_fits(board, vocab, len(program.blob.data), external_vocab)
+    src = source_of(qg)
+    fitted = fit_step(lower_step(src, opts.sampler), src, fit_request(opts, board, vocab.size))  # lowered once
+    check_code(fitted, opts.board)  # the code flash, before the linker would say so
+    external_vocab = fitted.vocab_in_weights  # too big for the code flash: into the weights blob
+    cos, sin = rope_tables(qg.config.head_dim, qg.config.rope_theta, fitted.plan.max_seq)
+    blob = build_blob(qg, cos, sin, vocab.text if external_vocab else None, vocab.offsets if external_vocab else None)
+    program = verify_program(bind(fitted.step, fitted.plan, blob, qg))
+    check_vocab_fits(board, vocab, len(blob.data), external_vocab)
     limit = board.weights.max_bytes
-    if limit is not None and len(program.blob.data) > limit:
-        raise UserError(f"weights are {len(program.blob.data):,} B but board {opts.board} holds {limit:,} B "
+    if limit is not None and len(blob.data) > limit:
+        raise UserError(f"weights are {len(blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
-    options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
-               "max_seq": plan.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
-               "kernels": qg.kernels, "sampler": opts.sampler}
-    if stream is not None:  # only when on: trees compiled without it keep their manifests
-        options.update(stream=opts.stream, stream_chunk=stream.chunk_bytes)
-    if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
-        options.update(unroll_layers=True)
-    tree = emit_tree(program, tokenizer, board, options, opts.unroll_layers)
-    return Compiled(model, qg, plan, program, tree, planned.trade_off)
+    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program), opts.unroll_layers)
+    return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off)
+
+
+def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
+    """The context `reference --max-seq auto` runs at: what compile would pick for the default board."""
+    if opts.max_seq != AUTO:
+        return resolve_max_seq(model, opts.max_seq)
+    src = StepSource(model.graph, opts.group_size, opts.kv_bits)
+    return Planner(load_board(opts.board), budget).auto_max_seq(lower_step(src), model.graph.config.max_seq)
 
 
 def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:
@@ -282,3 +305,73 @@ def write_tree(tree: EmittedTree, out: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: Board) -> StepSource:
+    """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized.
+    The kernel set decides the activation scratch (a GGUF's kept blocks run the portable kernels)."""
+    method = "per-channel" if quant == "per-channel" else resolve_weight_quant(model, "auto")
+    kernels = "portable" if method == "gguf" else resolve_kernels(opts, board)
+    kept = tuple(sorted(kept_formats(model.blocks).items())) if method == "gguf" else ()
+    return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept)
+
+
+def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,
+               stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool) -> tuple[dict, str]:
+    """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
+    board = load_board(opts.board)
+    m = load_model(Path(model_path), tokenizer)
+    src = plan_source(m, opts, quant, board)
+    vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
+    req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers)
+    base = lower_step(src, sampler)
+    memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
+    res = fit_step(base, src, req, memo)
+    batch_rows = prefill_rows(base, src, req, memo)
+    check_weights(res, opts.board, src.group_size, src.method)
+    check_code(res, opts.board)
+    rows = stream_rows(base, req, res.prefill_batch) if stream != "off" else []
+    saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
+    pred = predicted(shape_of_config(m.graph.config), opts.group_size, board, prefill_batch=res.prefill_batch,
+                     chunk_bytes=res.stream.chunk_bytes if res.stream else None)
+    return (_plan_doc(res, stream, pred, saved, batch_rows, rows),
+            _plan_text(res, stream, sampler, saved, batch_rows, rows))
+
+
+def _plan_doc(res, stream: str, pred: dict, saved: dict | None, batch_rows: list, rows: list) -> dict:
+    doc = plan_json(res.plan)
+    doc.update(weights_bytes=res.weights_bytes, weights_capacity_bytes=res.weights_capacity,
+               trade_off=res.trade_off or None)
+    if res.code is not None:  # the estimate compile checks too (plan/codesize.py)
+        doc.update(code_flash_bytes=res.code.total_bytes, code_flash_capacity_bytes=res.code.capacity_bytes,
+                   vocab_in_weights=res.vocab_in_weights)
+    doc["predicted"] = pred
+    if saved is not None:
+        doc["sampler"] = saved
+    doc["prefill"] = {"batch": res.prefill_batch, "chosen": res.prefill_why, "trade_off": batch_rows}
+    if stream != "off":
+        doc["stream"] = {"mode": stream, "chunk_bytes": res.stream.chunk_bytes if res.stream else None,
+                         "pinned": sorted(res.stream.pinned) if res.stream else [], "trade_off": rows}
+    return doc
+
+
+def _plan_text(res, stream: str, sampler: str, saved: dict | None, batch_rows: list, rows: list) -> str:
+    lines = [plan_text(res.plan).rstrip("\n"),
+             f"  weights       {res.weights_bytes:,} B of {res.weights_capacity or 0:,} B in the board's weights storage"]
+    if res.code is not None:
+        where = "in the weights blob" if res.vocab_in_weights else "in code flash"
+        lines.append(f"  code flash    about {res.code.total_bytes:,} B of {res.code.capacity_bytes:,} B "
+                     f"({res.code.region}; vocabulary {where})")
+    if res.trade_off:
+        lines.append("  " + res.trade_off)
+    if res.stream is not None:
+        lines.append(f"  weight stream --stream {stream}: chunks of at most {res.stream.chunk_bytes:,} B, "
+                     f"{len(res.stream.pinned)} weight entries pinned in SRAM")
+    text = "\n".join(lines) + "\n" + (stream_text(rows) if rows else "") + prefill_text(res, batch_rows)
+    if saved is not None:
+        full = (f"{saved['full_sampler_total_bytes']:,} B, {saved['saved_bytes']:,} B more"
+                if saved["full_sampler_total_bytes"] else "more than the budget at this context")
+        text += (f"  sampler {sampler}: {saved['sampler_bytes']:,} B of sampler buffers, RAM "
+                 f"{saved['total_bytes']:,} B; with the full sampler (the [vocab] logits vector and top-p "
+                 f"scratch, {saved['full_sampler_bytes']:,} B) the plan needs {full}\n")
+    return text

@@ -43,7 +43,7 @@ class Vocabulary:
 
     @property
     def size(self) -> tuple[int, int]:
-        """(tokens, text bytes): what planning needs (GraphShape.vocab)."""
+        """(tokens, text bytes): what the searches need (fit.search.FitRequest.vocab)."""
         return len(self.pieces), len(self.text)
 
 

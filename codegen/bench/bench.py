@@ -25,8 +25,8 @@ from ..resources import firmware_dir, package_file
 from ..errors import UserError
 from ..protocol import pack_request, parse_output
 from ..board import Board, load_board
-from ..emit.regions import static_link_layout
-from ..plan.regions import Region
+from ..emit.link_layout import static_link_layout
+from ..memory_map import Region
 from ..quant.formats import GGUF_BLOCK, GGUF_BLOCK_BYTES
 from ..reference.sampler import SamplingOptions
 from .counting import Snapshots, run_counted

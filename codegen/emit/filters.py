@@ -1,89 +1,15 @@
-"""Python logic the templates call: one C statement or comment per call.
+"""Python logic the templates call: one C statement, comment or
+descriptor per filter.
 
 Templates stay loops over precomputed data; every string built here is
 tested through the generated C (tests/host, tests/emu) and tests/unit/test_determinism.py."""
 from __future__ import annotations
 
+from ..kernels.c_names import buffer_macro, fc_name, matrix_name, vector_macro
+from ..kernels.c_text import LINE_WIDTH, block_comment, packed
+from ..kernels.refs import FcS4PcRef, GGUFRef, Q4Ref
 from ..reference.exact import c_float_literal
-from ..lower import (Add, ArgmaxClassifier, Attention, TopKClassifier, BufferRef, EmbedGGUF, EmbedQ4, GGUFRef, KernelCall, MatvecGGUF,
-                     MatvecQ4, MatvecQ4x4, QuantizeI8, Q4Ref, QuantizeX16, Rope, RmsNorm, SiluMul, SiluMulPairsX16,
-                     FcS4PerChannel, FcS4PcRef, QuantizeStaticS8, RmsNormX16)
-from ..stream import StreamedArgmaxQ4x4, StreamedEmbedQ4x4, StreamedMatvecQ4x4, StreamedTopKQ4x4
-from .c_calls import LINE_WIDTH, block_comment, c_call, packed
-from .names import buffer_macro, fc_name, matrix_name, vector_macro
-
-
-def c_statement(call: KernelCall, indent: int = 4) -> str:
-    """The call's C statement (c_calls.py), wrapped to LINE_WIDTH."""
-    return c_call(call).text(indent=indent)
-
-
-def c_comment(call: KernelCall, indent: int = 4) -> str:
-    """/* layer 3 attn.wq q4_matvec 64x64 g32 -> l3.q @arena+0x3c040 */"""
-    what, out = describe(call)
-    where = f"layer {call.layer}" if call.layer is not None else ""
-    return block_comment(" ".join(p for p in (where, what) if p) + f" -> {out.name} @{out.region}+0x{out.offset:x}",
-                         indent)
-
-
-def describe(call: KernelCall) -> tuple[str, BufferRef]:
-    """What a call does (its label, kernel and shape) and the buffer it
-    writes: the parts of its comment that do not name the layer."""
-    a = call.args
-    via = ""
-    if isinstance(a, (StreamedMatvecQ4x4, StreamedArgmaxQ4x4, StreamedTopKQ4x4)):
-        via = f", streamed in {len(a.chunks)} chunk{'s' if len(a.chunks) > 1 else ''} of {a.chunk_rows} rows"
-        a = (a.matvec if isinstance(a, StreamedMatvecQ4x4) else a.argmax if isinstance(a, StreamedArgmaxQ4x4)
-             else a.topk)
-    elif isinstance(a, StreamedEmbedQ4x4):
-        via = f", its tile fetched ({a.copy_bytes} B)"
-        a = a.embed
-    if isinstance(a, FcS4PerChannel):
-        w = a.layer.weight
-        what, out = f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", a.out
-    elif isinstance(a, (ArgmaxClassifier, TopKClassifier)):
-        layout = ("q4x4" if isinstance(a.matvec, MatvecQ4x4) else a.matrix.qtype if isinstance(a.matvec, MatvecGGUF)
-                  else "q4")
-        keeps = "argmax" if isinstance(a, ArgmaxClassifier) else f"top-{a.k} set"
-        what = (f"{layout} classifier {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}, {keeps} over "
-                f"{a.chunk_rows}-row chunks")
-        out = a.matvec.out if isinstance(a, ArgmaxClassifier) else a.value
-    elif isinstance(a, (MatvecQ4, MatvecQ4x4)):
-        layout = "q4x4_matvec" if isinstance(a, MatvecQ4x4) else "q4_matvec"
-        what = f"{layout} {a.matrix.rows}x{a.matrix.cols} g{a.matrix.group}{' +bias' if a.bias else ''}"
-        out = a.out
-    elif isinstance(a, MatvecGGUF):
-        what = f"{a.matrix.qtype} matvec {a.matrix.rows}x{a.matrix.cols} (GGUF blocks){' +bias' if a.bias else ''}"
-        out = a.out
-    elif isinstance(a, EmbedGGUF):
-        what, out = f"embed {a.table.qtype} {a.table.rows}x{a.table.cols} (GGUF blocks)", a.out
-    elif isinstance(a, EmbedQ4):
-        what, out = f"embed_q4 {a.table.rows}x{a.table.cols}", a.out
-    elif isinstance(a, RmsNorm):
-        what, out = f"rmsnorm {a.n}", a.out
-    elif isinstance(a, SiluMulPairsX16):
-        what, out = f"silu(gate)*up {a.n} + int8 (as int16 stream) g{a.group}", a.stream
-    elif isinstance(a, RmsNormX16):
-        what, out = f"rmsnorm {a.n} + int8 (as int16 stream) g{a.group}", a.stream
-    elif isinstance(a, QuantizeI8):
-        what, out = f"int8 x{a.n} g{a.group}", a.q
-    elif isinstance(a, QuantizeStaticS8):
-        what, out = f"int8 static x{a.n}", a.q
-    elif isinstance(a, QuantizeX16):
-        what, out = f"int8 (as int16 stream) x{a.n} g{a.group}", a.stream
-    elif isinstance(a, Rope):
-        what, out = f"rope {a.n_heads}x{a.head_dim} in place", a.x
-    elif isinstance(a, Attention):
-        kv = f"int4 KV g{a.group}" if a.kv_bits == 4 else "int8 KV"
-        what, out = f"attention over {kv} (stores k,v at pos)", a.out
-    elif isinstance(a, Add):
-        what, out = f"add {a.n} in place", a.a
-    elif isinstance(a, SiluMul):
-        what, out = f"silu(gate)*up {a.n} in place", a.gate
-    else:
-        raise AssertionError(type(a).__name__)
-    label = call.label if not isinstance(a, (QuantizeI8, QuantizeX16, QuantizeStaticS8)) else ""
-    return " ".join(p for p in (label, what) if p) + via, out
+from .c_calls import c_comment, c_statement
 
 
 def c_matrix(m: Q4Ref, pinned: dict | None = None) -> str:

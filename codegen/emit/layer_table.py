@@ -15,11 +15,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from ..lower import KernelCall, Program
-from .c_calls import (BUFFER, FIXED, KV, PARAM, SHAPE, WEIGHT, CArg, CCall, block_comment, c_call, last_token_c_call,
-                      packed, prefill_c_call)
-from .filters import c_comment, describe
-from .names import buffer_macro, check_unique, layer_field, layer_generic
+from ..bind import Program
+from ..kernels.c_names import buffer_macro, check_unique, layer_field, layer_generic
+from ..kernels.c_text import BUFFER, FIXED, KV, PARAM, SHAPE, WEIGHT, CArg, CCall, block_comment, packed
+from ..lower.prefill import CHUNK_OUT
+from ..lower.records import KernelCall
+from .c_calls import c_call, c_comment, describe, last_token_c_call, prefill_c_call
 
 BODY_INDENT = 8  # inside tllm_model_step's for loop
 
@@ -281,8 +282,6 @@ def _prefill_c(program: Program) -> Callable[[KernelCall], CCall] | None:
     """The batched printer of tllm_model_prefill's calls (None: prefill_batch 1)."""
     if program.prefill_batch == 1:
         return None
-    from ..prefill import CHUNK_OUT
-
     planned = {b.name: b for b in program.buffers()}
     batched = program.prefill.batched
     return lambda call: prefill_c_call(call, batched, planned.get(CHUNK_OUT))

@@ -15,25 +15,26 @@ import jinja2
 import numpy as np
 
 from .. import __version__
+from ..abi import ABI_VERSION, GEN_STATE_BYTES  # ABI_VERSION: the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
+from ..bind import Program
+from ..board import Board
 from ..frontends.tokenizer import Tokenizer
-from ..reference.exact import c_float_literal
-from ..lower import FcS4PerChannel, GGUFRef, Program, Q4Ref
-from ..plan.lifetimes import GEN_STATE_BYTES
-from ..plan.memory import CANARY_BYTES
+from ..kernels import FcS4PerChannel
+from ..kernels.c_names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
+from ..kernels.c_text import block_comment
+from ..kernels.refs import GGUFRef, Q4Ref
+from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
+from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
 from ..quant.kv import kv_layout
-from .filters import FILTERS
-from .c_calls import block_comment
-from .layer_table import c_layer_table, step_form
-from .names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
-from ..abi import ABI_VERSION  # the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
-from ..board import Board
-from ..vocab import vocabulary_of
+from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
-from .regions import arena_regions, linker_variables
-from ..stream import BUFFERS, PINNED, head_chunk, pin_table, pinned_at, schedule_of
-
+from ..vocab import vocabulary_of
+from .filters import FILTERS
+from .layer_table import c_layer_table, step_form
+from .link_layout import arena_regions, linker_variables
+from .stream_tables import head_chunk, pin_table, pinned_at, schedule_json, schedule_of
 
 
 def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
@@ -79,17 +80,6 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _matrices_of(args) -> list[Q4Ref]:
-    """Q4 matrices a call reads through a tllm_q4(x4)_matrix descriptor
-    (per-channel layers carry their own descriptor, see c_fc)."""
-    if isinstance(args, FcS4PerChannel):
-        return []
-    for attr in ("matrix", "table"):
-        if hasattr(args, attr):
-            return [getattr(args, attr)]
-    return []
-
-
 def _option_lines(words: list[str], width: int = 100) -> list[str]:
     """The banner's options, a few per line so every generated file fits 120 columns."""
     lines = [""]
@@ -112,7 +102,7 @@ def _vocab(tokenizer: Tokenizer, vocab_size: int) -> tuple[list[bytes], list[lis
 
 
 def _stream_context(program: Program, pinned: dict) -> dict:
-    """The weight stream's C tables (stream.py, firmware/tllm_stream.h)."""
+    """The weight stream's C tables (stream_tables.py, firmware/tllm_stream.h)."""
     plan = program.stream
     if plan is None:
         return {"stream": None, "pinned_at": {}}
@@ -126,40 +116,64 @@ def _stream_context(program: Program, pinned: dict) -> dict:
         "head_chunk": head_chunk(program)}}
 
 
-def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
-              unroll_layers: bool = False) -> EmittedTree:
-    """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py)."""
-    c = program.config
+def report_doc(program: Program) -> dict:
+    """report.json: the plan, the weights' bytes, the stream schedule and the prefill's decisions."""
     plan = program.plan
-    env = _env()
+    doc = plan_json(plan)
+    doc["weights_bytes"] = len(program.blob.data)
+    if program.stream is not None:
+        doc["stream_schedule"] = schedule_json(program)
+    pre = program.prefill
+    if pre is not None:
+        doc["prefill"] = {"batch": pre.batch, "why": pre.why, "batched_buffers": sorted(pre.batched),
+                          "batched_bytes": sum(b.size for b in plan.buffers if b.name in pre.batched)}
+    return doc
+
+
+def _weights_context(program: Program) -> dict:
+    """The weight descriptors tllm_model.c declares: Q4 matrices, kept GGUF
+    matrices, per-channel layers and float vectors (pinned ones point into
+    the SRAM copy)."""
+    all_matrices = sorted({m for call in program.calls for m in call.args.descriptors()}, key=lambda m: m.name)
+    matrices = [m for m in all_matrices if not isinstance(m, GGUFRef)]
+    assert all(isinstance(m, Q4Ref) for m in matrices)
+    check_unique([m.name for m in all_matrices], "matrix")
+    fc_layers = sorted({call.args.layer for call in program.calls if isinstance(call.args, FcS4PerChannel)},
+                       key=lambda f: f.name)
+    vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
+    pinned = pinned_at(program)  # entry -> offset in stream.pinned (copied at boot)
+    vector_refs = [{"name": e.name, "offset": pinned.get(e.name, e.offset), "count": e.nbytes // 4,
+                    "base": "TLLM_P" if e.name in pinned else "TLLM_W"} for e in vectors]
+    return {"matrices": matrices, "gguf_matrices": [m for m in all_matrices if isinstance(m, GGUFRef)],
+            "vectors": vector_refs, "fc_layers": fc_layers, **_stream_context(program, pinned)}
+
+
+def _vocab_context(program: Program, tokenizer: Tokenizer) -> dict:
+    """The vocabulary's tables: in tllm_vocab.c, or in the weights blob (external flash, vocab.py)."""
+    blob = program.blob
+    external = any(e.name == "vocab" for e in blob.entries)
+    chunks, rows = _vocab(tokenizer, program.config.vocab_size) if not external else ([], [])
+    return {"vocab_chunks": chunks, "vocab_offset_rows": rows, "vocab_external": external,
+            "vocab_offsets_at": blob.entry("vocab", "u32").offset if external else 0,
+            "vocab_text_at": blob.entry("vocab", "u8").offset if external else 0}
+
+
+def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
+             unroll_layers: bool) -> dict:
+    """Everything the templates read, computed here (templates do no arithmetic)."""
+    c, plan = program.config, program.plan
     buffers = program.buffers()
     step = step_form(program, unroll_layers)
     check_unique([b.name for b in buffers] + [s.name for s in (step.loop.shared if step.loop else ())], "buffer")
-    all_matrices = sorted({m for call in program.calls for m in _matrices_of(call.args)}, key=lambda m: m.name)
-    matrices = [m for m in all_matrices if not isinstance(m, GGUFRef)]
-    gguf_matrices = [m for m in all_matrices if isinstance(m, GGUFRef)]  # llama.cpp blocks kept as they are
-    fc_layers = sorted({call.args.layer for call in program.calls if isinstance(call.args, FcS4PerChannel)},
-                       key=lambda f: f.name)
-    assert all(isinstance(m, Q4Ref) for m in matrices)
-    check_unique([m.name for m in all_matrices], "matrix")
-    vectors = sorted({e.name: e for e in program.blob.entries if e.kind == "f32"}.values(), key=lambda e: e.name)
-    pinned = pinned_at(program)  # entry -> offset in stream.pinned (copied at boot, stream.py)
-    vector_refs = [{"name": e.name, "offset": pinned.get(e.name, e.offset), "count": e.nbytes // 4,
-                    "base": "TLLM_P" if e.name in pinned else "TLLM_W"} for e in vectors]
-    external = board.weights.storage == "external"
-    option_lines = _option_lines([f"{k}={options[k]}" for k in sorted(options)])
-    vocab_external = any(e.name == "vocab" for e in program.blob.entries)  # in external flash (vocab.py)
-    vocab_chunks, vocab_rows = _vocab(tokenizer, c.vocab_size) if not vocab_external else ([], [])
-
-    ctx = {
+    return {
         "version": __version__, "abi_version": ABI_VERSION, "model_sha256": program.blob.sha256,
-        "arch": c.arch, "n_params": f"{c.n_params():,}", "option_lines": option_lines,
+        "arch": c.arch, "n_params": f"{c.n_params():,}",
+        "option_lines": _option_lines([f"{k}={options[k]}" for k in sorted(options)]),
         "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits,
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
         "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
-        "weights_external": external,
+        "weights_external": board.weights.storage == "external",
         "weights_address": f"0x{board.weights.address:08X}" if board.weights.address is not None else "",
-        "matrices": matrices, "gguf_matrices": gguf_matrices, "vectors": vector_refs, "fc_layers": fc_layers,
         "request_capacity": plan.buffer("request").request.count,
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
@@ -168,50 +182,31 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
         "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
-        "vocab_chunks": vocab_chunks, "vocab_offset_rows": vocab_rows, "vocab_external": vocab_external,
-        "vocab_offsets_at": program.blob.entry("vocab", "u32").offset if vocab_external else 0,
-        "vocab_text_at": program.blob.entry("vocab", "u8").offset if vocab_external else 0, "weights_file": "../weights.bin",
+        "weights_file": "../weights.bin",
         "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
         "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",
-        **_stream_context(program, pinned),
+        **_weights_context(program), **_vocab_context(program, tokenizer),
     }
 
-    def render(name: str, **extra) -> bytes:
-        return env.get_template(name).render(**ctx, **extra).encode()
 
-    files: dict[str, bytes] = {
-        "src/tllm_model.h": render("tllm_model.h.j2"),
-        "src/tllm_model.c": render("tllm_model.c.j2"),
-        "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
-        "weights.bin": program.blob.data,
-        "memory_report.txt": plan_text(plan).encode(),
-        **report_files(plan_json(plan, program)),
-    }
-    if not external:
-        files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
-    for name in RUNTIME_SOURCES + RUNTIME_HEADERS:
-        files[f"runtime/{name}"] = (firmware_dir() / name).read_bytes()
+def _copied_files(board: Board) -> dict[str, bytes]:
+    """The runtime, the CMake functions and the board's own files, as they are."""
+    files = {f"runtime/{name}": (firmware_dir() / name).read_bytes() for name in RUNTIME_SOURCES + RUNTIME_HEADERS}
     files["cmake/arm-none-eabi.cmake"] = (firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_bytes()
     for name in CMAKE_FILES:
         files[f"cmake/{name}"] = (cmake_dir() / name).read_bytes()
     for name in board.sources:
         files[f"board/{name}"] = board.file(name).read_bytes()
     files["board/board.json"] = (board.directory / "board.json").read_bytes()
-    files["board/board_config.h"] = render("board_config.h.j2")
-    files.update(renode_files_for(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
-    if board.linker_script:
-        lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
-            board.file(board.linker_script).read_text())
-        files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
-    # The console firmware: board code and the console protocol around the model library.
-    firmware_sources = (sorted(k for k in files if k.startswith("board/") and k.endswith(".c"))
-                        + [f"runtime/{name}" for name in CONSOLE_SOURCES])
-    files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", firmware_sources=firmware_sources,
-        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(fc_layers), is_arm=board.is_arm)
+    return files
+
+
+def _tokenizer_files(tokenizer: Tokenizer) -> tuple[str, str, dict[str, bytes]]:
+    """(kind, the tokenizer's path in OUT, the files): what `run OUT` and `serve` decode with."""
+    files = {}
     kind, _, tok_path = tokenizer.source.partition(":")
     if tokenizer.hf_json is not None:  # built in memory (a GGUF's metadata): OUT gets it as tokenizer.json
         kind = "hf"
@@ -227,6 +222,44 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files["tokenizer/tokenizer_config.json"] = (json.dumps(
             {"add_bos_token": tokenizer.add_bos, "chat_template": tokenizer.chat_template},
             indent=2, sort_keys=True) + "\n").encode()
+    return kind, tok_name, files
+
+
+def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
+              unroll_layers: bool = False) -> EmittedTree:
+    """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py)."""
+    c, plan = program.config, program.plan
+    env = _env()
+    ctx = _context(program, tokenizer, board, options, unroll_layers)
+
+    def render(name: str, **extra) -> bytes:
+        return env.get_template(name).render(**ctx, **extra).encode()
+
+    files: dict[str, bytes] = {
+        "src/tllm_model.h": render("tllm_model.h.j2"),
+        "src/tllm_model.c": render("tllm_model.c.j2"),
+        "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
+        "weights.bin": program.blob.data,
+        "memory_report.txt": plan_text(plan).encode(),
+        **report_files(report_doc(program)),
+    }
+    if not ctx["weights_external"]:
+        files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
+    files.update(_copied_files(board))
+    files["board/board_config.h"] = render("board_config.h.j2")
+    files.update(renode_files_for(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
+    if board.linker_script:
+        lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
+            board.file(board.linker_script).read_text())
+        files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
+    # The console firmware: board code and the console protocol around the model library.
+    firmware_sources = (sorted(k for k in files if k.startswith("board/") and k.endswith(".c"))
+                        + [f"runtime/{name}" for name in CONSOLE_SOURCES])
+    files["CMakeLists.txt"] = render(
+        "CMakeLists.txt.j2", firmware_sources=firmware_sources,
+        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(ctx["fc_layers"]), is_arm=board.is_arm)
+    kind, tok_name, tok_files = _tokenizer_files(tokenizer)
+    files.update(tok_files)
     manifest = {
         "tokenizer": {"file": tok_name, "kind": kind, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id,
                       "vocab_size": c.vocab_size},

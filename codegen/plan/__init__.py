@@ -1,9 +1,7 @@
-"""Static memory planning: QuantizedGraph -> MemoryPlan.
+"""Static memory planning: LoweredStep -> MemoryPlan.
 
-lifetimes.py finds every run-time buffer and its live range, placer.py is
-the pure offset-assignment algorithm, memory.py ties them to a RAM budget
-and explains what fits when the model does not."""
-from .lifetimes import BufferRequest, Lifetimes, find_lifetimes
-from .memory import MemoryPlan, PlacedBuffer, plan_memory
-
-__all__ = ["BufferRequest", "Lifetimes", "find_lifetimes", "MemoryPlan", "PlacedBuffer", "plan_memory"]
+lifetimes.py derives every run-time buffer and its live range from the
+step's calls (analysis), placer.py is the pure offset-assignment algorithm,
+memory.py places one step at one context in the board's regions and says
+what is over; codesize.py and weights_size.py estimate the code flash and
+the weights blob; report.py and human.py explain a plan."""

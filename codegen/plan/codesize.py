@@ -14,46 +14,36 @@ arm-none-eabi-size's sections):
   + 8 x stream chunks + 12 x pinned       the stream tables (tllm_stream.h), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
-The constants are measured on the STM32H750B-DK build (the largest vectors
-and board code of the Cortex-M boards; QEMU's image is about 750 B smaller)
-with arm-none-eabi-gcc 12.2 -O2, rounded up so the estimate is never below
-the build: a layer's code grows a little with the model's dimensions (wider
-immediates), so the per-layer figures are those of SmolLM2-135M (dim 576),
-the widest model built here.  tests/emu/test_code_flash_estimate.py builds
-models of 1 to 24 layers with each kernel set, KV precision, sampler, stream
-mode, board kind and step form (the loop over LAYERS, or --unroll-layers)
-and checks 0 <= estimate - built <= ERROR_BOUND_BYTES.  Measured with the
-loop form (the default) and unrolled, all nine builds land in the bound;
-the tightest were about 0.1 KiB (one layer) and 3.9 KiB (16 layers
-unrolled and streamed) above, so a runtime that grows by more than about
-0.1 KiB moves RUNTIME_BYTES with it.  Unrolled SmolLM2 on the DK was 948 B above with its
-GGUF blocks kept (28,620 B built) and 1,256 B above re-rounded with
---stream all (87,624 B built, 43,504 B of it the stream table); the loop
-form of the same builds is about 9 KiB smaller (19,252 B kept).  When the runtime or the generated step changes size, that test
-says by how much and these constants follow.  Batched prefill (the default, P = 4 where it fits) added
-15.5 KiB to every Cortex-M7 image (1.7 KiB portable), fitted on the same nine builds with the stream chunk the
-timing model picks (stream.chunk_sizes: smaller chunks, so more matrices span several and keep their loops when
-unrolled): the tightest margins are now 0.25 KiB (the untied qwen2 streamed, unrolled), 0.3 KiB (one layer) and
-0.36 KiB (the same qwen2 streamed, loop)."""
+The runtime's constants are here, each kernel's own on its class in the
+kernel table (kernels/: the int4 KV kernels, the greedy argmax, the
+batched forms of the linears); all are measured on the STM32H750B-DK
+build (the largest vectors and board code of the Cortex-M boards; QEMU's
+image is about 750 B smaller) with arm-none-eabi-gcc 12.2 -O2, rounded up
+so the estimate is never below the build.  A layer's code grows a little
+with the model's dimensions (wider immediates), so the per-layer figures
+are those of SmolLM2-135M (dim 576), the widest model built here.
+tests/emu/test_code_flash_estimate.py builds models of 1 to 24 layers with
+each kernel set, KV precision, sampler, stream mode, board kind and step
+form and checks 0 <= estimate - built <= ERROR_BOUND_BYTES; when the
+runtime or the generated step changes size, it says by how much and these
+constants follow."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..kernels import Attention, StreamedMatvecQ4x4
+from ..lower.records import LoweredStep
 
 RUNTIME_BYTES = {"cortex-m7": 21_888, "portable": 16_256}
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 224, "portable": 288},  # LAYERS[l], KV[l], the matrix descriptors
                    "unrolled": {"cortex-m7": 384, "portable": 448}}
-KV4_BYTES = 1_024
-GREEDY_BYTES = 256
-STREAM_BYTES = 1_536
+STREAM_BYTES = 1_536  # the stream runtime (tllm_stream.h)
 STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 432}
-# Batched prefill (prefill_batch > 1, codegen/prefill.py): the batched kernels (the M7's nine assembly
-# variants of tllm_matmat_q4x4 are most of it), the x16b writers and tllm_model_prefill's loop; unrolled,
-# each layer's batched calls; with a stream, tllm_stream_matmat_q4x4 inlined per matrix.
-PREFILL_BYTES = {"cortex-m7": 15_872, "portable": 2_048}
+# Batched prefill with a stream: tllm_stream_matmat_q4x4 inlined per matrix (unrolled: a matrix of several
+# chunks keeps its loops); unrolled, each layer's batched calls.
+PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}
 PREFILL_UNROLLED_PER_LAYER_BYTES = 640
-PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}  # unrolled: a matrix of several chunks keeps its loops
 PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 320
 STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
@@ -89,41 +79,48 @@ def code_region(board):
     return next((r for r in board.memory.regions if r.use == "code" and r.kind == "flash"), None)
 
 
-def stream_tables(shape, max_seq: int) -> tuple[int, int]:
-    """(chunks, pinned entries) of the stream the step will have."""
-    if shape.stream is None or shape.stream.mode == "off":
-        return 0, 0
-    from ..lower import lower_step
-    from ..stream import stream_step
-
-    plan = stream_step(lower_step(shape, max_seq, shape.sampler), shape.stream).stream
-    return plan.n_chunks, len(plan.pinned)
+def _kernel_bytes(step: LoweredStep) -> int:
+    """The kernels' own constants (kernels/): each kind of call counted once."""
+    kinds = {type(call.args) for call in step.calls}
+    total = sum(k.CODE_BYTES for k in kinds)
+    if step.kv_bits == 4:
+        total += Attention.KV4_CODE_BYTES
+    return total
 
 
-def code_flash(shape, max_seq: int, board, vocab_bytes: int = 0) -> CodeFlash | None:
-    """The code-flash estimate of this shape on this board (None on the host)."""
+def _prefill_bytes(step: LoweredStep, form: str, layers: int) -> int:
+    """The batched prefill's code: the batched forms of the linears, and with
+    a stream tllm_stream_matmat_q4x4."""
+    if step.prefill_batch == 1:
+        return 0
+    streamed = step.stream is not None
+    calls = [call.args.matvec if isinstance(call.args, StreamedMatvecQ4x4) else call.args
+             for call in step.body_calls]
+    kernels = max(a.BATCHED_CODE_BYTES for a in calls)
+    total = kernels + (PREFILL_STREAM_BYTES[form] if streamed else 0)
+    if form == "unrolled":
+        total += (PREFILL_UNROLLED_PER_LAYER_BYTES + (PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES if streamed
+                                                      else 0)) * layers
+    return total
+
+
+def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0) -> CodeFlash | None:
+    """The code-flash estimate of this step (after the stream and prefill
+    passes) on this board (None on the host)."""
     region = code_region(board)
     if region is None:
         return None
-    kernels = "cortex-m7" if shape.kernels == "cortex-m7" else "portable"
-    layers = shape.config.n_layers
-    form = "unrolled" if shape.unroll_layers else "loop"
-    runtime = RUNTIME_BYTES[kernels] + PER_LAYER_BYTES[form][kernels] * layers
-    runtime += KV4_BYTES if shape.kv_bits == 4 else 0
-    runtime += GREEDY_BYTES if shape.sampler == "greedy" else 0
-    chunks, pins = stream_tables(shape, max_seq)
-    streamed = shape.stream is not None and shape.stream.mode != "off"
-    if streamed:
+    kernels = "cortex-m7" if step.kernels == "cortex-m7" else "portable"
+    layers = step.config.n_layers
+    form = "unrolled" if unroll_layers else "loop"
+    runtime = RUNTIME_BYTES[kernels] + PER_LAYER_BYTES[form][kernels] * layers + _kernel_bytes(step)
+    plan = step.stream
+    if plan is not None:
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
-    prefill = 0
-    if shape.prefill_batch > 1:
-        prefill = PREFILL_BYTES[kernels] + (PREFILL_STREAM_BYTES[form] if streamed else 0)
-        if shape.unroll_layers:
-            prefill += (PREFILL_UNROLLED_PER_LAYER_BYTES + (PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES if streamed
-                                                            else 0)) * layers
-    return CodeFlash(runtime + prefill, STREAM_CHUNK_BYTES * chunks + STREAM_PIN_BYTES * pins,
-                     vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size, region.name,
-                     shape.unroll_layers, prefill)
+    prefill = _prefill_bytes(step, form, layers)
+    tables = STREAM_CHUNK_BYTES * plan.n_chunks + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
+    return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,
+                     region.name, unroll_layers, prefill)
 
 
 def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) -> None:

@@ -1,54 +1,28 @@
-"""Buffers and live ranges of one decode step plus the generation loop,
-derived from the lowered step's kernel calls (lower.lower_step declares
-every buffer; nothing here re-decides what lowering decided).
+"""Buffers and live ranges of one lowered decode step plus the generation
+loop, derived from its kernel calls (lower/step.py declares every buffer;
+nothing here re-decides what lowering decided).
 
 Time is the index of a kernel call (0..N-1); the sampler runs at time N.
 Persistent buffers (KV cache, token ids, generation state) live over the
-whole range [0, N].  The kernel conventions lowering follows:
+whole range [0, N].  A call's inputs and outputs are live at once, so only
+a kernel's own in-place contract (the same buffer passed twice) ever shares
+memory within a call.  Declared spans add what the calls do not show: the
+whole generation, the sampler after the last call, or the request parsed
+before the first.
 
-* `linear` reads its input as int8 groups: buffer "<value>.q8" (+ ".qs"
-  scales), made once before the first linear that reads <value> and shared
-  by all of them (q/k/v share one, gate/up share one); with the Cortex-M7
-  kernels one "<value>.x16" stream instead, written by the RMSNorm itself
-  when only linears read its output, and gate/up computed in one pass
-  into "<gate>.gu" with SiLU x up written as a stream (fusion.py);
-* `rope`, `add` and `silu_mul` work in place on their first input when that
-  input is not read afterwards: the output value shares its buffer;
-* `attention` needs scratch "<layer>.att.query_i8" and "<layer>.att.scores";
-* the sampler reads "logits" and needs "sample_idx" [vocab] uint16; a
-  greedy-only build (sampler "greedy") has neither: the classifier runs
-  ARGMAX_CHUNK_ROWS rows at a time into a "logits" buffer of that size and
-  keeps the running argmax (tllm_argmax_q4 / tllm_argmax_q4x4); a
-  "topk:K" build runs the same chunks into a running K-entry set,
-  "topk.value" [K] float and "topk.id" [K] uint16 (kind "topk", live from
-  the classifier to the sampler), and has no "sample_idx" either;
-* a request arriving over the UART lands in "request" before the first step.
-"""
+Sizes grow with the context for some buffers (BufferDecl.per_seq): the live
+ranges do not, so `lifetimes_of` runs once per step and `Lifetimes.at`
+gives the concrete requests at each context the searches try."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from ..kernels.refs import BufferRef, refs_of
+from ..lower.records import LoweredStep
 
 ALIGN = 16  # also lets the 4-row M7 matvec write whole tiles: float outputs round up to 4
-GEN_STATE_BYTES = 64  # sizeof(tllm_gen_state), asserted in the generated C
 CTYPE_BYTES = {"float": 4, "int8_t": 1, "uint16_t": 2, "uint8_t": 1}
-
-
-ARGMAX_CHUNK_ROWS = 64  # classifier rows per chunk in a greedy-only build (a multiple of the q4x4 tile)
-
-
-def logits_rows(c, sampler: str) -> int:
-    """Rows of the logits buffer: the vocabulary, or one classifier chunk
-    (greedy and topk:K builds)."""
-    from ..reference.sampler import top_k_of
-
-    chunked = sampler == "greedy" or top_k_of(sampler) > 0
-    return min(c.vocab_size, ARGMAX_CHUNK_ROWS) if chunked else c.vocab_size
-
-
-def request_bytes(max_seq: int) -> int:
-    """firmware/tllm_request.h: a 40-byte head and up to max_seq uint16 ids."""
-    return 40 + 2 * max_seq
 
 
 def align_up(n: int, a: int = ALIGN) -> int:
@@ -58,8 +32,8 @@ def align_up(n: int, a: int = ALIGN) -> int:
 def placement_of(kind: str) -> str:
     """Where a buffer wants to live.  Touched every layer, small: "hot" (the
     TCM first).  Big and long-lived, streamed once per token: "bulk" (the
-    large AXI SRAM first).  "dma" is for buffers a DMA controller fills or
-    drains (none in today's graph; the planner honours it when asked)."""
+    large AXI SRAM first).  "dma": buffers the weight stream's copy engine
+    fills (lower/stream.py declares them so)."""
     return "bulk" if kind in ("kv", "tokens") else "hot"
 
 
@@ -67,15 +41,17 @@ def placement_of(kind: str) -> str:
 class BufferRequest:
     name: str
     ctype: str  # element type in C
-    count: int  # elements
+    count: int  # elements (plus per_seq x max_seq until `at` fixes the context)
     first: int  # first time step it is live
     last: int  # last time step it is live (inclusive)
-    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk | request | stream | pinned
     align: int = ALIGN
     placement: str = ""  # hot | bulk | dma; "" = by kind (placement_of)
+    per_seq: int = 0  # elements per token of context
 
     @property
     def size(self) -> int:
+        assert self.per_seq == 0, f"{self.name}: size asked before the context is fixed"
         return align_up(self.count * CTYPE_BYTES[self.ctype], self.align)
 
     @property
@@ -97,21 +73,18 @@ class Lifetimes:
                 return b
         raise KeyError(name)
 
+    def at(self, max_seq: int) -> "Lifetimes":
+        """The requests at this context: every count fixed."""
+        return Lifetimes(tuple(dataclasses.replace(b, count=b.count + b.per_seq * max_seq, per_seq=0)
+                               for b in self.buffers), self.n_steps)
 
-def lifetimes_of(step) -> Lifetimes:
-    """Buffers and live ranges of a lowered step (lower.LoweredStep): time is
-    the index of a kernel call, so a buffer is live from the first call that
-    names it to the last; a call's inputs and outputs are live at once, so
-    only a kernel's own in-place contract (the same buffer passed twice) ever
-    shares memory within a call.  Declared spans add what the calls do not
-    show: the whole generation, the sampler after the last call, or the
-    request parsed before the first."""
-    from ..lower import buffers_of  # lowering is the analysis the plan starts from
 
+def lifetimes_of(step: LoweredStep) -> Lifetimes:
+    """Buffers and live ranges of a lowered step (see the module docstring)."""
     end = len(step.calls)
     spans: dict[str, list[int]] = {}
     for i, call in enumerate(step.calls):
-        for ref in buffers_of(call):
+        for ref in refs_of(call.args, BufferRef):
             span = spans.setdefault(ref.name, [i, i])
             span[1] = i
     fixed = {"always": (0, end), "sampler": (end, end), "start": (0, 0)}
@@ -125,14 +98,6 @@ def lifetimes_of(step) -> Lifetimes:
             first, last = spans[d.name]
             if d.kind in ("logits", "topk"):
                 last = end  # read by the sampler
-        requests.append(BufferRequest(d.name, d.ctype, d.count, first, last, d.kind,
-                                      getattr(d, "align", ALIGN), getattr(d, "placement", "")))
+        requests.append(BufferRequest(d.name, d.ctype, d.count, first, last, d.kind, d.align, d.placement,
+                                      d.per_seq))
     return Lifetimes(buffers=tuple(requests), n_steps=end)
-
-
-def find_lifetimes(shape, max_seq: int) -> Lifetimes:
-    """shape: plan.memory.GraphShape (the graph and the options that decide
-    the buffers; no weights need be quantized for `tinyllm-gen plan`)."""
-    from ..lower import lowered_step
-
-    return lifetimes_of(lowered_step(shape, max_seq, shape.sampler, shape.stream, shape.prefill_batch))

@@ -8,7 +8,7 @@ CHART_WIDTH = 64  # offset columns
 CHART_ROWS_MAX = 80
 
 
-def plan_json(plan: MemoryPlan, program=None) -> dict:
+def plan_json(plan: MemoryPlan) -> dict:
     kinds: dict[str, int] = {}
     for b in plan.buffers:
         kinds[b.request.kind] = kinds.get(b.request.kind, 0) + b.size
@@ -44,16 +44,6 @@ def plan_json(plan: MemoryPlan, program=None) -> dict:
             for b in plan.buffers
         ],
     }
-    if program is not None:
-        doc["weights_bytes"] = len(program.blob.data)
-        if getattr(program, "stream", None) is not None:  # the stream schedule (codegen/stream.py)
-            from ..stream import schedule_json
-
-            doc["stream_schedule"] = schedule_json(program)
-        pre = getattr(program, "prefill", None)
-        if pre is not None:  # the batched prefill's decisions (codegen/prefill.py)
-            doc["prefill"] = {"batch": pre.batch, "why": pre.why, "batched_buffers": sorted(pre.batched),
-                              "batched_bytes": sum(b.size for b in plan.buffers if b.name in pre.batched)}
     return doc
 
 

@@ -28,11 +28,9 @@ from typing import Mapping
 import numpy as np
 
 from ..ir import Graph
-from ..abi import Q4X4_BLOCK, Q4X4_TILE  # stated once, with the C side (firmware/tllm_abi.h)
+from ..abi import GROUP_SIZES, Q4X4_BLOCK, Q4X4_TILE  # noqa: F401 (GROUP_SIZES: stated with the C side, abi.py)
 
 Q4_MIN, Q4_MAX = -7, 7
-Q4_PACKING = "q4_rowmajor_lo_first"
-GROUP_SIZES = (32, 64, 128)
 KERNEL_SETS = ("portable", "cortex-m7")
 KV_BITS = (8, 4)  # layouts: quant/kv.py
 
@@ -199,7 +197,6 @@ def x16_stream_bytes(n: int, group_size: int) -> int:
 # start the accumulators), then per block of 8 inputs and per lane pair
 # j = 0..3 the P words (x_p[k+2j], x_p[k+2j+1]) for p = 0..P-1 (one LDM
 # loads them), then P float32 scales.  As long as P x16 streams.
-X16_MAX_BATCH = 4
 
 
 def x16_batch_bytes(n: int, group_size: int, batch: int) -> int:

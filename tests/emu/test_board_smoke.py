@@ -15,7 +15,7 @@ import pytest
 from tinyllm_gen.errors import UserError
 from tinyllm_gen import run
 from tinyllm_gen.board import board_names, load_board
-from tinyllm_gen.emit.regions import static_link_layout
+from tinyllm_gen.emit.link_layout import static_link_layout
 from tinyllm_gen.resources import firmware_dir
 
 FIRMWARE_DIR = firmware_dir()

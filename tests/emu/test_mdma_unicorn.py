@@ -15,8 +15,8 @@ import pytest
 from copy_hook_main import BIG, SMALL, expected_ok_output, main_c, request, source_blob
 from test_board_smoke import CMAKELISTS, TOOLCHAIN_FILE, _cmake_list, write_board_config
 from tinyllm_gen.board import load_board
-from tinyllm_gen.emit.names import ident
-from tinyllm_gen.emit.regions import LinkArena, link_layout
+from tinyllm_gen.kernels.c_names import ident
+from tinyllm_gen.emit.link_layout import LinkArena, link_layout
 from tinyllm_gen.resources import firmware_dir
 from tinyllm_gen.run_unicorn import run_unicorn
 

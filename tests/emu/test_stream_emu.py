@@ -19,7 +19,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.protocol import pack_request, parse_output
 from tinyllm_gen.run import _decode
 from tinyllm_gen.run_unicorn import run_unicorn
-from tinyllm_gen.stream import StreamedEmbedQ4x4
+from tinyllm_gen.kernels import StreamedEmbedQ4x4
 
 pytestmark = pytest.mark.emu
 

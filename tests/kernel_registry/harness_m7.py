@@ -17,7 +17,7 @@ from typing import Sequence
 import jinja2
 
 from tinyllm_gen.board import load_board
-from tinyllm_gen.emit.regions import static_link_layout
+from tinyllm_gen.emit.link_layout import static_link_layout
 from tinyllm_gen.resources import firmware_dir
 
 from .harness_c import WARNINGS, harness_source, runtime_sources

@@ -126,7 +126,7 @@ def canonical_names(n_layers: int) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_every_smollm2_tensor_from_our_blob_equals_gguf_dequantized():
-    from tinyllm_gen.blob import build_blob, gguf_blob_kind
+    from tinyllm_gen.lower.blob import build_blob, gguf_blob_kind
     from tinyllm_gen.compile import CompileOptions, quantize
     from tinyllm_gen.frontends import load_model
     from tinyllm_gen.frontends.gguf import _unpermute_rows

@@ -12,7 +12,7 @@ from tinyllm_gen.quant.calibrated import linear_inputs, quantize_calibrated
 from tinyllm_gen.quant.clip import quantize_q4_clip
 from tinyllm_gen.quant.gptq import damped, inverse_cholesky_upper, output_error, quantize_q4_gptq
 from tinyllm_gen.quant.rtn import quantize_q4_rtn
-from tinyllm_gen.verify import verify_quantized
+from tinyllm_gen.quant.verify import verify_quantized
 
 from tinymodels import make_hf_model
 

@@ -16,8 +16,10 @@ from tinyllm_gen.compile import CompileOptions, compile_path
 from tinyllm_gen.board import load_board
 from tinyllm_gen.emit import emit_tree
 from tinyllm_gen.emit.layer_table import step_form
-from tinyllm_gen.emit.names import check_unique, layer_field, layer_generic
-from tinyllm_gen.lower import BufferRef, KernelCall, Rope
+from tinyllm_gen.kernels.c_names import check_unique, layer_field, layer_generic
+from tinyllm_gen.kernels import Rope
+from tinyllm_gen.kernels.refs import BufferRef
+from tinyllm_gen.lower.records import KernelCall
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 LOOP = "for (int32_t l = 0; l < TLLM_N_LAYERS; l++) {"
@@ -171,7 +173,8 @@ def test_unrolled_host_build_matches_reference(tmp_path):
 
 def test_kept_gguf_blocks_loop_unless_a_layer_keeps_another_format(tmp_path):
     from gguf_firmware import gguf_case
-    from tinyllm_gen.lower import GGUFRef, MatvecGGUF
+    from tinyllm_gen.kernels import MatvecGGUF
+    from tinyllm_gen.kernels.refs import GGUFRef
 
     program = compile_path(gguf_case(tmp_path, "qwen2-q4_1-untied"), CompileOptions(board="host")).program
     loop = step_form(program).loop

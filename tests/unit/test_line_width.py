@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tinyllm_gen.compile import CompileOptions, compile_path
-from tinyllm_gen.emit.c_calls import LINE_WIDTH
+from tinyllm_gen.kernels.c_text import LINE_WIDTH
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 TEXT = (".c", ".h", ".S", ".ld", ".txt", ".cmake", ".resc", ".repl")  # JSON is data (board.json, report.json)

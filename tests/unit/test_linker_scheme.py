@@ -12,9 +12,8 @@ import pytest
 
 from tinyllm_gen.board import board_names, load_board
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
-from tinyllm_gen.emit.regions import linker_variables
-from tinyllm_gen.planning import plan_for
-from tinyllm_gen.plan.memory import shape_of
+from tinyllm_gen.emit.link_layout import linker_variables
+from plans import plan_for
 from tinyllm_gen.resources import boards_dir
 
 ARM_BOARDS = [n for n in board_names() if load_board(n).is_arm]
@@ -43,7 +42,7 @@ def plans(tmp_path_factory):
     for name in ARM_BOARDS:
         board = load_board(name)
         qg = quantize(m, CompileOptions(board=name), board)
-        out[name] = (board, plan_for(shape_of(qg), None, 512 * 1024, board).plan)
+        out[name] = (board, plan_for(qg, None, 512 * 1024, board).plan)
     return out, d
 
 

@@ -7,10 +7,12 @@ import itertools
 
 import pytest
 
+from plans import plan_memory
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph
-from tinyllm_gen.lower import buffers_of, lower_step
+from tinyllm_gen.kernels.refs import BufferRef, refs_of
+from tinyllm_gen.lower.records import StepSource
+from tinyllm_gen.lower.step import lower_step
 from tinyllm_gen.plan.lifetimes import lifetimes_of
-from tinyllm_gen.plan.memory import GraphShape, plan_memory
 
 CONFIG = ModelConfig("qwen2", 96, 160, 3, 6, 2, 16, 320, 96, tied_embeddings=False, qkv_bias=True, eos_ids=(1,))
 MODES = [("portable", "rtn", "full"), ("portable", "rtn", "greedy"), ("cortex-m7", "rtn", "full"),
@@ -18,12 +20,16 @@ MODES = [("portable", "rtn", "full"), ("portable", "rtn", "greedy"), ("cortex-m7
 
 
 def shape(kernels, method, sampler, kv_bits):
-    return GraphShape(build_decoder_graph(CONFIG, {}), 32, kv_bits, kernels, method, sampler)
+    return StepSource(build_decoder_graph(CONFIG, {}), 32, kv_bits, kernels, method)
+
+
+def buffers_of(call):
+    return list(refs_of(call.args, BufferRef))
 
 
 @pytest.mark.parametrize("mode,kv_bits", list(itertools.product(MODES, (8, 4))))
 def test_every_buffer_is_declared_once_and_used(mode, kv_bits):
-    step = lower_step(shape(*mode, kv_bits), 48, mode[2])
+    step = lower_step(shape(*mode, kv_bits), mode[2])
     declared = {d.name: d for d in step.decls}
     assert len(declared) == len(step.decls)
     used = set()
@@ -39,7 +45,7 @@ def test_every_buffer_is_declared_once_and_used(mode, kv_bits):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_live_ranges_follow_the_calls(mode):
-    step = lower_step(shape(*mode, 8), 48, mode[2])
+    step = lower_step(shape(*mode, 8), mode[2])
     lt = lifetimes_of(step)
     end = len(step.calls)
     logits = lt.by_name(step.logits.name)
@@ -55,7 +61,7 @@ def test_live_ranges_follow_the_calls(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_planned_buffers_never_overlap_while_both_live(mode):
-    plan = plan_memory(shape(*mode, 8), 48, 512 * 1024)
+    plan = plan_memory(shape(*mode, 8), 48, 512 * 1024, sampler=mode[2])
     placed = list(plan.buffers)
     for a, b in itertools.combinations(placed, 2):
         if a.region == b.region and a.request.overlaps_in_time(b.request):

@@ -80,27 +80,28 @@ def test_too_big_for_the_board_with_kept_blocks_offers_no_group_size(hf, tmp_pat
     from tinyllm_gen.board import load_board
     from tinyllm_gen.errors import UserError
     from tinyllm_gen.frontends import load_model
-    from tinyllm_gen.plan.memory import GraphShape
-    from tinyllm_gen.planning import check_weights, plan_for
+    from plans import plan_for
+    from tinyllm_gen.fit.search import check_weights
+    from tinyllm_gen.lower.records import StepSource
 
     board = load_board("weact-h750")
     m = load_model(hf)
     for method, hint in (("gguf", False), ("rtn", True)):
-        res = plan_for(GraphShape(m.graph, 32, 8, "portable", method), None, 512 * 1024, board)
+        res = plan_for(StepSource(m.graph, 32, 8, "portable", method), None, 512 * 1024, board)
         with pytest.raises(UserError) as e:
-            check_weights(replace(res, weights_capacity=res.weights_bytes - 1), board.name)
+            check_weights(replace(res, weights_capacity=res.weights_bytes - 1), board.name, 32, method)
         assert ("--group-size 128" in str(e.value)) == hint
 
 
 # ---- the code flash (plan/codesize.py): refused in one line before the linker would
 
 
-def _shape(dim, hidden, layers, n_vocab, kernels="cortex-m7", **kw):
+def _shape(dim, hidden, layers, n_vocab, kernels="cortex-m7"):
     from tinyllm_gen.ir import ModelConfig, build_decoder_graph
-    from tinyllm_gen.plan.memory import GraphShape
+    from tinyllm_gen.lower.records import StepSource
 
     c = ModelConfig("llama", dim, hidden, layers, 4, 2, dim // 4, n_vocab, 64, tied_embeddings=True, eos_ids=(2,))
-    return GraphShape(build_decoder_graph(c, {}), 32, 8, kernels, **kw)
+    return StepSource(build_decoder_graph(c, {}), 32, 8, kernels)
 
 
 def test_plan_refuses_a_model_whose_code_alone_overflows_the_h750_flash(tmp_path):
@@ -108,6 +109,7 @@ def test_plan_refuses_a_model_whose_code_alone_overflows_the_h750_flash(tmp_path
     (the loop form needs about 89 KB and fits).
     (One CLI run: planning 300 layers takes ~20 s, the planner being quadratic.)"""
     from llama2c_shapes import write_llama2c_v0
+    from plans import step_of
     from tinyllm_gen.board import load_board
     from tinyllm_gen.plan.codesize import code_flash
 
@@ -118,37 +120,38 @@ def test_plan_refuses_a_model_whose_code_alone_overflows_the_h750_flash(tmp_path
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "code flash" in lines[0] and "holds 131,072 B (over by" in lines[0] and "drop --unroll-layers" in lines[0]
-    assert code_flash(_shape(16, 32, 300, 64), 8, load_board("stm32h750b-dk")).fits  # the loop form
-    deep = _shape(16, 32, 300, 64, unroll_layers=True)
-    assert code_flash(deep, 8, load_board("qemu-mps2-an500")).fits  # 4 MiB of code memory
-    assert code_flash(deep, 8, load_board("host")) is None  # the OS loads the host's code
+    deep = step_of(_shape(16, 32, 300, 64))
+    assert code_flash(deep, load_board("stm32h750b-dk")).fits  # the loop form
+    assert code_flash(deep, load_board("qemu-mps2-an500"), unroll_layers=True).fits  # 4 MiB of code memory
+    assert code_flash(deep, load_board("host"), unroll_layers=True) is None  # the OS loads the host's code
 
 
 def test_a_stream_table_that_overflows_names_the_chunk_size():
     from tinyllm_gen.board import load_board
     from tinyllm_gen.errors import UserError
-    from tinyllm_gen.planning import check_code, plan_for
-    from tinyllm_gen.stream import StreamOptions
+    from plans import plan_for
+    from tinyllm_gen.fit.search import check_code
+    from tinyllm_gen.lower.records import StreamOptions
 
     board = load_board("stm32h750b-dk")
     shape = _shape(512, 1024, 24, 512)
-    small = plan_for(replace(shape, stream=StreamOptions("all", 1024)), 16, 512 * 1024, board)
+    small = plan_for(shape, 16, 512 * 1024, board, stream=StreamOptions("all", 1024))
     assert small.code.stream_table_bytes > 150 * 1024  # one 4-row tile per chunk: 24,704 chunks
     with pytest.raises(UserError, match=r"stream table .*\(over by .*--stream-chunk"):
         check_code(small, board.name)
-    check_code(plan_for(replace(shape, stream=StreamOptions("all", 64 * 1024)), 16, 512 * 1024, board), board.name)
+    check_code(plan_for(shape, 16, 512 * 1024, board, stream=StreamOptions("all", 64 * 1024)), board.name)
 
 
 def test_the_vocabulary_leaves_code_flash_when_it_does_not_fit_beside_the_code():
     """60 KB of vocabulary fits the 64 KiB reserve rule, but not beside the
     code of 200 layers: it goes to the weights blob, and the blob grows by it."""
+    from plans import plan_for
     from tinyllm_gen.board import load_board
-    from tinyllm_gen.planning import plan_for
 
     board = load_board("stm32h750b-dk")
     vocab = (10_000, 20_000)  # tokens, text bytes: 60,004 B with the offsets
-    shallow = plan_for(_shape(16, 32, 10, 10_000, vocab=vocab), 16, 512 * 1024, board)
-    deep = plan_for(_shape(16, 32, 200, 10_000, vocab=vocab, unroll_layers=True), 16, 512 * 1024, board)
+    shallow = plan_for(_shape(16, 32, 10, 10_000), 16, 512 * 1024, board, vocab=vocab)
+    deep = plan_for(_shape(16, 32, 200, 10_000), 16, 512 * 1024, board, vocab=vocab, unroll_layers=True)
     assert not shallow.vocab_in_weights and shallow.code.vocab_bytes > 60_000 and shallow.code.fits
     assert deep.vocab_in_weights and deep.code.vocab_bytes == 0 and deep.code.fits
     no_vocab = plan_for(_shape(16, 32, 200, 10_000), 16, 512 * 1024, board)

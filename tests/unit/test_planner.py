@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph, expected_weight_shapes
-from tinyllm_gen.plan import plan_memory
+from plans import plan_memory
 from tinyllm_gen.plan.lifetimes import BufferRequest
 from tinyllm_gen.plan.placer import arena_bytes, overlapping_pairs, peak_live_bytes, place
 from tinyllm_gen.plan.report import plan_text

@@ -1,4 +1,4 @@
-"""Batched prefill's decisions (codegen/prefill.py), before any C is built:
+"""Batched prefill's decisions (codegen/lower/prefill.py, fit/search.py), before any C is built:
 which buffers hold P tokens, what the plan counts for them, how `auto`
 picks P against the context, where a batch is refused, and the generated
 tllm_model_prefill.  tests/host/test_prefill_logits.py checks its logits
@@ -7,7 +7,6 @@ its instructions and flash bytes."""
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,11 @@ from tinyllm_gen.board import load_board
 from tinyllm_gen.compile import CompileOptions, compile_path
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph
-from tinyllm_gen.lower import lowered_step
-from tinyllm_gen.plan.memory import GraphShape
-from tinyllm_gen.prefill import CHUNK_OUT, MAX_BATCH, TILE_SPILL, parse_batch, plan_prefill
-from tinyllm_gen.stream import StreamOptions
+from plans import plan_prefill, step_of
+from tinyllm_gen.abi import MAX_BATCH, TILE_SPILL
+from tinyllm_gen.kernels.refs import BufferRef, refs_of
+from tinyllm_gen.lower.prefill import CHUNK_OUT, parse_batch
+from tinyllm_gen.lower.records import StepSource, StreamOptions
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 # head_dim 6: K and V have 6 rows, not whole 4-row tiles (the batched kernel's spill)
@@ -27,14 +27,14 @@ ODD = ModelConfig("llama", 48, 96, 2, 8, 1, 6, 200, 64, tied_embeddings=True, eo
 SMOL = ModelConfig("llama", 576, 1536, 30, 9, 3, 64, 49152, 8192, tied_embeddings=True, eos_ids=(2,))
 
 
-def shape(config=ODD, kernels="cortex-m7", **kw) -> GraphShape:
-    return GraphShape(build_decoder_graph(config, {}), 32, kw.pop("kv_bits", 8), kernels, **kw)
+def shape(config=ODD, kernels="cortex-m7", kv_bits=8, method="rtn") -> StepSource:
+    return StepSource(build_decoder_graph(config, {}), 32, kv_bits, kernels, method)
 
 
 @pytest.mark.parametrize("kernels", ["cortex-m7", "portable"])
 def test_batched_buffers_are_the_layers_activations(kernels):
-    one = lowered_step(shape(kernels=kernels), 32, "full")
-    four = lowered_step(shape(kernels=kernels), 32, "full", prefill_batch=4)
+    one = step_of(shape(kernels=kernels))
+    four = step_of(shape(kernels=kernels), batch=4)
     pre = four.prefill
     assert pre.batch == 4 and one.prefill.batch == 1 and not one.prefill.batched
     kinds = {d.name: d.kind for d in one.decls}
@@ -56,17 +56,16 @@ def test_batched_buffers_are_the_layers_activations(kernels):
 
 
 def _bufs(call):
-    from tinyllm_gen.lower import buffers_of
-    return buffers_of(call)
+    return list(refs_of(call.args, BufferRef))
 
 
 def test_a_stream_adds_one_chunk_buffer_for_the_batch():
-    s = shape(stream=StreamOptions("all", 1024))
-    step = lowered_step(s, 32, "full", s.stream, 3)
+    stream = StreamOptions("all", 1024)
+    step = step_of(shape(), stream=stream, batch=3)
     chunk = step.decl(CHUNK_OUT)
-    rows = max(c.args.chunk_rows for c in step.body_calls if hasattr(c.args, "chunk_rows"))
+    rows = max(c.args.streamed_rows() for c in step.body_calls)
     assert chunk.count == 3 * rows + TILE_SPILL and chunk.span == "always"
-    assert CHUNK_OUT not in {d.name for d in lowered_step(s, 32, "full", s.stream, 1).decls}
+    assert CHUNK_OUT not in {d.name for d in step_of(shape(), stream=stream, batch=1).decls}
 
 
 def test_auto_takes_the_largest_batch_that_fits():
@@ -81,10 +80,11 @@ def test_auto_with_max_seq_auto_keeps_nine_tenths_of_the_context():
     """SmolLM2's shape on the DK (int4 KV): every batch token costs the
     layers' activations, which come out of the KV cache."""
     board = load_board("stm32h750b-dk")
-    s = shape(SMOL, kv_bits=4, sampler="topk:40")
-    seq = {p: plan_prefill(s, "auto", 512 * 1024, board, "off", None, p)[0].plan.max_seq for p in range(1, 5)}
+    s = shape(SMOL, kv_bits=4)
+    seq = {p: plan_prefill(s, "auto", 512 * 1024, board, "off", None, p, "topk:40")[0].plan.max_seq
+           for p in range(1, 5)}
     assert seq[1] > seq[2] > seq[3] > seq[4]
-    res, _ = plan_prefill(s, "auto", 512 * 1024, board, "off", None, "auto")
+    res, _ = plan_prefill(s, "auto", 512 * 1024, board, "off", None, "auto", "topk:40")
     p = res.prefill_batch
     assert seq[p] * 10 >= seq[1] * 9 and (p == MAX_BATCH or seq[p + 1] * 10 < seq[1] * 9)
     assert res.plan.max_seq == seq[p] and f"{seq[p]} tokens of context against {seq[1]}" in res.prefill_why
@@ -154,25 +154,25 @@ def test_generated_tree_is_deterministic_with_a_batch():
 
 @pytest.mark.parametrize("budget_k", [40, 64, 100, 160, 512])
 def test_context_search_equals_bisection(budget_k):
-    """plan.memory.largest_fitting_seq interpolates on the bytes over (each
-    plan places every buffer, and plan_prefill searches once per batch size):
-    its answer is plain bisection's."""
-    from tinyllm_gen.plan import memory
-    from tinyllm_gen.plan.regions import board_memory
+    """fit.search.Planner.largest_fitting_seq interpolates on the bytes over
+    (each plan places every buffer, and the batch search plans once per batch
+    size): its answer is plain bisection's."""
+    from tinyllm_gen.fit.search import Planner
+    from tinyllm_gen.plan.memory import MIN_SEQ
 
     board = load_board("weact-h750")
-    mem = board_memory(board)
+    planner = Planner(board, budget_k * 1024)
     for p in (1, 4):
-        s = replace(shape(kv_bits=4), prefill_batch=p)
+        s = step_of(shape(kv_bits=4), batch=p)
 
         def fits(seq):
-            return memory._plan(s, seq, budget_k * 1024, board.stack_bytes, mem).fits
+            return planner.plan(s, seq).fits
 
-        lo, hi = memory.MIN_SEQ, 4096
+        lo, hi = MIN_SEQ, 4096
         want = None
         if fits(lo):
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
             want = lo
-        assert memory.largest_fitting_seq(s, budget_k * 1024, board.stack_bytes, 4096, mem) == want
+        assert planner.largest_fitting_seq(s, 4096) == want

@@ -16,8 +16,9 @@ import pytest
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph
-from tinyllm_gen.lower import ArgmaxClassifier, RmsNorm, RmsNormX16, lower_step
-from tinyllm_gen.plan.memory import GraphShape
+from tinyllm_gen.kernels import ArgmaxClassifier, RmsNorm, RmsNormX16
+from tinyllm_gen.lower.records import StepSource
+from tinyllm_gen.lower.step import lower_step
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate, head_start_node
 from tinyllm_gen.reference.sampler import Sampler, SamplingOptions
 
@@ -96,7 +97,7 @@ def test_generate_runs_the_classifier_once_per_sampled_token(story, sampling):
 @pytest.mark.parametrize("kernels,method,sampler", [("portable", "rtn", "full"), ("cortex-m7", "rtn", "greedy"),
                                                     ("portable", "per-channel", "full")])
 def test_lowered_head_is_final_norm_and_classifier(kernels, method, sampler):
-    step = lower_step(GraphShape(build_decoder_graph(CONFIG, {}), 32, 8, kernels, method, sampler), 48, sampler)
+    step = lower_step(StepSource(build_decoder_graph(CONFIG, {}), 32, 8, kernels, method), sampler)
     head, body = step.calls[step.head_start:], step.calls[:step.head_start]
     assert all(c.layer is None for c in head) and body[-1].layer == CONFIG.n_layers - 1
     assert isinstance(head[0].args, (RmsNorm, RmsNormX16)) and head[0].label == "norm"
@@ -143,7 +144,7 @@ def test_sequence_without_logits_runs_the_head_only_for_kept_values(story):
 def test_stream_schedule_names_the_heads_chunks():
     """--stream all: the classifier's chunks are the table's last; the firmware
     skips from head_chunk to the next step's chunk 0 (tllm_stream.h)."""
-    from tinyllm_gen.stream import schedule_json, schedule_text
+    from tinyllm_gen.emit.stream_tables import schedule_json, schedule_text
 
     program = compile_path(STORY, CompileOptions(stream="all", stream_chunk=2048, max_seq=64)).program
     doc = schedule_json(program)

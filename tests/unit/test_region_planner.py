@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph
 from tinyllm_gen.plan.lifetimes import BufferRequest
-from tinyllm_gen.plan.memory import GraphShape, auto_max_seq, plan_memory
+from plans import auto_max_seq, plan_memory, planner, step_of
+from tinyllm_gen.fit.search import FitRequest, plan_step
+from tinyllm_gen.lower.records import StepSource
 from tinyllm_gen.plan.placer import overlapping_pairs_regions, place_regions
 from tinyllm_gen.plan.regions import board_memory, check_budget
-from tinyllm_gen.planning import plan_for
 from tinyllm_gen.board import load_board
 
 H7 = ("stm32h750b-dk", "weact-h750")
@@ -22,7 +23,7 @@ KIB = 1024
 def shape(dim, hidden, layers, heads, kv, vocab, seq, kv_bits=8):
     c = ModelConfig("llama", dim, hidden, layers, heads, kv, dim // heads, vocab, seq, tied_embeddings=True,
                     eos_ids=(2,))
-    return GraphShape(build_decoder_graph(c, {}), 32, kv_bits)
+    return StepSource(build_decoder_graph(c, {}), 32, kv_bits)
 
 
 STORIES260K = (64, 172, 5, 8, 4, 512, 512)
@@ -121,7 +122,7 @@ def test_max_seq_auto_picks_the_longest_that_fits_and_reports_the_trade_off():
     s = shape(*STORIES15M, kv_bits=4)
     best = auto_max_seq(s, 256, 512 * KIB, board=board)
     assert plan_memory(s, best, 512 * KIB, board=board).fits
-    res = plan_for(s, "auto", 512 * KIB, board)
+    res = plan_step(planner(512 * KIB, board), step_of(s), s, FitRequest(board, 512 * KIB), "auto")
     assert res.plan.max_seq == best and "int8 KV would fit" in res.trade_off
 
 

@@ -1,4 +1,4 @@
-"""The stream pass (codegen/stream.py): chunks of whole tiles covering every
+"""The stream pass (codegen/lower/stream.py): chunks of whole tiles covering every
 matrix byte, the pin rule, the plan counting the stream buffers, the
 schedule in report.json and `report`, determinism, and option errors."""
 import json
@@ -13,11 +13,14 @@ from tinyllm_gen.board import load_board
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.lower import ArgmaxClassifier, MatvecQ4x4, Q4Ref, lower_step
-from tinyllm_gen.plan.memory import GraphShape
+from plans import plan_streamed
+from tinyllm_gen.kernels import ArgmaxClassifier, MatvecQ4x4, PinCandidate, StreamedMatvecQ4x4
+from tinyllm_gen.kernels.chunks import chunks_of
+from tinyllm_gen.kernels.refs import Q4Ref
+from tinyllm_gen.lower.records import StepSource, StreamOptions
+from tinyllm_gen.lower.step import lower_step
+from tinyllm_gen.lower.stream import choose_pinned, pin_candidates, slot_bytes, stream_step
 from tinyllm_gen.quant.formats import q4x4_bytes_of
-from tinyllm_gen.stream import (PinCandidate, StreamOptions, StreamedMatvecQ4x4, choose_pinned, chunks_of,
-                                pin_candidates, plan_streamed, slot_bytes, stream_step)
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 
@@ -48,15 +51,15 @@ def test_pin_rule_value_then_size():
     assert choose_pinned(cands, 10 ** 9) == {"big", "small", "embed", "rope.cos"}
 
 
-def _shape(sampler="full"):
+def _shape():
     g = load_model(STORY).graph
-    return GraphShape(g, 32, 8, "cortex-m7", "rtn", sampler)
+    return StepSource(g, 32, 8, "cortex-m7", "rtn")
 
 
 def test_stream_all_replaces_every_matvec_and_declares_two_dma_buffers():
-    step = lower_step(_shape("greedy"), 64, "greedy")
-    out = stream_step(step, StreamOptions("all", 4096))
-    assert stream_step(step, StreamOptions("off")) is step
+    step = lower_step(_shape(), "greedy")
+    out = stream_step(step, StreamOptions("all", 4096), 64)
+    assert stream_step(step, StreamOptions("off"), 64) is step
     assert not any(isinstance(c.args, (MatvecQ4x4, ArgmaxClassifier)) for c in out.calls)
     assert sum(isinstance(c.args, StreamedMatvecQ4x4) for c in out.calls) == \
         sum(isinstance(c.args, MatvecQ4x4) for c in step.calls)
@@ -65,7 +68,7 @@ def test_stream_all_replaces_every_matvec_and_declares_two_dma_buffers():
     assert all(d.placement == "dma" and d.span == "always" and d.align == 32 for d in bufs)
     assert out.stream.buffer_bytes <= 4096 and out.stream.n_chunks > len(step.calls) // 4
     with pytest.raises(UserError, match="--kernels cortex-m7"):
-        stream_step(replace(step, kernels="portable"), StreamOptions("all"))
+        stream_step(replace(step, kernels="portable"), StreamOptions("all"), 64)
 
 
 def test_plan_counts_stream_buffers_and_auto_pins_the_260k_blob():
@@ -75,7 +78,7 @@ def test_plan_counts_stream_buffers_and_auto_pins_the_260k_blob():
     assert on.plan.total_bytes >= off.plan.total_bytes + 2 * 1024  # two stream buffers on the budget
     assert {b.region for b in on.plan.buffers if b.request.kind == "stream"} <= set(board.memory.placement["dma"])
     auto, pins = plan_streamed(_shape(), 64, 512 * 1024, board, "auto")
-    names = {p.name for p in pin_candidates(lower_step(_shape(), 64))}
+    names = {p.name for p in pin_candidates(lower_step(_shape()), 64)}
     assert pins.pinned == names  # everything fits: the whole blob is pinned
     assert auto.plan.buffer("stream.pinned").region in board.memory.placement["bulk"]
     host, none = plan_streamed(_shape(), 64, 512 * 1024, load_board("host"), "auto")

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from tinyllm_gen.ir import ModelConfig, build_decoder_graph
-from tinyllm_gen.lower import ArgmaxClassifier, TopKClassifier, lower_step
-from tinyllm_gen.plan.lifetimes import ARGMAX_CHUNK_ROWS, lifetimes_of
-from tinyllm_gen.plan.memory import GraphShape
+from tinyllm_gen.kernels import ArgmaxClassifier, TopKClassifier
+from tinyllm_gen.kernels.classifier import CHUNK_ROWS as ARGMAX_CHUNK_ROWS
+from tinyllm_gen.lower.records import StepSource
+from tinyllm_gen.lower.step import lower_step
+from tinyllm_gen.plan.lifetimes import lifetimes_of
 from tinyllm_gen.reference.sampler import TOP_K_MAX, sampler_problem, top_k_of
 
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
@@ -25,7 +27,7 @@ def cli(*args):
 
 @pytest.mark.parametrize("kernels", ["portable", "cortex-m7"])
 def test_topk_lowering_has_no_logits_vector(kernels):
-    step = lower_step(GraphShape(build_decoder_graph(CONFIG, {}), 32, 8, kernels, "rtn", "topk:100"), 48, "topk:100")
+    step = lower_step(StepSource(build_decoder_graph(CONFIG, {}), 32, 8, kernels, "rtn"), "topk:100")
     decls = {d.name: d for d in step.decls}
     assert "sample_idx" not in decls and decls["logits"].count == ARGMAX_CHUNK_ROWS
     assert (decls["topk.value"].ctype, decls["topk.value"].count) == ("float", 100)

@@ -1,41 +1,37 @@
 """The weights blob's size from shapes alone (no quantization): what `plan`
 reports as flash/QSPI use, equal to the blob `compile` builds.
 
-`blob_items` lists the entries blob.build_blob writes, in its order, with
-each entry's size computed from the matrix shape and its format: q4x4
+`blob_items` lists the entries lower/blob.build_blob writes, in its order,
+with each entry's size computed from the matrix shape and its format: q4x4
 tiles (the Cortex-M7 kernels, gate/up fused into one matrix as
-fusion.fused_gate_up decides), packed nibbles + float32 scales (portable
-and per-channel), a GGUF file's blocks kept as they are (Q4_0 / Q4_1 /
-Q8_0: `kept`, from quant/gguf_keep.kept_formats), the per-channel int32
-tables, the float32 vectors, the RoPE tables and the vocabulary when it
-goes to external flash (vocab.py).  blob.blob_layout then places them with
-the builder's own alignment rule.  tests/unit/test_plan_estimates.py checks
+lower/fusion.fused_gate_up decides), packed nibbles + float32 scales
+(portable and per-channel), a GGUF file's blocks kept as they are (Q4_0 /
+Q4_1 / Q8_0: the source's `kept`, from quant/gguf_keep.kept_formats), the
+per-channel int32 tables, the float32 vectors, the RoPE tables and the
+vocabulary when it goes to external flash (vocab.py).  blob_layout then
+places them with the builder's own alignment rule.  tests/unit/test_plan_estimates.py checks
 plan == built blob, byte for byte in size, for every format."""
 from __future__ import annotations
 
-from typing import Mapping
-
-from ..blob import blob_layout, gguf_blob_kind
-from ..fusion import fused_gate_up
+from ..lower.blob import blob_layout, gguf_blob_kind
+from ..lower.fusion import fused_gate_up
 from ..ir import expected_weight_shapes
+from ..lower.records import StepSource
 from ..quant.formats import gguf_row_bytes, n_groups, q4_row_bytes, q4x4_bytes_of
 
 
-def blob_items(shape, max_seq: int, kept: Mapping[str, str] | None = None,
-               vocab: tuple[int, int] | None = None) -> list[tuple[str, str, int]]:
-    """(name, kind, nbytes) of every blob entry, in build_blob's order.
-    `shape`: a plan.memory.GraphShape; `kept`: weight name -> GGUF qtype of
-    the matrices whose blocks are kept (method "gguf"); `vocab`: (tokens,
-    text bytes) of the vocabulary when it goes into the blob."""
-    g, c = shape.graph, shape.config
-    kept = dict(kept or {}) if shape.method == "gguf" else {}
+def blob_items(src: StepSource, max_seq: int, vocab: tuple[int, int] | None = None) -> list[tuple[str, str, int]]:
+    """(name, kind, nbytes) of every blob entry, in build_blob's order;
+    `vocab`: (tokens, text bytes) of the vocabulary when it goes into the blob."""
+    g, c = src.graph, src.config
+    kept = src.kept_types if src.method == "gguf" else {}
     shapes = expected_weight_shapes(c)  # the graph's weights (verify.py checks them against it); no data needed
     matrices = {n: s for n, s in shapes.items() if len(s) == 2}
     vectors = {n: s[0] for n, s in shapes.items() if len(s) == 1}
-    per_channel = shape.method == "per-channel"
-    group = shape.group_size if not per_channel else 0  # 0: one group (scale) per row
-    q4x4 = shape.kernels == "cortex-m7" and not per_channel
-    pairs = {f.w_gate: f for f in fused_gate_up(shape).values()}
+    per_channel = src.method == "per-channel"
+    group = src.group_size if not per_channel else 0  # 0: one group (scale) per row
+    q4x4 = src.kernels == "cortex-m7" and not per_channel
+    pairs = {f.w_gate: f for f in fused_gate_up(g, src.kernels, src.method).values()}
     in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
     items = []
     for name in sorted(n for n in matrices if n not in kept):
@@ -67,7 +63,6 @@ def blob_items(shape, max_seq: int, kept: Mapping[str, str] | None = None,
     return items
 
 
-def weights_blob_bytes(shape, max_seq: int, kept: Mapping[str, str] | None = None,
-                       vocab: tuple[int, int] | None = None) -> int:
-    """The total bytes build_blob will produce for this shape."""
-    return blob_layout(blob_items(shape, max_seq, kept, vocab))[1]
+def weights_blob_bytes(src: StepSource, max_seq: int, vocab: tuple[int, int] | None = None) -> int:
+    """The total bytes build_blob will produce for this source."""
+    return blob_layout(blob_items(src, max_seq, vocab))[1]

@@ -1,8 +1,8 @@
 """Kernel fusions of the Cortex-M7 kernel set, decided in one place.
 
-Planning (plan/lifetimes.py), lowering (lower.py) and the weights blob
-(blob.py) all ask here, so they cannot disagree about which values exist as
-float buffers. Fusions change where values live, never the arithmetic: the
+Lowering (lower/step.py), the weights blob (lower/blob.py) and its size
+from shapes (plan/weights_size.py) all ask here, so they cannot disagree
+about which values exist as float buffers and which matrices are fused. Fusions change where values live, never the arithmetic: the
 reference needs to know nothing about them.
 
 * norm + quantize: an RMSNorm whose output only linear layers read writes
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .quant.formats import Q4Tensor
+from ..quant.formats import Q4Tensor
 
 
-def m7_fusions_apply(qg) -> bool:
-    return getattr(qg, "kernels", "portable") == "cortex-m7" and getattr(qg, "method", "rtn") != "per-channel"
+def m7_fusions_apply(kernels: str, method: str) -> bool:
+    return kernels == "cortex-m7" and method != "per-channel"
 
 
 def _readers(graph) -> dict[str, list]:
@@ -35,11 +35,11 @@ def _readers(graph) -> dict[str, list]:
     return readers
 
 
-def fused_norm_outputs(qg) -> set[str]:
-    if not m7_fusions_apply(qg):
+def fused_norm_outputs(graph, kernels: str, method: str) -> set[str]:
+    if not m7_fusions_apply(kernels, method):
         return set()
-    readers = _readers(qg.graph)
-    return {n.output for n in qg.graph.nodes if n.op == "rmsnorm" and readers.get(n.output)
+    readers = _readers(graph)
+    return {n.output for n in graph.nodes if n.op == "rmsnorm" and readers.get(n.output)
             and all(r.op == "linear" and r.inputs[0] == n.output for r in readers[n.output])}
 
 
@@ -57,12 +57,11 @@ class GateUp:
         return self.w_gate + "+up"
 
 
-def fused_gate_up(qg) -> dict[str, GateUp]:
+def fused_gate_up(g, kernels: str, method: str) -> dict[str, GateUp]:
     """gate value -> GateUp, for every silu_mul(linear(x, w_gate), linear(x, w_up))
     whose three values nothing else reads (and the act only linears read)."""
-    if not m7_fusions_apply(qg):
+    if not m7_fusions_apply(kernels, method):
         return {}
-    g = qg.graph
     readers = _readers(g)
     producer = {n.output: n for n in g.nodes}
     out: dict[str, GateUp] = {}

@@ -22,8 +22,10 @@ from dataclasses import dataclass, fields
 
 from ..board import Board
 from ..plan.memory import CANARY_BYTES, MemoryPlan
-from ..plan.regions import Region, board_memory
-from .names import ident
+from ..memory_map import Region
+from ..plan.regions import board_memory
+from ..kernels.c_names import ident
+from ..kernels.c_text import block_comment
 
 
 def _section(board: Board, region: str) -> str:
@@ -57,8 +59,6 @@ class LinkRegion:
     @property
     def comment(self) -> str:
         """The note as a block comment at the MEMORY entries' indent, wrapped to the line width."""
-        from .c_calls import block_comment
-
         return block_comment(self.note, 2)
 
 

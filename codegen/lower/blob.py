@@ -28,9 +28,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .abi import BLOB_HEADER_BYTES, BLOB_MAGIC, BLOB_VERSION
+from ..abi import BLOB_HEADER_BYTES, BLOB_MAGIC, BLOB_VERSION
 from .fusion import fused_gate_up, interleave_gate_up
-from .quant.formats import QuantizedGraph, pack_gguf, pack_q4x4
+from ..quant.formats import QuantizedGraph, pack_gguf, pack_q4x4
 
 HEADER_BYTES = BLOB_HEADER_BYTES
 ALIGN = 16
@@ -62,7 +62,7 @@ def blob_layout(items: Sequence[tuple[str, str, int]]) -> tuple[tuple[BlobEntry,
     """Where each (name, kind, nbytes) goes, in this order, each at the next
     multiple of ALIGN after the header, and the blob's total bytes (padded
     to ALIGN).  build_blob places its data with it and `plan` sizes the blob
-    with it (plan/flash.py), so the two cannot disagree."""
+    with it (plan/weights_size.py), so the two cannot disagree."""
     entries = []
     offset = HEADER_BYTES
     for name, kind, nbytes in items:
@@ -81,7 +81,7 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
     def put(name: str, kind: str, data: bytes) -> None:
         items.append((name, kind, data))
 
-    pairs = {f.w_gate: f for f in fused_gate_up(qg).values()}
+    pairs = {f.w_gate: f for f in fused_gate_up(qg.graph, qg.kernels, qg.method).values()}
     in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
     for name in sorted(qg.q4):
         t = qg.q4[name]

@@ -1,0 +1,386 @@
+"""The searches over one lowered step: which prefill batch, stream chunk,
+pinned weights and context to build.  The one place that tries
+candidates; lowering runs once before it (lower/step.py) and the planner
+places what it is handed (plan/memory.py).
+
+From the outside in:
+
+* prefill batch (`--prefill-batch auto`): the largest P (4..1) whose plan
+  fits the context asked for (and the code flash); with `--max-seq auto`,
+  the largest P that keeps at least AUTO_CONTEXT_TENTHS / 10 of the context
+  P = 1 gets (a batch costs P x the layers' activations, which comes out of
+  the KV cache);
+* stream chunk (`--stream all|auto`): the timing model's first choice
+  (`chunk_sizes`), halved while the plan does not fit;
+* pins (`--stream auto`): what fits in the SRAM the plan leaves (first-fit
+  decreasing by flash bytes saved, lower/stream.choose_pinned), shrunk
+  until the plan with the pinned buffer fits;
+* context (`--max-seq auto`): the largest that fits (`largest_fitting_seq`:
+  interpolation on the bytes over, then bisection).
+
+Each candidate is the base step with the passes applied (lower/stream.py,
+lower/prefill.py: cheap rewrites of the step), its lifetimes derived once
+(plan/lifetimes.py) and placed at each context tried."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..abi import MAX_BATCH
+from ..board import Board
+from ..errors import UserError
+from ..lower.prefill import batch_step, unbatchable
+from ..lower.records import LoweredStep, StepSource, StreamOptions
+from ..lower.step import with_kv_bits
+from ..lower.stream import MODES, choose_pinned, pin_candidates, stream_step
+from ..plan.codesize import CodeFlash, check_code_flash, code_flash
+from ..plan.lifetimes import Lifetimes, lifetimes_of
+from ..plan.memory import CANARY_BYTES, MIN_SEQ, MemoryPlan, plan_lifetimes, what_is_over
+from ..plan.regions import check_budget
+from ..plan.weights_size import weights_blob_bytes
+from ..timing import estimated_workload, predict
+from ..vocab import vocab_goes_to_weights, vocab_nbytes
+
+AUTO = "auto"
+AUTO_CONTEXT_TENTHS = 9  # --max-seq auto: a batch may cost at most a tenth of the context P = 1 gets
+INTERPOLATION_ROUNDS = 4  # then plain bisection: the plan's bytes need not be linear in the context
+CHUNK_FALLBACK = (16 * 1024, 8 * 1024, 4 * 1024, 2 * 1024, 1024)
+CHUNK_CANDIDATES = (1024, 2048, 4096, 8192, 16 * 1024, 32 * 1024)
+CHUNK_TOLERANCE = 0.005  # a chunk within 0.5% of the best predicted tokens/s is as good: the smallest such wins
+PIN_ROUNDS = 8  # the pinned buffer changes the placement: shrink the SRAM offered this many times at most
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """What the user asked for that the searches decide over."""
+
+    board: Board
+    budget: int
+    max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits
+    stream: str = "off"  # off | all | auto
+    stream_chunk: int | None = None  # bytes per chunk; None: the timing model's choice
+    prefill_batch: str | int = "auto"  # "auto" or 1..MAX_BATCH
+    vocab: tuple[int, int] | None = None  # (tokens, text bytes) the board prints; None: unknown (no tokenizer)
+    unroll_layers: bool = False  # compile --unroll-layers (the code flash)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What the searches chose: the step with its passes, its plan, and the
+    checks of the flash it needs."""
+
+    step: LoweredStep  # the stream and prefill passes applied: what bind and emit get
+    plan: MemoryPlan
+    weights_bytes: int
+    weights_capacity: int | None  # bytes the board holds for weights (None: no limit)
+    seq_note: "SeqNote"  # what --max-seq auto chose (and the other KV precision's figure, on demand)
+    vocab_in_weights: bool = False  # the vocabulary goes into the weights blob (vocab.py)
+    code: CodeFlash | None = None  # the code-flash estimate; None on the host
+    prefill_why: str = ""  # how the prefill batch was chosen
+    stream: StreamOptions | None = None  # the stream options planned (None: weights in place)
+
+    @property
+    def prefill_batch(self) -> int:
+        return self.step.prefill_batch
+
+    @property
+    def trade_off(self) -> str:
+        return self.seq_note.text()
+
+
+class Planner:
+    """Plans of candidate steps on one board and budget; each step's
+    lifetimes are derived once, whatever the contexts tried."""
+
+    def __init__(self, board: Board, budget: int):
+        self.board, self.budget, self.mem, self.stack = board, budget, board.memory, board.stack_bytes
+        self._lifetimes: dict[int, tuple[LoweredStep, Lifetimes]] = {}
+
+    def lifetimes(self, step: LoweredStep) -> Lifetimes:
+        hit = self._lifetimes.get(id(step))
+        if hit is None or hit[0] is not step:
+            hit = self._lifetimes[id(step)] = (step, lifetimes_of(step))
+        return hit[1]
+
+    def plan(self, step: LoweredStep, max_seq: int, budget: int | None = None) -> MemoryPlan:
+        return plan_lifetimes(self.lifetimes(step), max_seq, self.budget if budget is None else budget, self.stack,
+                              self.mem, step.kv_bits)
+
+    def largest_fitting_seq(self, step: LoweredStep, upper: int) -> int | None:
+        """The largest context in [MIN_SEQ, upper] whose plan fits (fitting is
+        monotone in the context).  Each plan places every buffer, so the search
+        interpolates on the bytes over (the KV cache is linear in the context:
+        the first guess is usually right, checked with its neighbour) and falls
+        back to bisection; the answer is bisection's."""
+        lo, hi = MIN_SEQ, upper
+        if hi < lo:
+            return None
+        p_lo = self.plan(step, lo)
+        if not p_lo.fits:
+            return None
+        p_hi = self.plan(step, hi)
+        if p_hi.fits:
+            return hi
+        o_lo, o_hi = _over_bytes(p_lo), _over_bytes(p_hi)  # fits(lo), not fits(hi)
+        for _ in range(INTERPOLATION_ROUNDS):
+            if hi - lo <= 1:
+                return lo
+            guess = lo + (hi - lo) * -o_lo // max(1, o_hi - o_lo) if o_hi > o_lo else (lo + hi) // 2
+            guess = min(max(guess, lo + 1), hi - 1)
+            p = self.plan(step, guess)
+            if p.fits:
+                lo, o_lo, nxt = guess, _over_bytes(p), guess + 1
+            else:
+                hi, o_hi, nxt = guess, _over_bytes(p), guess - 1
+            if lo < nxt < hi:  # the neighbour on the other side settles it
+                q = self.plan(step, nxt)
+                if q.fits:
+                    lo, o_lo = nxt, _over_bytes(q)
+                else:
+                    hi, o_hi = nxt, _over_bytes(q)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.plan(step, mid).fits:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def plan_or_explain(self, step: LoweredStep, max_seq: int) -> MemoryPlan:
+        """The plan at this context, or a UserError saying what is over and what would fit."""
+        if max_seq < MIN_SEQ:
+            raise UserError(f"--max-seq {max_seq} is too small: use at least {MIN_SEQ}")
+        plan = self.plan(step, max_seq)
+        if plan.fits:
+            return plan
+        raise UserError(self.explain_over(step, plan))
+
+    def auto_max_seq(self, step: LoweredStep, context: int) -> int:
+        """--max-seq auto: the longest context (<= the model's) that fits."""
+        best = self.largest_fitting_seq(step, context)
+        if best is None:
+            plan = self.plan(step, MIN_SEQ)
+            raise UserError(f"--max-seq auto: not even {MIN_SEQ} tokens fit: " + self.explain_over(step, plan))
+        return best
+
+    def fixes(self, step: LoweredStep, plan: MemoryPlan) -> list[str]:
+        """Options that would make this plan fit, cheapest change first; the
+        --max-seq option (if any) comes last so the sentence ends on a number.
+        Every alternative is planned with the same step, changing only the
+        option it suggests."""
+        out = []
+        need = max(plan.total_bytes, plan.budget_bytes)
+        if plan.total_bytes > plan.budget_bytes and need <= self.mem.sram_bytes:
+            bigger = -(-need // 1024) * 1024
+            if self.plan(step, plan.max_seq, bigger).fits:
+                out.append(f"--ram-budget {bigger // 1024}K")
+        if step.kv_bits == 8:
+            kv4 = with_kv_bits(step, 4)
+            if self.plan(kv4, plan.max_seq).fits:
+                out.append("--kv-bits 4")
+            else:
+                best4 = self.largest_fitting_seq(kv4, plan.max_seq)
+                if best4:
+                    out.append(f"--kv-bits 4 --max-seq {best4}")
+        best = self.largest_fitting_seq(step, plan.max_seq)
+        if best:
+            out.append(f"--max-seq {best}")
+        return out
+
+    def explain_over(self, step: LoweredStep, plan: MemoryPlan) -> str:
+        kv = f"KV cache int{plan.kv_bits} at {plan.max_seq} tokens is {plan.kv_cache_bytes:,} B"
+        act = plan.arena_bytes - plan.kv_cache_bytes - CANARY_BYTES * len(plan.regions)
+        opts = self.fixes(step, plan)
+        fix = ("fits with " + (", ".join(opts[:-1]) + " or " + opts[-1] if len(opts) > 1 else opts[0]) if opts else
+               f"even --max-seq {MIN_SEQ} does not fit: raise --ram-budget or use a smaller model")
+        return (f"{what_is_over(plan)}: {kv}, activations and scratch peak at {act:,} B, "
+                f"stack {self.stack:,} B; {fix}")
+
+
+def _over_bytes(plan: MemoryPlan) -> int:
+    """Bytes over the budget (negative: under): what the context's KV cache
+    uses up, linearly.  A region that is full first only makes the
+    interpolation's guess wrong, which the neighbour check and bisection
+    then correct."""
+    return plan.total_bytes - plan.budget_bytes
+
+
+@dataclass(frozen=True)
+class SeqNote:
+    """What --max-seq auto chose, said on demand: the other KV precision's
+    context costs a search of plans."""
+
+    planner: Planner | None = None  # None: the context was given, nothing to say
+    step: LoweredStep | None = None
+    chosen: int = 0
+
+    def text(self) -> str:
+        if self.planner is None:
+            return ""
+        step, p = self.step, self.planner
+        other = 4 if step.kv_bits == 8 else 8
+        alt = p.largest_fitting_seq(with_kv_bits(step, other), step.config.max_seq)
+        alt_text = f"{alt} tokens" if alt else "nothing"
+        return (f"--max-seq auto: {self.chosen} tokens with int{step.kv_bits} KV in {p.budget:,} B "
+                f"(int{other} KV would fit {alt_text}; the model's context is {step.config.max_seq})")
+
+
+def model_context(config, requested: int | None) -> int:
+    """The context to compile for: the model's own (max_position_embeddings,
+    or a Phi-3 sliding window), or a smaller one the user asked for."""
+    if requested is None:
+        return config.max_seq
+    if requested > config.max_seq:
+        raise UserError(f"--max-seq {requested} exceeds the model's context of {config.max_seq} tokens: "
+                        f"use at most {config.max_seq}")
+    return requested
+
+
+def plan_step(planner: Planner, step: LoweredStep, src: StepSource, req: FitRequest,
+              requested_seq: int | str | None) -> Fitted:
+    """One candidate: pick the context, plan, and size the flash it needs."""
+    board = req.board
+    check_budget(board.memory, req.budget)
+    if requested_seq == AUTO:
+        seq = planner.auto_max_seq(step, step.config.max_seq)
+        note = SeqNote(planner, step, seq)
+    else:
+        seq, note = model_context(step.config, requested_seq), SeqNote()
+    plan = planner.plan_or_explain(step, seq)
+    code = code_flash(step, board, req.unroll_layers)  # without the vocabulary: it goes where it fits
+    vocab = vocab_nbytes(*req.vocab) if req.vocab is not None else 0
+    external_vocab = req.vocab is not None and vocab_goes_to_weights(board, vocab, code.total_bytes if code else 0)
+    if code is not None and req.vocab is not None and not external_vocab:
+        code = code_flash(step, board, req.unroll_layers, vocab)
+    wbytes = weights_blob_bytes(src, seq, req.vocab if external_vocab else None)
+    return Fitted(step, plan, wbytes, board.weights.max_bytes, note, external_vocab, code,
+                  stream=step.stream.options if step.stream is not None else None)
+
+
+def chunk_sizes(config, group_size: int, board: Board) -> tuple[int, ...]:
+    """The chunk sizes to try, first choice first.  On a board that streams
+    from QUADSPI the timing model decides (timing.mode_seconds, DWUP): per
+    chunk the larger of compute and transfer, plus one command per chunk and
+    the pipeline fill, so small chunks pay commands and large ones a longer
+    fill.  The first choice is the smallest chunk within CHUNK_TOLERANCE of
+    the best predicted decode tokens/s (the SRAM it saves goes to the
+    context), then the halvings below it for plans that are short of SRAM.
+    Elsewhere (host, QEMU: no link to model) 16 KiB, halved.  Two buffers:
+    one transfer is in flight at a time (tllm_board.h), so a third buffer
+    would hold a chunk nobody can start yet."""
+    if board.qspi_flash is None:
+        return CHUNK_FALLBACK
+    w = estimated_workload(config, group_size)
+    tok = {c: predict(board, w, chunk_bytes=c)["modes"]["dwup"]["tokens_per_s"] for c in CHUNK_CANDIDATES}
+    best = max(tok.values())
+    first = min(c for c, t in tok.items() if t >= best * (1 - CHUNK_TOLERANCE))
+    return tuple(c for c in sorted(CHUNK_CANDIDATES, reverse=True) if c <= first)
+
+
+def free_bytes(plan: MemoryPlan, board: Board) -> int:
+    """SRAM the plan leaves: under the budget, and inside one bulk region
+    (the pinned buffer is one buffer)."""
+    mem = board.memory
+    used = {r.name: r.used_bytes for r in plan.regions}
+    bulk = mem.placement.get("bulk", ())
+    room = max((mem.region(n).size - used.get(n, 0) for n in bulk), default=0)
+    return max(0, min(plan.budget_bytes - plan.total_bytes, room))
+
+
+def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitRequest, batch: int,
+               requested_seq: int | str | None) -> Fitted:
+    """The stream pass in the plan: `off` unchanged; `all` streams every
+    tiled matrix; `auto` streams on boards whose weights are external and
+    pins what fits in the SRAM left.  The chunk size is the request's or
+    chunk_sizes' first choice, halved (down to 1 KiB) while the plan does
+    not fit."""
+    mode, board = req.stream, req.board
+    if mode not in MODES:
+        raise UserError(f"--stream {mode} is not known: choose {', '.join(MODES)}")
+    if mode != "off" and src.method == "per-channel":
+        raise UserError(f"--stream {mode} streams the group scheme's q4x4 matrices; --quant per-channel reads its "
+                        "layers in place: drop one of them")
+    context = base.config.max_seq
+    if mode == "off" or (mode == AUTO and board.weights.storage != "external"):
+        return plan_step(planner, batch_step(base, batch), src, req, requested_seq)
+    sizes = (req.stream_chunk,) if req.stream_chunk else chunk_sizes(base.config, base.group_size, board)
+    err = None
+    for size in sizes:
+        opts = StreamOptions(mode, size)
+        try:
+            planned = plan_step(planner, batch_step(stream_step(base, opts, context), batch), src, req, requested_seq)
+            break
+        except UserError as e:
+            err = e
+    else:
+        raise err
+    if mode != AUTO:
+        return planned
+    seq = planned.plan.max_seq
+    candidates = pin_candidates(base, seq)
+    left = free_bytes(planned.plan, board)
+    for _ in range(PIN_ROUNDS):
+        pins = choose_pinned(candidates, left)
+        if not pins:
+            break
+        pinned = dataclasses.replace(opts, pinned=pins)
+        try:
+            return plan_step(planner, batch_step(stream_step(base, pinned, seq), batch), src, req, seq)
+        except UserError:
+            left = left * 7 // 8
+    return planned
+
+
+def fit(base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None = None) -> Fitted:
+    """The prefill batch, stream chunk, pins and context for `base` (see
+    the module docstring).  memo: batch -> fit_stream's result or its
+    UserError, shared with the trade-off tables (fit/tradeoffs.py)."""
+    planner = Planner(req.board, req.budget)
+    memo = {} if memo is None else memo
+    batch = req.prefill_batch
+    reason = unbatchable(base)
+    if batch != AUTO:
+        if batch > 1 and reason:
+            raise UserError(f"--prefill-batch {batch}: {reason}; use --prefill-batch 1 (or auto)")
+        return dataclasses.replace(batched(memo, planner, base, src, req, batch), prefill_why=f"--prefill-batch {batch}")
+    one = batched(memo, planner, base, src, req, 1)
+    if reason:
+        return dataclasses.replace(one, prefill_why=f"auto: 1 ({reason})")
+    floor = -(-one.plan.max_seq * AUTO_CONTEXT_TENTHS // 10) if req.max_seq == AUTO else 0
+    for p in range(MAX_BATCH, 1, -1):
+        try:
+            res = batched(memo, planner, base, src, req, p)
+        except UserError:
+            continue
+        if res.code is not None and not res.code.fits:
+            continue  # the batched kernels would not fit the code flash: a smaller P saves nothing, 1 does
+        if res.plan.max_seq >= floor:
+            note = (f"auto: {p} (the largest whose plan fits)" if req.max_seq != AUTO else
+                    f"auto: {p} ({res.plan.max_seq} tokens of context against {one.plan.max_seq} at 1)")
+            return dataclasses.replace(res, prefill_why=note)
+    return dataclasses.replace(one, prefill_why="auto: 1 (no larger batch fits beside the context)")
+
+
+def batched(memo: dict, planner: Planner, base: LoweredStep, src: StepSource, req: FitRequest, p: int) -> Fitted:
+    """fit_stream at prefill batch p, once per p (a UserError is kept and raised again)."""
+    if p not in memo:
+        try:
+            memo[p] = fit_stream(planner, base, src, req, p, req.max_seq)
+        except UserError as e:
+            memo[p] = e
+    if isinstance(memo[p], UserError):
+        raise memo[p]
+    return memo[p]
+
+
+def check_code(fitted: Fitted, board_name: str) -> None:
+    """One line when the image will overflow the board's code flash (before the linker says so)."""
+    check_code_flash(fitted.code, board_name, fitted.stream is not None)
+
+
+def check_weights(fitted: Fitted, board_name: str, group_size: int, method: str) -> None:
+    limit = fitted.weights_capacity
+    if limit is not None and fitted.weights_bytes > limit:
+        hint = " or --group-size 128 (fewer scales)" if group_size < 128 and method != "gguf" else ""
+        raise UserError(f"weights are {fitted.weights_bytes:,} B but board {board_name} holds {limit:,} B of "
+                        f"weights (over by {fitted.weights_bytes - limit:,} B): use a smaller model{hint}")

@@ -1,0 +1,62 @@
+"""RoPE and attention over the KV cache.
+
+Attention stores this position's k and v (int8 with one scale per head,
+tllm_attention_i8, or group-wise int4, tllm_attention_kv4: quant/kv.py),
+then attends over positions 0..pos.  In a batched prefill it runs token by
+token in order, so its query and score scratch hold one token's values."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .base import Kernel
+from .c_text import CArg, CCall, KV, buf, fixed, shape
+from .refs import BufferRef
+
+
+@dataclass(frozen=True)
+class Rope(Kernel):
+    x: BufferRef
+    n_heads: int
+    head_dim: int
+
+    def c_call(self) -> CCall:
+        return CCall("tllm_rope", (buf(self.x), shape(self.n_heads), shape(self.head_dim), fixed("rope_cos"),
+                                   fixed("rope_sin")))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        return f"rope {self.n_heads}x{self.head_dim} in place", self.x
+
+
+@dataclass(frozen=True)
+class Attention(Kernel):
+    """Attention over the KV cache: int8 (tllm_attention_i8) or group-wise
+    int4 (tllm_attention_kv4, quant/kv.py); the scratch is the same."""
+
+    KV4_CODE_BYTES: ClassVar[int] = 1_024  # the int4 KV kernels (measured)
+    layer: int
+    q: BufferRef
+    k: BufferRef
+    v: BufferRef
+    k_cache: BufferRef
+    v_cache: BufferRef
+    k_scale: BufferRef
+    v_scale: BufferRef
+    q8: BufferRef
+    scores: BufferRef
+    out: BufferRef
+    kv_bits: int = 8
+    group: int = 0  # int4 elements per scale along head_dim (kv_bits 4)
+
+    def c_call(self) -> CCall:
+        fn, table = ("tllm_attention_kv4", "KV4") if self.kv_bits == 4 else ("tllm_attention_i8", "KV")
+        kv = CArg(f"&{table}[{self.layer}]", KV, self.layer, name=table)  # name: the table the loop indexes with l
+        return CCall(fn, (fixed("&ATTENTION_SHAPE"), buf(self.q), buf(self.k), buf(self.v), kv, fixed("pos"),
+                          buf(self.q8), buf(self.scores), buf(self.out)))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        kv = f"int4 KV g{self.group}" if self.kv_bits == 4 else "int8 KV"
+        return f"attention over {kv} (stores k,v at pos)", self.out
+
+    def per_token_scratch(self) -> frozenset:
+        return frozenset((self.q8.name, self.scores.name))

@@ -1,0 +1,147 @@
+"""The classifier without a [vocab] logits vector: greedy argmax and top-K.
+
+`--sampler greedy` and `--sampler topk:K` builds run the classifier's
+matvec `chunk_rows` rows at a time into a small logits buffer and keep,
+over all chunks, the first maximum (tllm_argmax_*'s order) or the running
+set of the K largest logits (tllm_topk_push: value descending, id
+ascending; the sampler draws from the set, reference/sampler.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .base import Chunk, Kernel, PinCandidate
+from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, shape, vec
+from .chunks import chunks_of
+from .matvec import Matvec, MatvecQ4x4, streamed_note
+from .refs import BufferRef, GGUFRef, Q4Ref
+
+CHUNK_ROWS = 64  # classifier rows per chunk (a multiple of the q4x4 tile)
+
+
+def chunk_rows_for(vocab_size: int) -> int:
+    """Rows of the logits buffer of a chunked classifier."""
+    return min(vocab_size, CHUNK_ROWS)
+
+
+def _what(mv: Matvec, rows: int, keeps: str) -> str:
+    m = mv.matrix
+    return f"{mv.layout_name} classifier {m.rows}x{m.cols} g{m.group}, {keeps} over {rows}-row chunks"
+
+
+@dataclass(frozen=True)
+class ArgmaxClassifier(Kernel):
+    """Greedy-only builds: the token, without a [vocab] logits vector."""
+
+    CODE_BYTES: ClassVar[int] = 256  # the argmax over chunks (measured)
+    matvec: Matvec
+    chunk_rows: int
+
+    @property
+    def matrix(self) -> Q4Ref | GGUFRef:
+        return self.matvec.matrix
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_argmax_{self.matvec.layout}", tuple(self.matvec.c_args() + [shape(self.chunk_rows)]),
+                     "greedy_token = ")
+
+    def describe(self) -> tuple[str, BufferRef]:
+        return _what(self.matvec, self.chunk_rows, "argmax"), self.matvec.out
+
+    def streamed(self, chunk_bytes: int) -> "StreamedArgmaxQ4x4 | None":
+        if not isinstance(self.matvec, MatvecQ4x4):
+            return None
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return StreamedArgmaxQ4x4(self, rows, chunks)
+
+    def pin_candidate(self) -> PinCandidate | None:
+        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
+
+
+@dataclass(frozen=True)
+class TopKClassifier(Kernel):
+    """`--sampler topk:K` builds: each chunk pushed into the running K-entry
+    set held in `value` / `ids`."""
+
+    matvec: Matvec
+    chunk_rows: int
+    k: int  # entries of the set (K <= vocab, lowering checks)
+    value: BufferRef  # float[k]
+    ids: BufferRef  # uint16_t[k]
+
+    @property
+    def matrix(self) -> Q4Ref | GGUFRef:
+        return self.matvec.matrix
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_topk_{self.matvec.layout}",
+                     tuple(self.matvec.c_args() + [shape(self.chunk_rows), fixed("&topk_set")]))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        return _what(self.matvec, self.chunk_rows, f"top-{self.k} set"), self.value
+
+    def streamed(self, chunk_bytes: int) -> "StreamedTopKQ4x4 | None":
+        if not isinstance(self.matvec, MatvecQ4x4):
+            return None
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return StreamedTopKQ4x4(self, rows, chunks)
+
+    def pin_candidate(self) -> PinCandidate | None:
+        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
+
+
+@dataclass(frozen=True)
+class StreamedArgmaxQ4x4(Kernel):
+    """The greedy classifier over the stream: per chunk, argmax_rows rows at
+    a time into the logits chunk, one running first maximum over all."""
+
+    CODE_BYTES: ClassVar[int] = 256
+    argmax: ArgmaxClassifier
+    chunk_rows: int
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref:
+        return self.argmax.matrix
+
+    def c_call(self) -> CCall:
+        mv = self.argmax.matvec
+        return CCall("tllm_stream_argmax_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
+                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
+                                                 vec(mv.bias), buf(mv.out), shape(self.argmax.chunk_rows)),
+                     "greedy_token = ")
+
+    def describe(self) -> tuple[str, BufferRef]:
+        what, out = self.argmax.describe()
+        return what + streamed_note(self.chunks, self.chunk_rows), out
+
+    def stream_chunks(self) -> tuple[Chunk, ...]:
+        return self.chunks
+
+
+@dataclass(frozen=True)
+class StreamedTopKQ4x4(Kernel):
+    """The top-K classifier over the stream: per chunk, chunk_rows rows at a
+    time into the logits chunk, each pushed into the running K-entry set."""
+
+    topk: TopKClassifier
+    chunk_rows: int
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref:
+        return self.topk.matrix
+
+    def c_call(self) -> CCall:
+        mv = self.topk.matvec
+        return CCall("tllm_stream_topk_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
+                                               chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
+                                               vec(mv.bias), buf(mv.out), shape(self.topk.chunk_rows),
+                                               fixed("&topk_set")))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        what, out = self.topk.describe()
+        return what + streamed_note(self.chunks, self.chunk_rows), out
+
+    def stream_chunks(self) -> tuple[Chunk, ...]:
+        return self.chunks

@@ -1,0 +1,177 @@
+"""Linear layers: a weight matrix times the quantized activations.
+
+Three weight layouts, each with its activation format: "q4" (packed
+nibbles and float32 scales, int8 activations with one scale per group:
+tllm_matvec_q4), "q4x4" (4-row tiles for the Cortex-M7 SMLAD kernels, the
+int16 "x16" activation stream: tllm_matvec_q4x4) and llama.cpp's kept
+blocks (Q4_0 / Q4_1 / Q8_0 with int8 activations: tllm_matvec_q40/q41/q80).
+Each has a batched form for tllm_model_prefill (tllm_matmat_*: every
+weight read once for the batch's tokens); q4x4 also streams."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .base import BatchContext, Chunk, Kernel, PinCandidate
+from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, vec
+from .chunks import chunks_of, whole_matrix_bytes
+from .refs import BufferRef, GGUFRef, Q4Ref, VectorRef
+
+
+def _bias(bias: VectorRef | None) -> str:
+    return " +bias" if bias else ""
+
+
+@dataclass(frozen=True)
+class MatvecQ4(Kernel):
+    """tllm_matvec_q4: packed nibbles, int8 activations (portable)."""
+
+    BATCHED_CODE_BYTES: ClassVar[int] = 2_048  # the portable batched kernels and tllm_model_prefill (measured)
+    matrix: Q4Ref
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+    layout: ClassVar[str] = "q4"
+
+    @property
+    def layout_name(self) -> str:
+        return "q4"
+
+    def c_args(self) -> list:
+        return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        return f"q4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        return CCall(f"tllm_matmat_{self.layout}", (matrix(self.matrix), buf(self.xq), buf(self.xs), fixed("n"),
+                                                    vec(self.bias), buf(self.out)))
+
+
+@dataclass(frozen=True)
+class MatvecGGUF(Kernel):
+    """W4A8 / W8A8 over a GGUF block matrix with the int8 activations of
+    QuantizeI8 (group 32 = one block): tllm_matvec_q40/q41/q80."""
+
+    BATCHED_CODE_BYTES: ClassVar[int] = 2_048
+    matrix: GGUFRef
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+    @property
+    def layout(self) -> str:
+        return self.matrix.suffix
+
+    @property
+    def layout_name(self) -> str:
+        return self.matrix.qtype
+
+    def c_args(self) -> list:
+        return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks){_bias(self.bias)}", self.out
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        return CCall(f"tllm_matmat_{self.layout}", (matrix(self.matrix), buf(self.xq), buf(self.xs), fixed("n"),
+                                                    vec(self.bias), buf(self.out)))
+
+
+@dataclass(frozen=True)
+class MatvecQ4x4(Kernel):
+    """tllm_matvec_q4x4: 4-row tiles against the x16 stream (Cortex-M7 SMLAD)."""
+
+    # the M7's nine assembly variants of tllm_matmat_q4x4, the x16b writers and tllm_model_prefill (measured)
+    BATCHED_CODE_BYTES: ClassVar[int] = 15_872
+    matrix: Q4Ref
+    x_stream: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+    layout: ClassVar[str] = "q4x4"
+
+    @property
+    def layout_name(self) -> str:
+        return "q4x4"
+
+    def c_args(self) -> list:
+        return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]
+
+    def c_call(self) -> CCall:
+        return CCall("tllm_matvec_q4x4", tuple(self.c_args()))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        return f"q4x4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        return CCall("tllm_matmat_q4x4", (matrix(self.matrix), buf(self.x_stream), fixed("n"), vec(self.bias),
+                                          buf(self.out)))
+
+    def streamed(self, chunk_bytes: int) -> "StreamedMatvecQ4x4":
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return StreamedMatvecQ4x4(self, rows, chunks)
+
+    def pin_candidate(self) -> PinCandidate:
+        return PinCandidate(self.matrix.name, "q4x4", whole_matrix_bytes(self.matrix), 1.0)
+
+    def tile_output(self) -> BufferRef:
+        return self.out
+
+
+@dataclass(frozen=True)
+class StreamedMatvecQ4x4(Kernel):
+    """A q4x4 matvec (a linear or the fused gate/up matrix) over the stream:
+    chunk k's rows computed from the stream buffer chunk k landed in."""
+
+    matvec: MatvecQ4x4
+    chunk_rows: int  # rows per chunk (a multiple of 4); the last chunk may be shorter
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref:
+        return self.matvec.matrix
+
+    def c_call(self) -> CCall:
+        mv = self.matvec
+        return CCall("tllm_stream_matvec_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
+                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
+                                                 vec(mv.bias), buf(mv.out)))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        what, out = self.matvec.describe()
+        return what + streamed_note(self.chunks, self.chunk_rows), out
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        mv = self.matvec
+        return CCall("tllm_stream_matmat_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
+                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
+                                                 fixed("n"), vec(mv.bias), buf(ctx.chunk_out), buf(mv.out)))
+
+    def stream_chunks(self) -> tuple[Chunk, ...]:
+        return self.chunks
+
+    def streamed_rows(self) -> int:
+        return self.chunk_rows
+
+    def tile_output(self) -> BufferRef:
+        return self.matvec.out
+
+
+def streamed_note(chunks: tuple[Chunk, ...], rows: int) -> str:
+    return f", streamed in {len(chunks)} chunk{'s' if len(chunks) > 1 else ''} of {rows} rows"
+
+
+Matvec = MatvecQ4 | MatvecQ4x4 | MatvecGGUF

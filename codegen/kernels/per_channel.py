@@ -1,0 +1,30 @@
+"""The per-channel scheme's linear: CMSIS-NN arithmetic (int4 weights with
+one scale per output channel, static int8 activations, requantized int8
+output dequantized to float), tllm_fc_s4pc (tllm_cmsis.h)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .base import Kernel
+from .c_text import CCall, buf, fc
+from .refs import BufferRef, FcS4PcRef
+
+
+@dataclass(frozen=True)
+class FcS4PerChannel(Kernel):
+    UNBATCHABLE: ClassVar[str] = "the per-channel scheme's CMSIS-NN layers have no batched kernel"
+    layer: FcS4PcRef
+    xq: BufferRef
+    q_out: BufferRef
+    out: BufferRef
+
+    def c_call(self) -> CCall:
+        return CCall("tllm_fc_s4pc", (fc(self.layer), buf(self.xq), buf(self.q_out), buf(self.out)))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        w = self.layer.weight
+        return f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", self.out
+
+    def descriptors(self) -> tuple:
+        return ()  # its weight is in its own tllm_fc_s4pc_layer descriptor

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ABI_VERSION = 5  # 5: tllm_model_prefill and tllm_model_info.prefill_batch (batched prefill); 4: tllm_model_step(token, pos, need_logits); 3: tllm_model_info.eos_ids points at every EOS id
+ABI_VERSION = 5  # bumped whenever tllm_model_api.h changes (its history is in git)
 
 # The weights blob (blob.py): magic, version, then total/checksum/count/sha256.
 BLOB_MAGIC = b"TLLMWTS1"
@@ -102,6 +102,16 @@ def abi_header() -> str:
         "/* q4x4 weight layout (codegen/quant/formats.py) */",
         f"#define TLLM_Q4X4_TILE {Q4X4_TILE}u",
         f"#define TLLM_Q4X4_BLOCK {Q4X4_BLOCK}u",
+        f"#define TLLM_TILE_SPILL {TILE_SPILL} /* floats a 4-row tile kernel may write past a batch's last row */",
+        "",
+        "/* INT4 weight group sizes (--group-size) */",
+        "#define TLLM_GROUP_SIZE_OK(g) (" + " || ".join(f"(g) == {g}" for g in GROUP_SIZES) + ")",
+        "",
+        "/* batched prefill: tokens per weight pass at most (codegen/lower/prefill.py) */",
+        f"#define TLLM_MAX_BATCH {MAX_BATCH}",
+        "",
+        "/* the generation state's planned buffer: sizeof(tllm_gen_state) at most (tllm_model_api.h) */",
+        f"#define TLLM_GEN_STATE_BYTES {GEN_STATE_BYTES}u",
         "",
         "/* exit statuses */",
     ]

@@ -8,7 +8,11 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .abi import GROUP_SIZES
 from .errors import UserError, one_line
+
+GROUP_CHOICES = [str(g) for g in GROUP_SIZES]  # --group-size, stated once (abi.py)
+KV_CHOICES = ["8", "4"]
 
 
 
@@ -113,7 +117,7 @@ _chat_option = click.option(
 def _prompt_ids(tok, prompt: str, chat: bool) -> list[int]:
     """The prompt's ids: BOS as the model says (add_bos), or its chat template's turn."""
     if chat:
-        from .frontends.chat import chat_prompt_ids
+        from .frontends.chat_template import chat_prompt_ids
 
         return chat_prompt_ids(tok, prompt)
     return tok.encode(prompt)
@@ -124,9 +128,9 @@ def _quant_options(f):
                      help="RAM budget (bytes, K or M suffix).")(f)
     f = click.option("--max-seq", type=MAX_SEQ, default=None,
                      help="Context length (default: the model's; auto: the longest that fits).")(f)
-    f = click.option("--kv-bits", type=click.Choice(["8", "4"]), default="8", show_default=True,
+    f = click.option("--kv-bits", type=click.Choice(KV_CHOICES), default="8", show_default=True,
                      help="KV cache precision (4: group-wise int4).")(f)
-    f = click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="32", show_default=True,
+    f = click.option("--group-size", type=click.Choice(GROUP_CHOICES), default="32", show_default=True,
                      help="INT4 weight group size along the input dimension.")(f)
     f = click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
                      help="tokenizer.bin for llama2.c checkpoints.")(f)
@@ -454,7 +458,7 @@ def report(out, as_json):
 @click.argument("out", type=click.Path(path_type=Path), required=False)
 @click.option("--shape", type=click.Choice(["stories260k"]), default="stories260k", show_default=True,
               help="Without OUT: benchmark a random-weight model of this shape.")
-@click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="32", show_default=True,
+@click.option("--group-size", type=click.Choice(GROUP_CHOICES), default="32", show_default=True,
               help="Without OUT: the group size to compile with.")
 @click.option("--position", type=click.IntRange(1), default=10, show_default=True,
               help="Decode position to measure (the prompt has this many tokens).")
@@ -493,9 +497,9 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
 @click.option("--weight-quant", "weight_quants", multiple=True, type=click.Choice(["gguf", "rtn", "clip", "awq", "gptq"]),
               help="Weight methods to compare (repeatable; default: gguf for a GGUF file with Q4_0/Q4_1/Q8_0 "
                    "tensors, its blocks kept as they are (group 32 only), else rtn).")
-@click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(["32", "64", "128"]),
+@click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(GROUP_CHOICES),
               help="Group sizes (repeatable; default: 32, 64, 128).")
-@click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(["8", "4"]),
+@click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(KV_CHOICES),
               help="KV cache precisions (repeatable; default: 8, 4).")
 @click.option("--calibration", type=_TextFile(), default=None,
               help="Calibration text for clip/awq (default: a built-in sample); keep it apart from --data.")
@@ -518,7 +522,7 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
     for w in methods:
         resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
     configs = [QuantConfig(w, int(g), int(k)) for w in methods
-               for g in (group_sizes or ("32", "64", "128")) for k in (kv_bits or ("8", "4"))
+               for g in (group_sizes or GROUP_CHOICES) for k in (kv_bits or KV_CHOICES)
                if w != "gguf" or g == "32"]  # llama.cpp's blocks are 32 weights
     if not configs:
         raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .frontends import ImportedModel
-from .quant.formats import n_groups, q4_row_bytes
+from .quant.formats import GROUP_SIZES, n_groups, q4_row_bytes
 
 
 def _matrix_shapes(model: ImportedModel) -> list[tuple[int, int]]:
@@ -16,7 +16,7 @@ def describe(model: ImportedModel) -> dict:
     mat_params = sum(r * k for r, k in mats)
     sizes = {"fp32": 4 * (mat_params + vec_params), "fp16": 2 * (mat_params + vec_params),
              "int8_g32": mat_params + 4 * sum(r * n_groups(k, 32) for r, k in mats) + 4 * vec_params}
-    for g in (32, 64, 128):
+    for g in GROUP_SIZES:
         sizes[f"int4_g{g}"] = sum(r * q4_row_bytes(k) + 4 * r * n_groups(k, g) for r, k in mats) + 4 * vec_params
     kv_per_token_int8 = c.n_layers * 2 * (c.kv_dim + 4 * c.n_kv_heads)
     return {

@@ -1,4 +1,4 @@
-"""Predicted speed and energy per token on a board (issue 14.7): a pure
+"""Predicted speed and energy per token on a board: a pure
 function of the board's QUADSPI link, the bytes of weights one token reads,
 and the instructions one token executes.
 
@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from .board import Board, QspiFlash
+from .board import Board, QspiFlash, board_names, load_board
+from .quant.formats import q4x4_bytes_of
 
 # Core clock: bringup.c's PLL1 setting on revision V silicon (VOS0), the
 # parts the boards ship with (revision Y runs 400 MHz).
@@ -88,7 +89,7 @@ class Workload:
     def prefill(self, batch: int = 1) -> "Workload":
         """One prompt token before the last: no classifier (its logits are
         never read) and no sampling; with a batched prefill of `batch` tokens
-        per weight pass (prefill.py) each token reads 1/batch of the layers'
+        per weight pass (lower/prefill.py) each token reads 1/batch of the layers'
         weights, and the batched kernel's instructions per MAC
         (MEASURED_MATMAT_PER_MAC) replace the matvec's.  The last prompt
         token costs a decoded token's step without its sampling."""
@@ -186,8 +187,6 @@ def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, f
 def q4_bytes(rows: int, cols: int, group: int) -> int:
     """Bytes of one INT4 matrix in the blob: the q4x4 layout's (nibbles in
     4-row tiles plus one float32 scale per row and group)."""
-    from .quant.formats import q4x4_bytes_of
-
     return q4x4_bytes_of(rows, cols, group)
 
 
@@ -291,8 +290,6 @@ def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict 
     one if it streams from QUADSPI, else every board that does) and mode.
     With `bench` (bench --json's counts) the instructions are measured;
     without, estimated from the measured per-MAC figures below."""
-    from .board import board_names, load_board
-
     if bench is not None:
         w = workload_from_bench("this model", shape, bench, group)
     else:

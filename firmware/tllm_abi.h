@@ -22,6 +22,16 @@
 /* q4x4 weight layout (codegen/quant/formats.py) */
 #define TLLM_Q4X4_TILE 4u
 #define TLLM_Q4X4_BLOCK 8u
+#define TLLM_TILE_SPILL 3 /* floats a 4-row tile kernel may write past a batch's last row */
+
+/* INT4 weight group sizes (--group-size) */
+#define TLLM_GROUP_SIZE_OK(g) ((g) == 32 || (g) == 64 || (g) == 128)
+
+/* batched prefill: tokens per weight pass at most (codegen/lower/prefill.py) */
+#define TLLM_MAX_BATCH 4
+
+/* the generation state's planned buffer: sizeof(tllm_gen_state) at most (tllm_model_api.h) */
+#define TLLM_GEN_STATE_BYTES 64u
 
 /* exit statuses */
 #define TLLM_EXIT_OK             0 /* ok */

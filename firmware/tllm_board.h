@@ -55,7 +55,7 @@ void tllm_board_exit(int code) __attribute__((noreturn));
  * naming it on the console, then an exit status the host reads. */
 void tllm_board_fault(const char *why) __attribute__((noreturn));
 
-/* Weight streaming (DWUP, issue 14): one background copy from the weights
+/* Weight streaming (DWUP): one background copy from the weights
  * (external flash) into a RAM stream buffer while the CPU computes on the
  * previous one.
  *

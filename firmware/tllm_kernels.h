@@ -9,6 +9,7 @@
 #define TLLM_KERNELS_H
 
 #include "tllm_numerics.h" /* first: the float rules, see there */
+#include "tllm_abi.h"      /* TLLM_MAX_BATCH */
 
 #include <stdint.h>
 
@@ -61,9 +62,6 @@ void tllm_matvec_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, 
  * int8 activations at xq + p * cols, its scales at xs + p * n_groups;
  * out[p * rows + r] equals tllm_matvec_q4 of token p bit for bit (each
  * group's nibbles are unpacked once for the P tokens). Twin: exact.matmat_q4. */
-#ifndef TLLM_MAX_BATCH
-#define TLLM_MAX_BATCH 4
-#endif
 void tllm_matmat_q4(const tllm_q4_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
                     float *out);
 

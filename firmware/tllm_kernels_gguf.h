@@ -21,6 +21,7 @@
 #define TLLM_KERNELS_GGUF_H
 
 #include "tllm_numerics.h" /* first: the float rules, see there */
+#include "tllm_abi.h"      /* TLLM_MAX_BATCH */
 
 #include <stdint.h>
 
@@ -69,9 +70,6 @@ void tllm_matvec_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *x
  * at xq + p * cols, its scales at xs + p * cols / 32; out[p * rows + r] equals
  * tllm_matvec_* of token p bit for bit (each block's scales, and its weights
  * in SMLAD lanes, are unpacked once for TLLM_MAX_BATCH tokens). */
-#ifndef TLLM_MAX_BATCH
-#define TLLM_MAX_BATCH 4
-#endif
 void tllm_matmat_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
                      float *out);
 void tllm_matmat_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,

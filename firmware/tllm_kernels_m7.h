@@ -7,6 +7,7 @@
 #define TLLM_KERNELS_M7_H
 
 #include "tllm_numerics.h" /* first: the float rules, see there */
+#include "tllm_abi.h"      /* TLLM_MAX_BATCH */
 
 #include <stdint.h>
 
@@ -76,9 +77,6 @@ void tllm_matvec_q4x4_c(const tllm_q4x4_matrix *m, const uint8_t *x_stream, cons
  * the chunk as in step-by-step decoding). Only the last prompt token needs
  * logits: its final norm as a plain x16 stream, then the classifier
  * (tllm_matvec_q4x4 or tllm_argmax_q4x4) once. */
-#ifndef TLLM_MAX_BATCH
-#define TLLM_MAX_BATCH 4
-#endif
 
 /* Bytes of an x16 (and of a P = 1 x16b) stream of n inputs. */
 int32_t tllm_x16_bytes(int32_t n, int32_t group);
@@ -103,7 +101,7 @@ void tllm_silu_mul_pairs_x16b(const float *gu, int32_t n, int32_t group, int32_t
  * tokens, and per token and group the epilogue is the matvec's, the same
  * float operations in the same order. Serves the fused gate/up matrix too
  * (its output per token is the interleaved gu vector of the matvec).
- * out must have room for P * rows + 3 floats (P = 1 is the matvec, which
+ * out must have room for P * rows + TLLM_TILE_SPILL floats (P = 1 is the matvec, which
  * writes whole 4-row tiles); xb 4-byte aligned, as every x16 stream. The
  * assembly takes P = 2..4 and group sizes 32/64/128, anything else (P > 4
  * too) runs the portable twin. */

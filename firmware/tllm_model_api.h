@@ -35,7 +35,7 @@ typedef struct {
     const int32_t *eos_ids; /* n_eos ids, any number (a model may have several) */
     uint32_t greedy_only; /* --sampler greedy: requests must have temperature 0 */
     uint32_t top_k;       /* --sampler topk:K: K (sampling within the K largest logits); 0 otherwise */
-    uint32_t prefill_batch; /* prompt tokens tllm_model_prefill takes per call (1..4, codegen/prefill.py) */
+    uint32_t prefill_batch; /* prompt tokens tllm_model_prefill takes per call (1..4, codegen/lower/prefill.py) */
 } tllm_model_info;
 
 extern const tllm_model_info tllm_model;

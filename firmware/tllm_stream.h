@@ -1,5 +1,5 @@
-/* Weight streaming (DWUP, issue 14): the generated model's side of the
- * stream schedule codegen/stream.py makes.
+/* Weight streaming (DWUP): the generated model's side of the
+ * stream schedule codegen/lower/stream.py makes.
  *
  * The compiler writes the step's chunk table (blob offset and copy length of
  * every chunk, in execution order) and two stream buffers into the plan.
@@ -109,10 +109,10 @@ static inline void tllm_stream_matvec_q4x4(tllm_stream *s, const tllm_q4x4_matri
     }
 }
 
-/* Batched prefill (codegen/prefill.py): tllm_matmat_q4x4 over the stream
+/* Batched prefill (codegen/lower/prefill.py): tllm_matmat_q4x4 over the stream
  * for P tokens, chunk by chunk. The kernel writes token-major over the rows
  * it is given (token p at p * n), so each chunk's P x n rows land in
- * chunk_out (P * chunk_rows + 3 floats, planned) and are copied to token p's
+ * chunk_out (P * chunk_rows + TLLM_TILE_SPILL floats, planned) and are copied to token p's
  * vector at out + p * m->rows + r0: one float move per output, against
  * m->cols MACs each. */
 static inline void tllm_stream_matmat_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,

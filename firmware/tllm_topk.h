@@ -1,4 +1,4 @@
-/* The classifier of a `--sampler topk:K` build (codegen/lower.py
+/* The classifier of a `--sampler topk:K` build (codegen/lower/step.py
  * TopKClassifier): the matvec chunk_rows rows at a time into one chunk
  * buffer, each chunk pushed into the running K-entry set (tllm_topk_push,
  * tllm_sampler.h), so the [vocab] logits vector never exists.  Each row's

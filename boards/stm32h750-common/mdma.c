@@ -1,4 +1,4 @@
-/* Weight streaming on the STM32H750 (tllm_board.h, issue 14): one MDMA
+/* Weight streaming on the STM32H750 (tllm_board.h): one MDMA
  * transfer from the QUADSPI window into a RAM stream buffer while the core
  * computes on the previous one.
  *

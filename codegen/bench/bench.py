@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..build import image_path, read_manifest
+from ..build import build, image_path, read_manifest
 from ..resources import firmware_dir, package_file
 from ..errors import UserError
 from ..protocol import pack_request, parse_output
@@ -30,6 +30,8 @@ from ..memory_map import Region
 from ..quant.formats import GGUF_BLOCK, GGUF_BLOCK_BYTES
 from ..reference.sampler import SamplingOptions
 from .counting import Snapshots, run_counted
+from ..compile import CompileOptions, compile_path, write_tree
+from .synthetic import SHAPES, write_random_llama
 
 MICRO_SOURCE = package_file("bench/micro.c")
 # Which op a function's instructions belong to (the decode breakdown).
@@ -329,10 +331,6 @@ def _config_of(out: Path) -> dict:
 
 
 def _compile_synthetic(root: Path, shape: str, group: int) -> Path:
-    from ..build import build
-    from ..compile import CompileOptions, compile_path, write_tree
-    from .synthetic import SHAPES, write_random_llama
-
     model = write_random_llama(root / "model", SHAPES[shape])
     out = root / "out"
     write_tree(compile_path(model, CompileOptions(board="qemu-mps2-an500", group_size=group)).tree, out)

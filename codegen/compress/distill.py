@@ -28,6 +28,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
+from .runs import fingerprint_of, progress
+from .teacher_cache import cached_kl
 from .torch_io import index_stream, make_batch
 
 CHECKPOINT = "checkpoint.pt"
@@ -78,8 +80,6 @@ def cached_distill_loss(student_logits, cached, labels, temperature: float, alph
     """distill_loss with the soft term on a TeacherCache batch (teacher_cache.cached_kl)."""
     import torch.nn.functional as F
 
-    from .teacher_cache import cached_kl
-
     mask = labels != -100
     kl = cached_kl(student_logits, cached, mask, temperature)
     ce = F.cross_entropy(student_logits[mask], labels[mask])
@@ -100,21 +100,6 @@ def run_fingerprint(student, teacher, seqs: Sequence[Sequence[int]]) -> str:
     the teacher and the data.  Without it a checkpoint left by another teacher
     (same options) would be resumed silently."""
     return fingerprint_of([student, teacher], seqs)
-
-
-def fingerprint_of(models, seqs: Sequence[Sequence[int]], extra: str = "") -> str:
-    """sha256 of the models' weights (names and bytes), the sequences and `extra`."""
-    h = hashlib.sha256()
-    for model in models:
-        for name, t in sorted(model.state_dict().items()):
-            h.update(name.encode())
-            h.update(t.detach().contiguous().cpu().numpy().tobytes())
-    h.update(extra.encode())
-    for s in seqs:
-        ids = np.asarray(s, dtype="<i4")
-        h.update(len(ids).to_bytes(4, "little"))
-        h.update(ids.tobytes())
-    return h.hexdigest()
 
 
 def _save(path: Path, student, opt, step: int, o: DistillOptions, fingerprint: str) -> None:
@@ -182,7 +167,7 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     if teacher is not None:
         teacher.eval()
     student.train()
-    bar = _progress(o.steps, start, progress)
+    bar = progress(o.steps, start, progress)
     t0, tokens, done = time.perf_counter(), 0, start
     for step in range(start, o.steps):
         if stop_after is not None and step - start >= stop_after:
@@ -216,28 +201,3 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     bar.close()
     student.eval()
     return DistillResult(done, start, tokens, time.perf_counter() - t0, earlier + tokens)
-
-
-def _progress(total: int, initial: int, enabled: bool, desc: str = "distill"):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # transformers depends on tqdm, but stay usable without it
-        return _Plain(total, initial, enabled, desc)
-    return tqdm(total=total, initial=initial, desc=desc, file=sys.stderr, disable=not enabled,
-                dynamic_ncols=True)
-
-
-class _Plain:
-    def __init__(self, total, initial, enabled, desc):
-        self.total, self.n, self.enabled, self.desc = total, initial, enabled, desc
-
-    def update(self, k):
-        self.n += k
-        if self.enabled and (self.n % 50 == 0 or self.n == self.total):
-            print(f"{self.desc} {self.n}/{self.total}", file=sys.stderr, flush=True)
-
-    def set_postfix_str(self, s):
-        pass
-
-    def close(self):
-        pass

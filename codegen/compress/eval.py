@@ -24,6 +24,9 @@ import numpy as np
 from ..errors import UserError
 from ..frontends import ImportedModel
 from ..reference.sequence import SeqFloatKernels, SeqQuantKernels, run_sequence
+from ..quant.calibrated import calibration_documents
+from ..quant.calibrated import quantize_calibrated
+from ..quant.gguf_keep import quantize_gguf
 
 DOC_SEPARATOR = "\n\n"
 DEFAULT_MAX_TOKENS = 20000
@@ -152,8 +155,6 @@ def format_table(result: dict) -> str:
 
 def make_quantizer(model: ImportedModel, calibration: Path | None):
     """QuantConfig -> QuantizedGraph, calibrated on the text file (None: the built-in sample)."""
-    from ..quant.calibrated import calibration_documents
-
     docs: list = []
 
     def load():
@@ -170,14 +171,12 @@ def make_quantizer_from_docs(model: ImportedModel, docs):
     size): the KV precision does not change the weights."""
     from dataclasses import replace
 
-    from ..quant.calibrated import quantize_calibrated
 
     cache: dict = {}
 
     def quantizer(cfg: QuantConfig):
         key = (cfg.weight_quant, cfg.group_size)
         if key not in cache and cfg.weight_quant == "gguf":  # the GGUF's own blocks (quant/gguf_keep.py)
-            from ..quant.gguf_keep import quantize_gguf
 
             cache[key] = quantize_gguf(model.graph, model.blocks, cfg.group_size, 8)
         if key not in cache:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .distill import DistillOptions, distill
-from .eval import QuantConfig, evaluate, read_documents
+from .eval import QuantConfig, evaluate, make_quantizer_from_docs, read_documents
 from .prune import prune
 from .prune_depth import prune_depth
 from .prune_hidden import prune_hidden
@@ -28,6 +28,8 @@ from .prune_vocab import (check_kept_logits, count_tokens, plan_vocab, pruned_to
                           pruned_tokenizer_spec, slice_vocab)
 from .teacher_cache import build_teacher_cache, check_top_k
 from .torch_io import encode_docs, load_torch_model, n_params, perplexity, require_torch, save_model_dir
+from ..frontends import load_model
+from ..frontends.tokenizer import Tokenizer
 
 CALIBRATION_DOCS = 32
 HELD_OUT_FRACTION = 0.1
@@ -74,7 +76,6 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
     if opts.calibration_docs < 1:
         raise UserError(f"--calibration-docs {opts.calibration_docs} must be >= 1")
     require_torch()
-    from ..frontends import load_model
 
     teacher_dir, out = Path(teacher_dir), Path(out)
     if not teacher_dir.is_dir():
@@ -149,7 +150,6 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
     m = load_model(out)
     held_ids = [s for s in held]
     held_ids = _cap(held_ids, opts.quant_eval_tokens)
-    from .eval import make_quantizer_from_docs
 
     configs = [QuantConfig("rtn", 32, 8), QuantConfig("awq", 32, 8)]
     q = evaluate(m, held_ids, configs, make_quantizer_from_docs(m, calib))
@@ -189,8 +189,6 @@ def _write_pruned_tokenizer(tok_json: Path, tok_cfg: Path, plan, where: Path) ->
 
 
 def _load_tokenizer(tok_json: Path, teacher, plan):
-    from ..frontends.tokenizer import Tokenizer
-
     remap = plan.old_to_new()
     eos = teacher.config.eos_token_id
     eos = eos[0] if isinstance(eos, list) else eos

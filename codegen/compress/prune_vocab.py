@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..errors import UserError
+from ..frontends.tokenizer import _uses_byte_level
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,6 @@ def _merge_pair(m) -> tuple:
 
 
 def _check_byte_level_bpe(spec: dict) -> None:
-    from ..frontends.tokenizer import _uses_byte_level
-
     model = spec.get("model") or {}
     if model.get("type") != "BPE" or not _uses_byte_level(spec):
         raise UserError("--prune-vocab needs a byte-level BPE tokenizer.json (GPT-2 style): with another "

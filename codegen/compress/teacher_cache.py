@@ -38,6 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
+from .runs import fingerprint_of, progress
 from .torch_io import make_batch
 
 FORMAT = 1
@@ -88,7 +89,6 @@ def check_top_k(k: int, vocab: int) -> None:
 
 
 def cache_fingerprint(teacher, seqs: Sequence[Sequence[int]], k: int, temperature: float) -> str:
-    from .distill import fingerprint_of
 
     return fingerprint_of([teacher], seqs, f"teacher-cache v{FORMAT} k={k} T={temperature!r}")
 
@@ -194,6 +194,5 @@ def _write_atomic(p: Path, obj) -> None:
 
 
 def _bar(total: int, initial: int, enabled: bool):
-    from .distill import _progress
 
-    return _progress(total, initial, enabled, desc="teacher logits")
+    return progress(total, initial, enabled, desc="teacher logits")

@@ -14,7 +14,7 @@ from .c_calls import c_comment, c_statement
 
 def c_matrix(m: Q4Ref, pinned: dict | None = None) -> str:
     """The const descriptor of one Q4 matrix, in its layout's struct; a
-    pinned one (stream.py) points into the pinned SRAM copy (TLLM_P)."""
+    pinned one (lower/stream.py) points into the pinned SRAM copy (TLLM_P)."""
     name = matrix_name(m.name)
     if m.layout == "q4x4" and pinned and m.name in pinned:
         return f"static const tllm_q4x4_matrix {name} = {{TLLM_P({c_hex(pinned[m.name])}), {m.rows}, {m.cols}, {m.group}}};"

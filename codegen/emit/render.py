@@ -15,7 +15,7 @@ import jinja2
 import numpy as np
 
 from .. import __version__
-from ..abi import ABI_VERSION, GEN_STATE_BYTES  # ABI_VERSION: the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
+from ..abi import ABI_VERSION  # ABI_VERSION: the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..bind import Program
 from ..board import Board
 from ..frontends.tokenizer import Tokenizer
@@ -171,7 +171,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "option_lines": _option_lines([f"{k}={options[k]}" for k in sorted(options)]),
         "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits,
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
-        "gen_state_bytes": GEN_STATE_BYTES, "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
+        "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
         "weights_external": board.weights.storage == "external",
         "weights_address": f"0x{board.weights.address:08X}" if board.weights.address is not None else "",
         "request_capacity": plan.buffer("request").request.count,

@@ -38,7 +38,9 @@ from ..errors import UserError, check_regular_file
 from .limits import check_finite, check_model_size, check_range
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
+from .gguf_tokenizer import tokenizer_from_gguf
 from .hf import ImportedModel
+from .tokenizer import Tokenizer
 
 GGUF_MAGIC = b"GGUF"
 ARCHS = ("llama", "qwen2", "phi3")
@@ -141,9 +143,6 @@ class GGUFFile:
 
 
 def load_gguf(path: Path, tokenizer: Path | None = None) -> GGUFModel:
-    from .gguf_tokenizer import tokenizer_from_gguf
-    from .tokenizer import Tokenizer
-
     check_regular_file(Path(path), "GGUF model")  # a FIFO or device is refused before it is opened
     f = GGUFFile(Path(path))
     config = parse_metadata(f)

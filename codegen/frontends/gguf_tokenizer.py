@@ -22,14 +22,23 @@ printed as nothing); USER_DEFINED (4) plain added tokens.  BOS/EOS ids,
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..errors import UserError
 from ..ir import ModelConfig
 from .tokenizer import _GPT2_U2B, Tokenizer, _sentencepiece_bytes
 
-if TYPE_CHECKING:
-    from .gguf import GGUFFile
+
+
+class GGUFMetadata(Protocol):
+    """What the tokenizer reads of a GGUF file (frontends/gguf.GGUFFile)."""
+
+    path: Path
+
+    def has(self, key: str) -> bool: ...
+
+    def value(self, key: str, default: Any = None) -> Any: ...
 
 CONTROL, USER_DEFINED = 3, 4
 
@@ -56,7 +65,7 @@ PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
 }
 
 
-def tokenizer_from_gguf(f: "GGUFFile", config: ModelConfig) -> Tokenizer | None:
+def tokenizer_from_gguf(f: GGUFMetadata, config: ModelConfig) -> Tokenizer | None:
     """The tokenizer the file's metadata describes (None when it has none);
     any inconsistency (a merge of unknown tokens, wrong value types) is one
     line naming the file: the `tokenizers` library raises plain Exceptions."""
@@ -71,7 +80,7 @@ def tokenizer_from_gguf(f: "GGUFFile", config: ModelConfig) -> Tokenizer | None:
                         "the file is corrupt or was written by an incompatible converter") from None
 
 
-def _tokenizer_from_gguf(f: "GGUFFile", config: ModelConfig) -> Tokenizer | None:
+def _tokenizer_from_gguf(f: GGUFMetadata, config: ModelConfig) -> Tokenizer | None:
     model = f.value("tokenizer.ggml.model")
     if model is None or not f.has("tokenizer.ggml.tokens"):
         return None

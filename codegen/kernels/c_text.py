@@ -123,6 +123,11 @@ def chunk_rows_param(matrix_ref: Q4Ref | GGUFRef, rows: int) -> CArg:
     return param(str(rows), rows, "int32_t", matrix_ref.name + ".chunk_rows")
 
 
+def group_arg(group: int) -> CArg:
+    """The activations' group size: the model's (lowering quantizes every activation with it), by its name."""
+    return CArg("TLLM_GROUP_SIZE", SHAPE, group)
+
+
 def float_param(value, name: str) -> CArg:
     return param(c_float_literal(value), value, "float", name)
 

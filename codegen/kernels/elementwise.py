@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import BatchContext, Kernel
-from .c_text import CCall, buf, shape, x16_batched
+from .c_text import CCall, buf, group_arg, shape, x16_batched
 from .refs import BufferRef
 
 
@@ -47,7 +47,8 @@ class SiluMulPairsX16(Kernel):
     stream: BufferRef
 
     def c_call(self) -> CCall:
-        return CCall("tllm_silu_mul_pairs_x16", (buf(self.gu), shape(self.n), shape(self.group), buf(self.stream)))
+        return CCall("tllm_silu_mul_pairs_x16", (buf(self.gu), shape(self.n), group_arg(self.group),
+                                                 buf(self.stream)))
 
     def describe(self) -> tuple[str, BufferRef]:
         return f"silu(gate)*up {self.n} + int8 (as int16 stream) g{self.group}", self.stream

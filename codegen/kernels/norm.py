@@ -8,7 +8,7 @@ import numpy as np
 
 from ..reference.exact import c_float_literal
 from .base import BatchContext, Kernel
-from .c_text import CArg, CCall, buf, fixed, vec, x16_batched
+from .c_text import CArg, CCall, buf, fixed, group_arg, vec, x16_batched
 from .refs import BufferRef, VectorRef
 
 
@@ -48,7 +48,7 @@ class RmsNormX16(Kernel):
 
     def c_call(self) -> CCall:
         return CCall("tllm_rmsnorm_x16", (buf(self.x), vec(self.weight), fixed("TLLM_DIM"),
-                                          _eps(self.eps, self.eps_name), fixed("TLLM_GROUP_SIZE"), buf(self.stream)))
+                                          _eps(self.eps, self.eps_name), group_arg(self.group), buf(self.stream)))
 
     def describe(self) -> tuple[str, BufferRef]:
         return f"rmsnorm {self.n} + int8 (as int16 stream) g{self.group}", self.stream

@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from .base import BatchContext, Kernel
-from .c_text import CCall, buf, float_param, shape, x16_batched
+from .c_text import CCall, buf, float_param, group_arg, shape, x16_batched
 from .refs import BufferRef
 
 
@@ -25,7 +25,7 @@ class QuantizeI8(Kernel):
     scales: BufferRef
 
     def c_call(self) -> CCall:
-        return CCall("tllm_quantize_i8", (buf(self.x), shape(self.n), shape(self.group), buf(self.q),
+        return CCall("tllm_quantize_i8", (buf(self.x), shape(self.n), group_arg(self.group), buf(self.q),
                                           buf(self.scales)))
 
     def describe(self) -> tuple[str, BufferRef]:
@@ -43,7 +43,7 @@ class QuantizeX16(Kernel):
     stream: BufferRef
 
     def c_call(self) -> CCall:
-        return CCall("tllm_quantize_x16", (buf(self.x), shape(self.n), shape(self.group), buf(self.stream)))
+        return CCall("tllm_quantize_x16", (buf(self.x), shape(self.n), group_arg(self.group), buf(self.stream)))
 
     def describe(self) -> tuple[str, BufferRef]:
         return f"int8 (as int16 stream) x{self.n} g{self.group}", self.stream

@@ -8,6 +8,7 @@ the region; integer coordinates, sorted input, so the file is deterministic."""
 from __future__ import annotations
 
 from html import escape
+import json
 
 COLORS = {"kv": "#4e79a7", "activation": "#f28e2b", "scratch": "#e15759", "logits": "#76b7b2",
           "sampler": "#59a14f", "tokens": "#edc948", "state": "#b07aa1", "reserved": "#bab0ac"}
@@ -95,8 +96,6 @@ def report_md(doc: dict, elf: dict | None = None) -> str:
 
 def report_files(doc: dict, elf: dict | None = None) -> dict[str, bytes]:
     """OUT/report.json, OUT/report.md, OUT/memory_map.svg."""
-    import json
-
     full = dict(doc, elf=elf) if elf else doc
     return {"report.json": (json.dumps(full, indent=2, sort_keys=True) + "\n").encode(),
             "report.md": report_md(doc, elf).encode(),

@@ -29,6 +29,11 @@ from ..errors import UserError
 from ..ir import Graph, output_weight_name
 from .formats import GROUP_SIZES, KV_BITS, WEIGHT_QUANTS as ALL_WEIGHT_QUANTS, QuantizedGraph
 from .rtn import quantize_graph
+from .per_channel import DEFAULT_CALIBRATION_TEXT
+from ..reference.sequence import SeqFloatKernels, run_sequence
+from .awq import apply_awq
+from .clip import quantize_q4_clip
+from .gptq import quantize_q4_gptq
 
 WEIGHT_QUANTS = tuple(m for m in ALL_WEIGHT_QUANTS if m != "gguf")  # the ones this module makes
 CALIBRATION_TOKENS = 4096  # enough for a stable E[x^2] per channel at these widths
@@ -38,8 +43,6 @@ DOC_SEPARATOR = "\n\n"
 def calibration_documents(tokenizer, text_file: Path | None, max_seq: int,
                           max_tokens: int = CALIBRATION_TOKENS) -> list[list[int]]:
     """Documents (split at blank lines) from BOS, up to `max_tokens` tokens in all."""
-    from .per_channel import DEFAULT_CALIBRATION_TEXT
-
     path = Path(text_file) if text_file else DEFAULT_CALIBRATION_TEXT
     try:
         text = path.read_text(encoding="utf-8")
@@ -60,8 +63,6 @@ def calibration_documents(tokenizer, text_file: Path | None, max_seq: int,
 
 def linear_inputs(graph: Graph, docs: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
     """Every linear's input value on the calibration documents, float model: [tokens, n]."""
-    from ..reference.sequence import SeqFloatKernels, run_sequence
-
     names = {n.inputs[0] for n in graph.nodes if n.op == "linear"}
     kern = SeqFloatKernels(graph, max(len(d) for d in docs))
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
@@ -74,10 +75,6 @@ def linear_inputs(graph: Graph, docs: Sequence[Sequence[int]]) -> dict[str, np.n
 
 def quantize_calibrated(graph: Graph, docs: Sequence[Sequence[int]], method: str, group_size: int = 32,
                         kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
-    from .awq import apply_awq
-    from .clip import quantize_q4_clip
-    from .gptq import quantize_q4_gptq
-
     if method not in WEIGHT_QUANTS:
         raise UserError(f"--weight-quant {method} is not known: choose one of {', '.join(WEIGHT_QUANTS)}")
     if group_size not in GROUP_SIZES:

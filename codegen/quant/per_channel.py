@@ -30,6 +30,7 @@ from ..resources import package_file
 from ..ir import Graph
 from .formats import QuantizedGraph
 from .rtn import quantize_q4_rtn
+from ..reference.executor import Executor, FloatKernels
 
 DEFAULT_CALIBRATION_TEXT = package_file("quant/calibration.txt")
 Q31 = 1 << 31
@@ -68,8 +69,6 @@ def static_scale(max_abs: float) -> np.float32:
 
 def calibrate(graph: Graph, token_ids: Sequence[int]) -> dict[str, float]:
     """max |x| of every linear's input and output value over the tokens."""
-    from ..reference.executor import Executor, FloatKernels
-
     watched = {v for n in graph.nodes if n.op == "linear" for v in (n.inputs[0], n.output)}
     peaks = {v: 0.0 for v in watched}
 

@@ -50,7 +50,6 @@ MAX_NEW_TOKENS = (1 << 32) - 1  # the request's uint32 field; generation also st
 # --sampler topk:K: K in 1..TOP_K_MAX (the K-entry buffer is 6 * K bytes; the
 # running set's insertion is O(K) per entering row, so K stays small).
 TOP_K_MAX = 1024
-SAMPLERS = ("full", "greedy", "topk:K")
 
 
 def top_k_of(sampler: str) -> int:

@@ -209,14 +209,6 @@ def quantize_groups_i8_seq(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(pos[:, None], q, 0).astype(np.int8), scale
 
 
-def _masked_softmax(s: np.ndarray, future: np.ndarray) -> np.ndarray:
-    """exact.softmax over the keys up to each query; future keys get p = 0."""
-    m = np.max(np.where(future, -np.inf, s), axis=-1, keepdims=True).astype(F32)
-    e = np.where(future, F32(0.0), exact.expf(np.where(future, F32(0.0), s - m)))
-    total = np.cumsum(e, axis=-1, dtype=F32)[..., -1:]  # + exact zeros after the last real key
-    return (e / total).astype(F32)
-
-
 class SeqFloatKernels(_SeqRope):
     """FloatKernels over a whole sequence (float64 inside, float32 between ops)."""
 

@@ -1,4 +1,4 @@
-"""Batched prefill (codegen/prefill.py) in the host tier, on logits: a C
+"""Batched prefill (codegen/lower/prefill.py) in the host tier, on logits: a C
 driver of our own (tests/c/prefill/prefill_logits.c) links a compiled
 host tree and runs the same prompt through tllm_model_prefill (P tokens per
 call, the engine's order) and through tllm_model_step one token at a time.

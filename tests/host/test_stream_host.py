@@ -1,4 +1,4 @@
-"""Weight streaming (issue 14, codegen/stream.py + firmware/tllm_stream.h) in
+"""Weight streaming (codegen/lower/stream.py + firmware/tllm_stream.h) in
 the host tier: the host links the weights in, so `--stream all` forces the
 streaming code path (tllm_board_copy_start/wait are memcpy behind the same
 contract checks, and a misuse stops the run). Tokens equal the reference."""

@@ -23,7 +23,7 @@ def s15m(tmp_path_factory):
 
 
 # --prefill-batch 1: the over-budget message's contexts are P = 1's (the failing plan's), while --max-seq auto
-# with the default auto batch would trade a tenth of the context for P = 4 (prefill.py)
+# with the default auto batch would trade a tenth of the context for P = 4 (lower/prefill.py)
 COMMON = ["--board", "stm32h750b-dk", "--sampler", "greedy", "--ram-budget", "400K", "--prefill-batch", "1"]
 
 

@@ -179,7 +179,7 @@ def test_tiny_tokenizer_matches_transformers_and_the_original(tiny):
 
 
 def test_add_bos_and_chat_template_from_metadata(tiny):
-    from tinyllm_gen.frontends.chat import chat_prompt_ids, render_chat
+    from tinyllm_gen.frontends.chat_template import chat_prompt_ids, render_chat
 
     path = gguf_file(tiny, "llama", "F32", add_bos=False)
     tok = load_model(path).tokenizer
@@ -326,7 +326,7 @@ def test_smollm2_tokenizer_matches_transformers(smol, smol_model):
               "  two  spaces\n\n\ttab", "it's we'll they'd I'M"]:
         assert tok.encode(s) == ht.encode(s), s
         assert tok.decode(tok.encode(s)) == ht.decode(ht.encode(s), skip_special_tokens=True), s
-    from tinyllm_gen.frontends.chat import chat_prompt_ids, render_chat
+    from tinyllm_gen.frontends.chat_template import chat_prompt_ids, render_chat
 
     msgs = [{"role": "user", "content": QUESTION}]
     assert render_chat(tok, QUESTION) == ht.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
@@ -340,7 +340,7 @@ def test_smollm2_tokenizer_matches_transformers(smol, smol_model):
 def test_smollm2_fp32_greedy_answer_matches_transformers(smol, smol_model):
     import torch
 
-    from tinyllm_gen.frontends.chat import chat_prompt_ids
+    from tinyllm_gen.frontends.chat_template import chat_prompt_ids
 
     m = smol_model
     c = m.graph.config

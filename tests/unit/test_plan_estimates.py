@@ -1,6 +1,6 @@
 """`plan`'s weight-bytes figure is the size of the blob `compile` builds
 (issue 13): the same layout function (blob.blob_layout) over the entries
-plan/flash.py derives from shapes, for our Q4 layouts (packed, q4x4 with
+plan/weights_size.py derives from shapes, for our Q4 layouts (packed, q4x4 with
 gate/up fused), llama.cpp blocks kept as they are (Q4_0, Q4_1, Q8_0, and
 SmolLM2's Q8_0 embedding + Q4_1 matrices), and the vocabulary when it goes
 to external flash."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import UserError
 from .tokenizer import Tokenizer
+import jinja2
 
 CHATML_MARK = "<|im_start|>"
 
@@ -27,7 +28,6 @@ def render_chat(tok: Tokenizer, user_text: str) -> str:
     if not is_chatml(template):
         raise UserError("--chat: the model's chat template is not ChatML (no <|im_start|>); "
                         "only ChatML templates are supported, drop --chat")
-    import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):

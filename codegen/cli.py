@@ -423,23 +423,20 @@ def report(out, as_json):
     plan_doc = read_json(Path(out) / "report.json", "report.json")
     size_file = Path(out) / "build" / "size.json"
     size = read_json(size_file, "size.json") if size_file.exists() else None
-    from .board import load_board
-    from .timing import predicted, predicted_text, shape_of_header
+    from .timing import predicted_text, traffic_text
 
-    manifest = read_manifest(out)
     try:
         if not isinstance(plan_doc, dict) or not isinstance(size, (dict, type(None))):
             raise TypeError("not a JSON object")
-        pred = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
-                         int(manifest["options"]["group_size"]), load_board(manifest["board"]),
-                         prefill_batch=int(manifest.get("prefill_batch", 1)),
-                         chunk_bytes=manifest["options"].get("stream_chunk"))
+        pred = plan_doc["predicted"]  # the build's own layouts and bytes, priced at compile (plan/traffic.py)
         if as_json:
-            text = json.dumps({"plan": {k: v for k, v in plan_doc.items() if k not in ("buffers", "stream_schedule")},
+            text = json.dumps({"plan": {k: v for k, v in plan_doc.items()
+                                        if k not in ("buffers", "stream_schedule", "predicted")},
                                "stream_schedule": plan_doc.get("stream_schedule"), "elf_size": size,
                                "predicted": pred})
         else:
-            text = summary_text(plan_doc, size) + "\n" + predicted_text(pred)
+            text = (summary_text(plan_doc, size) + "\n" + traffic_text(plan_doc["traffic"])
+                    + predicted_text(pred))
             if "prefill" in plan_doc:
                 pre = plan_doc["prefill"]
                 text += (f"prefill: {pre['batch']} prompt tokens per pass over the weights "
@@ -474,17 +471,18 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
         click.echo(format_table(result))
         return
     from .build import read_manifest
-    from .timing import SHAPES, predicted, shape_of_header
+    from .errors import read_json
+    from .timing import SHAPES, measured_workload, predicted, predicted_for
 
     doc = json.loads(result_json(result))
     if out is None:
         doc["predicted"] = predicted(SHAPES[shape], int(group_size), bench=doc)
     else:
         manifest = read_manifest(out)
-        doc["predicted"] = predicted(shape_of_header((Path(out) / "src" / "tllm_model.h").read_text()),
-                                     int(manifest["options"]["group_size"]), bench=doc,
-                                     prefill_batch=int(manifest.get("prefill_batch", 1)),
-                         chunk_bytes=manifest["options"].get("stream_chunk"))
+        report_doc = read_json(Path(out) / "report.json", "report.json")
+        doc["predicted"] = predicted_for(measured_workload(report_doc["traffic"], doc), None,
+                                         int(manifest.get("prefill_batch", 1)),
+                                         manifest["options"].get("stream_chunk"))
     click.echo(json.dumps(doc, indent=2))
 
 

@@ -36,7 +36,8 @@ from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
 from .reference.executor import rope_tables
 from .reference.sampler import sampler_problem
-from .timing import predicted, shape_of_config
+from .plan.traffic import step_traffic
+from .timing import predicted_for
 from .verify import verify_graph
 from .vocab import check_vocab_fits, vocabulary_of
 
@@ -332,9 +333,12 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
     check_code(res, opts.board)
     rows = stream_rows(base, req, res.prefill_batch) if stream != "off" else []
     saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
-    pred = predicted(shape_of_config(m.graph.config), opts.group_size, board, prefill_batch=res.prefill_batch,
-                     chunk_bytes=res.stream.chunk_bytes if res.stream else None)
-    return (_plan_doc(res, stream, pred, saved, batch_rows, rows),
+    traffic = step_traffic(res.step)
+    pred = predicted_for(traffic.workload(), board, prefill_batch=res.prefill_batch,
+                         chunk_bytes=res.stream.chunk_bytes if res.stream else None)
+    doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
+    doc["traffic"] = traffic.json()
+    return (doc,
             _plan_text(res, stream, sampler, saved, batch_rows, rows))
 
 

@@ -85,6 +85,9 @@ class Workload:
     # a prompt token before the last skips it (tllm_model_step's need_logits).
     head_weight_bytes: int = 0
     head_matvec_instructions: int = 0
+    # (P, the layers' matvec instructions per prompt token at P tokens per weight pass), from the build's
+    # own layouts (plan/traffic.py); empty: the q4x4 kernel's ratios (MEASURED_MATMAT_PER_MAC)
+    batched_body_matvec: tuple[tuple[int, int], ...] = ()
 
     def prefill(self, batch: int = 1) -> "Workload":
         """One prompt token before the last: no classifier (its logits are
@@ -96,9 +99,11 @@ class Workload:
         body_bytes = self.weight_bytes - self.head_weight_bytes
         body_streams = self.streams - (1 if self.head_weight_bytes else 0)
         body_mv = self.matvec_instructions - self.head_matvec_instructions
-        rate = MEASURED_MATMAT_PER_MAC[batch] / MEASURED_MATMAT_PER_MAC[1]
+        batched = dict(self.batched_body_matvec)
+        mv = batched[batch] if batch in batched else round(body_mv * MEASURED_MATMAT_PER_MAC[batch]
+                                                           / MEASURED_MATMAT_PER_MAC[1])
         return replace(self, name=f"{self.name} prefill", weight_bytes=-(-body_bytes // batch),
-                       matvec_instructions=round(body_mv * rate),
+                       matvec_instructions=mv, batched_body_matvec=(),
                        other_instructions=self.other_instructions - self.sampling_instructions,
                        sampling_instructions=0, streams=-(-body_streams // batch),
                        head_weight_bytes=0, head_matvec_instructions=0)
@@ -111,7 +116,7 @@ class Workload:
 @dataclass(frozen=True)
 class ModeFigure:
     ms_per_token: float
-    tokens_per_s: float
+    tokens_per_s: float | None
     mj_per_token: float
 
 
@@ -131,9 +136,11 @@ def run_watts(core_hz: float = CORE_HZ) -> float:
 def mode_seconds(q: QspiFlash, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fills: int = 1,
                  core_hz: float = CORE_HZ) -> dict[str, float]:
     """Seconds per token in each mode (see the module docstring)."""
-    if w.weight_bytes <= 0:
-        raise ValueError("a workload reads at least one byte of weights")
+    if w.weight_bytes < 0:
+        raise ValueError("a workload reads no negative bytes")
     c_mv, c_other = compute_seconds(w.matvec_instructions, core_hz), compute_seconds(w.other_instructions, core_hz)
+    if w.weight_bytes == 0:  # every weight pinned in SRAM: no flash read, compute alone
+        return {m: c_mv + c_other for m in MODES[:3]} | {"flash_bound": 0.0}
     lines = math.ceil(w.weight_bytes / DCACHE_LINE_BYTES)
     miss = lines * MISS_LATENCY_CYCLES / core_hz
     x_in_place = link_seconds(q, w.weight_bytes, w.streams)
@@ -160,7 +167,9 @@ def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, f
     secs = mode_seconds(q, w, chunk_bytes, fills, core_hz)
 
     def figures(seconds: dict[str, float]) -> dict:
-        return {m: asdict(ModeFigure(round(s * 1e3, 3), round(1 / s, 3), round(s * watts * 1e3, 3)))
+        # tokens/s None: nothing bounds it (no flash read for the flash bound)
+        return {m: asdict(ModeFigure(round(s * 1e3, 3), round(1 / s, 3) if s > 0 else None,
+                                     round(s * watts * 1e3, 3)))
                 for m, s in seconds.items()}
 
     modes = figures(secs)
@@ -172,7 +181,7 @@ def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, f
         "prefill": dict(prefill, batch=prefill_batch),
         "weight_bytes": w.weight_bytes, "instructions": w.instructions,
         "compute_ms": round(compute * 1e3, 3), "transfer_ms": round(transfer * 1e3, 3),
-        "dwup_over_flash_bound": round(secs["dwup"] / secs["flash_bound"], 4),
+        "dwup_over_flash_bound": round(secs["dwup"] / secs["flash_bound"], 4) if secs["flash_bound"] else None,
         "dwup_speedup_over_in_place": round(secs["in_place"] / secs["dwup"], 4),
         "link": {"clock_mhz": q.clock_hz / 1e6, "ddr": q.ddr, "bits_per_clock": q.data_lines * q.chips,
                  "mb_per_s": round(q.bytes_per_s / 1e6, 3), "burst_overhead_cycles": q.burst_overhead_cycles},
@@ -251,6 +260,27 @@ def workload_from_bench(name: str, shape: Shape, bench: dict, group: int = 32) -
     return replace(w, sampling_instructions=bench.get("sampling_instructions", 0))
 
 
+def measured_workload(traffic: dict, bench: dict) -> Workload:
+    """A compiled build's token: its bytes from report.json's traffic (plan/traffic.py), its
+    instructions from `tinyllm-gen bench OUT --json` (the classifier's by its share of the MACs)."""
+    mv = bench["breakdown"].get("matvec", 0)
+    macs = traffic["macs_by_role"]
+    head = round(mv * macs["classifier"] / max(1, macs["layers"] + macs["classifier"]))
+    return Workload("this build", traffic["flash_bytes_per_token"], mv, bench["decode_instructions_per_token"] - mv,
+                    traffic["streams"], f"measured: tinyllm-gen bench at position {bench['position']}",
+                    sampling_instructions=bench.get("sampling_instructions", 0),
+                    head_weight_bytes=traffic["bytes_by_role"]["classifier"], head_matvec_instructions=head)
+
+
+def traffic_text(traffic: dict) -> str:
+    """One line: what a decoded token reads from the weights' storage, by role and layout."""
+    roles = traffic["bytes_by_role"]
+    layouts = ", ".join(f"{k} {v:,} B" for k, v in traffic["bytes_by_layout"].items())
+    return (f"weights read per decoded token: {traffic['flash_bytes_per_token']:,} B (layers {roles['layers']:,}, "
+            f"classifier {roles['classifier']:,}, embedding row {roles['embedding']:,}, vectors "
+            f"{roles['vectors']:,}; {layouts}; {traffic['pinned_bytes']:,} B pinned in SRAM)\n")
+
+
 def scaled_workload(name: str, shape: Shape, matvec_per_mac: float, total_instructions: int | None,
                     other_per_mac: float, source: str, group: int = 32) -> Workload:
     """For a shape the emulators cannot run here: matvec instructions from a
@@ -261,41 +291,30 @@ def scaled_workload(name: str, shape: Shape, matvec_per_mac: float, total_instru
     return workload_from_counts(name, shape, mv, other, source, group)
 
 
-def estimated_workload(config, group: int = 32) -> Workload:
-    """A model's token from its config alone (plan, the stream's chunk choice):
-    the measured per-MAC figures below, scaled to its shape."""
-    return scaled_workload("this model", shape_of_config(config), MEASURED_MATVEC_PER_MAC, None,
-                           MEASURED_OTHER_PER_MAC, "estimated", group)
-
-
 def shape_of_config(c) -> Shape:
     """A Shape from an ir.ModelConfig (or anything with its field names)."""
     return Shape(c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.head_dim)
 
 
-def shape_of_header(text: str) -> Shape:
-    """A Shape from a compiled OUT's src/tllm_model.h defines."""
-    v = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[0] == "#define" and parts[2].isdigit():
-            v[parts[1]] = int(parts[2])
-    return Shape(v["TLLM_DIM"], v["TLLM_HIDDEN_DIM"], v["TLLM_N_LAYERS"], v["TLLM_N_HEADS"], v["TLLM_N_KV_HEADS"],
-                 v["TLLM_VOCAB_SIZE"], v["TLLM_HEAD_DIM"])
-
-
 def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict | None = None,
               prefill_batch: int = 1, chunk_bytes: int | None = None) -> dict:
-    """The `predicted` object of plan/report/bench --json: per board (this
-    one if it streams from QUADSPI, else every board that does) and mode.
-    With `bench` (bench --json's counts) the instructions are measured;
-    without, estimated from the measured per-MAC figures below."""
+    """The `predicted` object of bench --json for a q4x4 shape: per board
+    (this one if it streams from QUADSPI, else every board that does) and
+    mode.  With `bench` (bench --json's counts) the instructions are
+    measured; without, estimated from the measured per-MAC figures below.
+    A compiled build is priced by its own layouts instead (plan/traffic.py)."""
     if bench is not None:
         w = workload_from_bench("this model", shape, bench, group)
     else:
         w = scaled_workload("this model", shape, MEASURED_MATVEC_PER_MAC, None, MEASURED_OTHER_PER_MAC,
                             f"estimated: {MEASURED_MATVEC_PER_MAC} matvec + {MEASURED_OTHER_PER_MAC} other "
                             "instructions per MAC (bench, stories15M shape)", group)
+    return predicted_for(w, board, prefill_batch, chunk_bytes)
+
+
+def predicted_for(w: Workload, board: Board | None = None, prefill_batch: int = 1,
+                  chunk_bytes: int | None = None) -> dict:
+    """predict() on this board if it streams from QUADSPI, else on every board that does."""
     boards = [board] if board is not None and board.qspi_flash is not None else \
         [b for b in map(load_board, board_names()) if b.qspi_flash is not None]
     chunk = chunk_bytes or DEFAULT_CHUNK_BYTES  # the build's stream chunk, where it streams
@@ -313,6 +332,31 @@ MEASURED_OTHER_PER_MAC = 0.066
 # kernel"); P = 1 is the matvec.  A batched prefill token's matvec work
 # scales by MEASURED_MATMAT_PER_MAC[P] / [1].
 MEASURED_MATMAT_PER_MAC = {1: 1.353, 2: 1.049, 3: 0.999, 4: 0.939}
+# Instructions per MAC of each weight layout's kernels on the Cortex-M7, per
+# token at P tokens per weight pass (P = 1: the decode matvec), exact counts
+# from `tinyllm-gen bench` under QEMU (tllm_icount plugin), g32 activations:
+# q4x4 the M7 assembly at 256x256; q4 the portable C kernel at 256x256;
+# Q4_0/Q4_1/Q8_0 llama.cpp's kept blocks in their file layout (portable C with
+# SMLAD sums) at 576x576.  Their batched kernels: a 2-layer dim-256 Q4_1
+# model's 32-token prompt at P = 4 took 3.29 M instructions per prompt token
+# against 2.97 M token by token (x1.108), the ratio used for every P > 1 of
+# the three block formats.  s4pc (the per-channel scheme) has no count of its
+# own here: the portable q4 kernel's rate stands in for it.  A layout or P
+# missing from its row is priced at its P = 1 rate.
+KERNEL_RATES = {
+    "q4x4": MEASURED_MATMAT_PER_MAC,
+    "q4": {1: 14.755},
+    "Q4_0": {1: 2.291, 2: 2.291 * 1.108, 3: 2.291 * 1.108, 4: 2.291 * 1.108},
+    "Q4_1": {1: 2.478, 2: 2.478 * 1.108, 3: 2.478 * 1.108, 4: 2.478 * 1.108},
+    "Q8_0": {1: 2.340, 2: 2.340 * 1.108, 3: 2.340 * 1.108, 4: 2.340 * 1.108},
+    "s4pc": {1: 14.755},
+}
+
+
+def kernel_rate(layout: str, batch: int = 1) -> float:
+    """Instructions per MAC of `layout`'s kernel at `batch` tokens per weight pass (KERNEL_RATES)."""
+    row = KERNEL_RATES[layout]
+    return row.get(batch, row[1])
 
 
 def predicted_text(pred: dict) -> str:

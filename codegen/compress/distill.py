@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
-from .runs import fingerprint_of, progress
+from .runs import fingerprint_of, progress_bar
 from .teacher_cache import cached_kl
 from .torch_io import index_stream, make_batch
 
@@ -167,7 +167,7 @@ def distill(student, teacher, seqs: Sequence[Sequence[int]], pad_id: int, o: Dis
     if teacher is not None:
         teacher.eval()
     student.train()
-    bar = progress(o.steps, start, progress)
+    bar = progress_bar(o.steps, start, progress)
     t0, tokens, done = time.perf_counter(), 0, start
     for step in range(start, o.steps):
         if stop_after is not None and step - start >= stop_after:

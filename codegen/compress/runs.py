@@ -25,7 +25,7 @@ def fingerprint_of(models, seqs: Sequence[Sequence[int]], extra: str = "") -> st
     return h.hexdigest()
 
 
-def progress(total: int, initial: int, enabled: bool, desc: str = "distill"):
+def progress_bar(total: int, initial: int, enabled: bool, desc: str = "distill"):
     try:
         from tqdm import tqdm
     except ImportError:  # transformers depends on tqdm, but stay usable without it

@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import UserError
-from .runs import fingerprint_of, progress
+from .runs import fingerprint_of, progress_bar
 from .torch_io import make_batch
 
 FORMAT = 1
@@ -195,4 +195,4 @@ def _write_atomic(p: Path, obj) -> None:
 
 def _bar(total: int, initial: int, enabled: bool):
 
-    return progress(total, initial, enabled, desc="teacher logits")
+    return progress_bar(total, initial, enabled, desc="teacher logits")

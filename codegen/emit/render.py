@@ -27,9 +27,11 @@ from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
+from ..plan.traffic import traffic_of
 from ..quant.kv import kv_layout
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
+from ..timing import predicted_for
 from ..vocab import vocabulary_of
 from .filters import FILTERS
 from .layer_table import c_layer_table, step_form
@@ -116,11 +118,16 @@ def _stream_context(program: Program, pinned: dict) -> dict:
         "head_chunk": head_chunk(program)}}
 
 
-def report_doc(program: Program) -> dict:
-    """report.json: the plan, the weights' bytes, the stream schedule and the prefill's decisions."""
+def report_doc(program: Program, board: Board) -> dict:
+    """report.json: the plan, the weights' bytes, what a token reads (by role and layout) and what
+    that predicts on the board's link, the stream schedule and the prefill's decisions."""
     plan = program.plan
     doc = plan_json(plan)
     doc["weights_bytes"] = len(program.blob.data)
+    traffic = traffic_of(program.calls, program.head_start, program.stream, program.config.head_dim)
+    doc["traffic"] = traffic.json()
+    doc["predicted"] = predicted_for(traffic.workload(), board, program.prefill_batch,
+                                     program.stream.options.chunk_bytes if program.stream else None)
     if program.stream is not None:
         doc["stream_schedule"] = schedule_json(program)
     pre = program.prefill
@@ -241,7 +248,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
         "weights.bin": program.blob.data,
         "memory_report.txt": plan_text(plan).encode(),
-        **report_files(report_doc(program)),
+        **report_files(report_doc(program, board)),
     }
     if not ctx["weights_external"]:
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")

@@ -38,7 +38,8 @@ from ..plan.lifetimes import Lifetimes, lifetimes_of
 from ..plan.memory import CANARY_BYTES, MIN_SEQ, MemoryPlan, plan_lifetimes, what_is_over
 from ..plan.regions import check_budget
 from ..plan.weights_size import weights_blob_bytes
-from ..timing import estimated_workload, predict
+from ..plan.traffic import step_traffic
+from ..timing import predict
 from ..vocab import vocab_goes_to_weights, vocab_nbytes
 
 AUTO = "auto"
@@ -257,7 +258,7 @@ def plan_step(planner: Planner, step: LoweredStep, src: StepSource, req: FitRequ
                   stream=step.stream.options if step.stream is not None else None)
 
 
-def chunk_sizes(config, group_size: int, board: Board) -> tuple[int, ...]:
+def chunk_sizes(step: LoweredStep, board: Board) -> tuple[int, ...]:
     """The chunk sizes to try, first choice first.  On a board that streams
     from QUADSPI the timing model decides (timing.mode_seconds, DWUP): per
     chunk the larger of compute and transfer, plus one command per chunk and
@@ -270,7 +271,7 @@ def chunk_sizes(config, group_size: int, board: Board) -> tuple[int, ...]:
     would hold a chunk nobody can start yet."""
     if board.qspi_flash is None:
         return CHUNK_FALLBACK
-    w = estimated_workload(config, group_size)
+    w = step_traffic(step).workload()
     tok = {c: predict(board, w, chunk_bytes=c)["modes"]["dwup"]["tokens_per_s"] for c in CHUNK_CANDIDATES}
     best = max(tok.values())
     first = min(c for c, t in tok.items() if t >= best * (1 - CHUNK_TOLERANCE))
@@ -303,7 +304,7 @@ def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitReq
     context = base.config.max_seq
     if mode == "off" or (mode == AUTO and board.weights.storage != "external"):
         return plan_step(planner, batch_step(base, batch), src, req, requested_seq)
-    sizes = (req.stream_chunk,) if req.stream_chunk else chunk_sizes(base.config, base.group_size, board)
+    sizes = (req.stream_chunk,) if req.stream_chunk else chunk_sizes(base, board)
     err = None
     for size in sizes:
         opts = StreamOptions(mode, size)

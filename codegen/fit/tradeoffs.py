@@ -12,7 +12,8 @@ from ..lower.prefill import batch_step
 from ..lower.records import LoweredStep, StepSource, StreamOptions
 from ..lower.stream import stream_step
 from ..plan.lifetimes import CTYPE_BYTES, align_up
-from ..timing import estimated_workload, predict
+from ..plan.traffic import step_traffic
+from ..timing import predict
 from .search import FitRequest, Fitted, Planner, batched, fit_stream
 
 TRADE_OFF_CHUNKS = (4 * 1024, 8 * 1024, 16 * 1024, 32 * 1024)
@@ -25,7 +26,7 @@ def stream_rows(base: LoweredStep, req: FitRequest, batch: int) -> list[dict]:
     pipeline fill per token, since the prefetch crosses matrices)."""
     board = req.board
     planner = Planner(board, req.budget)
-    w = estimated_workload(base.config, base.group_size) if board.qspi_flash is not None else None
+    w = step_traffic(base).workload() if board.qspi_flash is not None else None
     rows = []
     for size in TRADE_OFF_CHUNKS:
         step = batch_step(stream_step(base, StreamOptions("all", size), base.config.max_seq), batch)
@@ -51,7 +52,7 @@ def prefill_rows(base: LoweredStep, src: StepSource, req: FitRequest, memo: dict
     memo: search.fit's, so each P is planned once."""
     board = req.board
     planner = Planner(board, req.budget)
-    w = estimated_workload(base.config, base.group_size) if board.qspi_flash is not None else None
+    w = step_traffic(base).workload() if board.qspi_flash is not None else None
     rows = []
     for p in range(1, MAX_BATCH + 1):
         try:

@@ -39,6 +39,16 @@ class PinCandidate:
 
 
 @dataclass(frozen=True)
+class WeightRead:
+    """A matrix a call reads from the weights blob each token, and the work it does with it."""
+
+    name: str  # blob entry
+    layout: str  # q4x4 | q4 | Q4_0 | Q4_1 | Q8_0 | s4pc: which kernel's rate prices it (timing.KERNEL_RATES)
+    nbytes: int  # bytes read per token (the whole matrix, or the embedding's one row or tile)
+    macs: int  # multiply-accumulates per token (0 for a lookup)
+
+
+@dataclass(frozen=True)
 class Chunk:
     """One transfer of the weight stream: rows [row0, row0 + rows) of a
     matrix, bytes [offset, offset + nbytes) of its stream (copy_bytes:
@@ -100,6 +110,10 @@ class Kernel(ABC):
     def tile_output(self) -> BufferRef | None:
         """An output written in whole 4-row tiles (a P-token copy needs 3 floats of slack)."""
         return None
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        """The matrices it reads per token (vectors are found generically: plan/traffic.py)."""
+        return ()
 
     def descriptors(self) -> tuple[Q4Ref | GGUFRef, ...]:
         """The matrices it reads through a C descriptor (tllm_q4_matrix, tllm_gguf_matrix ...)."""

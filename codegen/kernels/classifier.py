@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Chunk, Kernel, PinCandidate
+from .base import Chunk, Kernel, PinCandidate, WeightRead
 from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, shape, vec
 from .chunks import chunks_of
 from .matvec import Matvec, MatvecQ4x4, streamed_note
@@ -57,6 +57,9 @@ class ArgmaxClassifier(Kernel):
     def pin_candidate(self) -> PinCandidate | None:
         return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
 
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.matvec.weight_reads()
+
 
 @dataclass(frozen=True)
 class TopKClassifier(Kernel):
@@ -89,6 +92,9 @@ class TopKClassifier(Kernel):
     def pin_candidate(self) -> PinCandidate | None:
         return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
 
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.matvec.weight_reads()
+
 
 @dataclass(frozen=True)
 class StreamedArgmaxQ4x4(Kernel):
@@ -118,6 +124,9 @@ class StreamedArgmaxQ4x4(Kernel):
     def stream_chunks(self) -> tuple[Chunk, ...]:
         return self.chunks
 
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.argmax.weight_reads()
+
 
 @dataclass(frozen=True)
 class StreamedTopKQ4x4(Kernel):
@@ -145,3 +154,6 @@ class StreamedTopKQ4x4(Kernel):
 
     def stream_chunks(self) -> tuple[Chunk, ...]:
         return self.chunks
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.topk.weight_reads()

@@ -10,10 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..abi import Q4X4_TILE
-from .base import Kernel, PinCandidate
+from .base import Kernel, PinCandidate, WeightRead
 from .c_text import CCall, buf, fixed, matrix, param
 from .chunks import line_up, tile_bytes, whole_matrix_bytes
 from .refs import BufferRef, GGUFRef, Q4Ref
+from .sizes import layout_of, lookup_bytes
+
+
+def lookup_read(table: Q4Ref | GGUFRef) -> tuple[WeightRead, ...]:
+    """The token's row of the table (its 4-row tile in q4x4)."""
+    return (WeightRead(table.name, layout_of(table), lookup_bytes(table), 0),)
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,9 @@ class EmbedQ4(Kernel):
 
     def describe(self) -> tuple[str, BufferRef]:
         return f"embed_q4 {self.table.rows}x{self.table.cols}", self.out
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return lookup_read(self.table)
 
     def streamed(self, chunk_bytes: int) -> "StreamedEmbedQ4x4 | None":
         if self.table.layout != "q4x4":
@@ -55,6 +64,9 @@ class EmbedGGUF(Kernel):
     def describe(self) -> tuple[str, BufferRef]:
         return f"embed {self.table.qtype} {self.table.rows}x{self.table.cols} (GGUF blocks)", self.out
 
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return lookup_read(self.table)
+
 
 @dataclass(frozen=True)
 class StreamedEmbedQ4x4(Kernel):
@@ -80,3 +92,6 @@ class StreamedEmbedQ4x4(Kernel):
 
     def stream_buffer_bytes(self) -> int:
         return self.copy_bytes
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.embed.weight_reads()

@@ -12,14 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import BatchContext, Chunk, Kernel, PinCandidate
+from .base import BatchContext, Chunk, Kernel, PinCandidate, WeightRead
 from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, vec
 from .chunks import chunks_of, whole_matrix_bytes
 from .refs import BufferRef, GGUFRef, Q4Ref, VectorRef
+from .sizes import layout_of, matrix_bytes
 
 
 def _bias(bias: VectorRef | None) -> str:
     return " +bias" if bias else ""
+
+
+def full_read(m: Q4Ref | GGUFRef) -> tuple[WeightRead, ...]:
+    """The whole matrix, once per token."""
+    return (WeightRead(m.name, layout_of(m), matrix_bytes(m), m.rows * m.cols),)
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,9 @@ class MatvecQ4(Kernel):
 
     def c_call(self) -> CCall:
         return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return full_read(self.matrix)
 
     def describe(self) -> tuple[str, BufferRef]:
         m = self.matrix
@@ -80,6 +89,9 @@ class MatvecGGUF(Kernel):
     def c_call(self) -> CCall:
         return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
 
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return full_read(self.matrix)
+
     def describe(self) -> tuple[str, BufferRef]:
         m = self.matrix
         return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks){_bias(self.bias)}", self.out
@@ -111,6 +123,9 @@ class MatvecQ4x4(Kernel):
 
     def c_call(self) -> CCall:
         return CCall("tllm_matvec_q4x4", tuple(self.c_args()))
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return full_read(self.matrix)
 
     def describe(self) -> tuple[str, BufferRef]:
         m = self.matrix
@@ -162,6 +177,9 @@ class StreamedMatvecQ4x4(Kernel):
 
     def stream_chunks(self) -> tuple[Chunk, ...]:
         return self.chunks
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.matvec.weight_reads()
 
     def streamed_rows(self) -> int:
         return self.chunk_rows

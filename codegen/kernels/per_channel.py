@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import Kernel
+from ..quant.formats import q4_row_bytes
+from .base import Kernel, WeightRead
 from .c_text import CCall, buf, fc
 from .refs import BufferRef, FcS4PcRef
 
@@ -25,6 +26,11 @@ class FcS4PerChannel(Kernel):
     def describe(self) -> tuple[str, BufferRef]:
         w = self.layer.weight
         return f"s4 per-channel fc {w.rows}x{w.cols} (CMSIS-NN arithmetic)", self.out
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        w = self.layer.weight
+        # the packed nibbles, one float scale per row, then int32 bias, multiplier and shift per row
+        return (WeightRead(self.layer.name, "s4pc", w.rows * q4_row_bytes(w.cols) + 16 * w.rows, w.rows * w.cols),)
 
     def descriptors(self) -> tuple:
         return ()  # its weight is in its own tllm_fc_s4pc_layer descriptor

@@ -92,7 +92,7 @@ def test_plan_json_has_predicted_for_its_board():
     assert res.exit_code == 0, res.output
     pred = json.loads(res.output)["predicted"]
     assert list(pred) == ["weact-h750"] and set(pred["weact-h750"]["modes"]) == set(timing.MODES)
-    assert pred["weact-h750"]["source"].startswith("estimated")
+    assert pred["weact-h750"]["source"].startswith("the build's layouts (q4x4)")
 
 
 def test_prefill_token_skips_sampling_and_batches_divide_the_weights():
@@ -138,6 +138,12 @@ def test_report_has_predicted(tmp_path):
     res = CliRunner().invoke(cli, ["report", str(out), "--json"])
     assert res.exit_code == 0, res.output
     pred = json.loads(res.output)["predicted"]
-    assert list(pred) == ["stm32h750b-dk"] and pred["stm32h750b-dk"]["weight_bytes"] == SHAPES["stories260k"].weight_bytes()
+    traffic = json.loads((out / "report.json").read_text())["traffic"]
+    roles = traffic["bytes_by_role"]
+    # the build's own bytes: its q4x4 matrices (the shape's), the embedding's 4-row tile and the float vectors
+    assert list(pred) == ["stm32h750b-dk"] and pred["stm32h750b-dk"]["weight_bytes"] == traffic["flash_bytes_per_token"]
+    assert roles["layers"] + roles["classifier"] == SHAPES["stories260k"].weight_bytes()
+    assert roles["embedding"] == 160 and traffic["flash_bytes_per_token"] == sum(roles.values())
     text = CliRunner().invoke(cli, ["report", str(out)]).output
     assert "predicted per decoded token" in text and "stm32h750b-dk  link 132 MB/s" in text
+    assert "weights read per decoded token: 166,528 B (layers 143,040, classifier 20,480" in text

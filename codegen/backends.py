@@ -129,7 +129,7 @@ class SerialBackend(Backend):
 
     def generate(self, prompt_ids, max_new_tokens, sampling, on_token=None) -> Generation:
         from .protocol import pack_request
-        from .run import talk_serial
+        from .run import RequestLost, talk_serial
 
         with self._lock:
             port = self._open()
@@ -138,6 +138,8 @@ class SerialBackend(Backend):
             try:
                 status, text = talk_serial(port, pack_request(list(prompt_ids), max_new_tokens, sampling),
                                            self.timeout_s, wait_ready=False, on_line=_line_sink(on_token))
+            except RequestLost as e:  # sent twice (talk_serial resends once), served neither time
+                raise DeviceError(str(e)) from None
             except Exception as e:  # serial.SerialException, OSError: the link went away
                 self.close()
                 raise DeviceError(f"serial link {self.url} failed: {e}") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 from .frontends import ImportedModel
 from .quant.formats import GROUP_SIZES, n_groups, q4_row_bytes
 
+SHOWN_IGNORED = 12  # ignored tensors listed by the text form of `inspect`
+
 
 def _matrix_shapes(model: ImportedModel) -> list[tuple[int, int]]:
     return [w.shape for w in model.graph.weights.values() if w.ndim == 2]
@@ -27,6 +29,7 @@ def describe(model: ImportedModel) -> dict:
         "qkv_bias": c.qkv_bias, "bos_id": c.bos_id, "eos_ids": list(c.eos_ids),
         "weight_bytes": sizes, "kv_cache_bytes_per_token_int8": kv_per_token_int8,
         "tokenizer": model.tokenizer.source if model.tokenizer else None,
+        "ignored_tensors": list(model.ignored),
     }
 
 
@@ -43,4 +46,10 @@ def describe_text(info: dict) -> str:
     for k, v in info["weight_bytes"].items():
         lines.append(f"    {k:<10} {v:>12,} B  ({v / 1024:.1f} KiB)")
     lines.append(f"  KV cache (int8 + scales): {info['kv_cache_bytes_per_token_int8']:,} B per token")
+    ignored = info.get("ignored_tensors") or []
+    if ignored:
+        lines.append(f"  ignored tensors ({len(ignored)}: in the file, not in the compiled model):")
+        lines += [f"    {entry}" for entry in ignored[:SHOWN_IGNORED]]
+        if len(ignored) > SHOWN_IGNORED:
+            lines.append(f"    ... and {len(ignored) - SHOWN_IGNORED} more (--json lists them all)")
     return "\n".join(lines)

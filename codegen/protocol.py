@@ -9,12 +9,15 @@ Framing and error recovery (the firmware side is firmware/tllm_frame.c):
 * the firmware hunts for the magic byte by byte, checks the length against
   its request buffer before reading on, drops a partial frame after a
   silence of TLLM_FRAME_TIMEOUT_MS (its own clock), checks the CRC, and after
-  any error resynchronises on the next magic in what it has received;
+  any error resynchronises on the next magic in what it has received (from
+  the byte after the dead frame's magic; tllm_frame.h states the guarantee);
 * every console line that starts with "@TLLM" ends in " crc=XXXXXXXX", the
   CRC32 of the line before that suffix; :func:`check_line` verifies it and
   :func:`parse_output` skips (and counts) lines that fail;
 * "@TLLM done status=N req=XXXXXXXX" names the request (its CRC field) the
-  status belongs to, "req=none" a frame dropped before its CRC arrived."""
+  status belongs to, "req=none" a frame dropped before its CRC arrived; the
+  host (run.talk_serial) sends a request once more when its done line says
+  it arrived damaged or another frame's done line is all it gets."""
 from __future__ import annotations
 
 import re

@@ -130,7 +130,8 @@ void tllm_frame_init(tllm_frame_reader *r, uint8_t *buf, uint32_t cap) {
 static uint32_t add_sat(uint32_t a, uint32_t b) { return a > UINT32_MAX - b ? UINT32_MAX : a + b; }
 
 /* Drops buf[0..k) for the smallest k >= from where what is left could still
- * be the start of a frame (a prefix of the magic, or the whole magic). */
+ * be the start of a frame (a prefix of the magic, or the whole magic): the
+ * bytes of a dead frame are searched again, never skipped unread. */
 static void resync(tllm_frame_reader *r, uint32_t from) {
     uint32_t k = from;
     for (; k < r->have; k++) {
@@ -174,6 +175,11 @@ static int fill(tllm_frame_reader *r, uint32_t need, uint32_t want) {
 }
 
 int tllm_frame_read(tllm_frame_reader *r, uint32_t *total) {
+    if (r->taken) { /* the last frame was served: its buffer went to the model, and with it what followed */
+        r->skipped = add_sat(r->skipped, r->have - r->taken);
+        r->have = 0;
+        r->taken = 0;
+    }
     r->crc_known = 0;
     resync(r, 0);
     /* The magic, byte by byte: wait as long as it takes for the first byte;
@@ -208,20 +214,31 @@ int tllm_frame_read(tllm_frame_reader *r, uint32_t *total) {
         frame_error("crc mismatch", 0, 0);
         goto drop;
     }
-    if (r->skipped || r->have > len) {
+    if (r->skipped) {
         con_puts("@TLLM note frame: skipped ");
-        con_put_u32(add_sat(r->skipped, r->have - len));
+        con_put_u32(r->skipped);
         con_puts(" bytes around the request\n");
     }
-    /* Bytes past the frame are dropped: the request buffer is reused by the
-     * first model step, and the host sends one request at a time. */
+    /* Bytes past the frame (received while a dead frame claimed them) stay
+     * until the caller is done with the frame: tllm_frame_refuse keeps them,
+     * the next read drops them when the frame was served. */
     r->skipped = 0;
-    r->have = 0;
+    r->taken = len;
     *total = len;
     return TLLM_FRAME_OK;
 drop:
-    resync(r, 1); /* look for the next magic after this frame's first byte */
+    /* The next magic, searched from the byte after this frame's magic (the
+     * magic has no proper prefix that is also its suffix, so no candidate
+     * starts inside it). */
+    resync(r, (uint32_t)sizeof MAGIC);
     return TLLM_FRAME_ERROR;
+}
+
+void tllm_frame_refuse(tllm_frame_reader *r) {
+    if (!r->taken) return;
+    memmove(r->buf, r->buf + r->taken, r->have - r->taken);
+    r->have -= r->taken;
+    r->taken = 0;
 }
 
 void tllm_frame_done(const tllm_frame_reader *r, int status) {

@@ -12,10 +12,36 @@
  *     measured by the board's own clock (cycles of the DWT on the STM32H750,
  *     TIMER0 ticks under QEMU, poll() on the host);
  *   - verifies the CRC32 (IEEE 802.3, as zlib.crc32);
- *   - after any error ("@TLLM error frame: ..."), resynchronises: the bytes
- *     already received after the bad frame's first byte are searched for the
- *     next magic, so a request that followed junk or a cut-off frame is still
- *     served.
+ *   - after any error ("@TLLM error frame: ..."), resynchronises inside what
+ *     it already holds: the search for the next magic resumes at the byte
+ *     after the dead frame's magic, so a request that followed junk, or that
+ *     a host restarted mid-frame sent while a cut-off frame still waited
+ *     for its tail, is served;
+ *   - a frame whose CRC holds but which the caller refuses (version, fields:
+ *     tllm_frame_refuse) ends where its length says: bytes already received
+ *     after it are searched next.
+ *
+ * The guarantee (tests/fuzz/test_frame_property.py checks it on random byte
+ * streams).  Over the bytes a reader receives, call every occurrence of the
+ * magic at offset p a candidate, and its claimed length claim(p) the length
+ * field at p + 4 when that passes the length checks (>= the header, a
+ * multiple of 4, <= cap), else 8 (the header bytes read before the length is
+ * refused).  A frame V at offset q with a good length and CRC that the
+ * caller serves, whose bytes arrive with no silence of timeout_ms (and no
+ * lost byte) between its first and its last, is served unless
+ *   (1) a CRC-good frame A at a < q claims V's first byte (a + claim(a) > q):
+ *       a frame inside another good frame's length is that frame's data; or
+ *   (2) V's first byte was already received when an earlier frame A was
+ *       served: the request buffer goes to the model, and what it held
+ *       past A is dropped.  That needs a candidate c < a whose claimed
+ *       length reached V (c + claim(c) > q): only a dead frame's claim
+ *       makes the reader take bytes past the frame it serves.
+ * Both need a candidate before V whose claimed length reaches V, so every
+ * good frame that no other frame's claimed length overlaps is served.  A
+ * dead frame's claim (a cut-off frame, a bit flip, a false magic in junk)
+ * costs no request by itself: what it swallowed is searched again, and only
+ * good frames after the first one served from inside it can be lost.  No
+ * frame is served twice, and frames are served in the order they arrived.
  *
  * Lines out: every console line that starts with "@TLLM" gets a
  * " crc=XXXXXXXX" suffix (CRC32 of the line before the suffix, 8 lowercase
@@ -41,6 +67,7 @@ typedef struct {
     uint32_t timeout_ms; /* TLLM_FRAME_TIMEOUT_MS unless a test changes it */
     uint32_t crc;        /* CRC field of the last frame read (served or refused) */
     int crc_known;       /* 0: the last frame ended before its CRC field */
+    uint32_t taken;      /* length of the frame the last TLLM_FRAME_OK handed out, 0 once released */
 } tllm_frame_reader;
 
 /* CRC32 (reflected, polynomial 0xEDB88320): crc = tllm_crc32(0, p, n), and
@@ -57,8 +84,15 @@ void tllm_frame_init(tllm_frame_reader *r, uint8_t *buf, uint32_t cap);
 /* Reads the next request frame into r->buf (*total: its length).
  * TLLM_FRAME_OK, TLLM_FRAME_ERROR (an "@TLLM error frame:" line was
  * printed; call again to go on) or TLLM_FRAME_NO_INPUT (the board has no
- * console input, or it ended). */
+ * console input, or it ended).  After TLLM_FRAME_OK the caller may use
+ * r->buf as it likes (the model's first step does): the next read drops
+ * whatever it held, unless tllm_frame_refuse was called. */
 int tllm_frame_read(tllm_frame_reader *r, uint32_t *total);
+
+/* The frame the last read returned is refused (a field check failed) and
+ * r->buf was not written: the bytes received after the frame stay, and the
+ * next read searches them first. */
+void tllm_frame_refuse(tllm_frame_reader *r);
 
 /* "@TLLM done status=<n> req=<crc|none>": which request the status is for. */
 void tllm_frame_done(const tllm_frame_reader *r, int status);

@@ -182,7 +182,8 @@ static int generate(const tllm_request *req) {
 
 /* A request over the console UART (codegen/run.py run_serial): announce
  * readiness, then read one frame into the planned request buffer
- * (tllm_frame.c: resync on the magic, timeout, length and CRC checks). */
+ * (tllm_frame.c: resync on the magic, timeout, length and CRC checks; a
+ * refused frame hands back the bytes after it). */
 static tllm_frame_reader uart_frames;
 
 static int read_uart_request(tllm_request *rq, int *exit_after) {
@@ -197,7 +198,10 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
     const int got = tllm_frame_read(&uart_frames, &total);
     if (got == TLLM_FRAME_NO_INPUT) return -2; /* the board has no console input */
     if (got != TLLM_FRAME_OK) return EXIT_BAD_REQUEST;
-    if (tllm_request_parse(buf, total, rq, &why) != 0 || check_request(rq, &why) != 0) return bad_request(why);
+    if (tllm_request_parse(buf, total, rq, &why) != 0 || check_request(rq, &why) != 0) {
+        tllm_frame_refuse(&uart_frames); /* buf untouched: what came after the frame is searched next */
+        return bad_request(why);
+    }
     *exit_after = (rq->flags & TLLM_REQUEST_EXIT_AFTER) != 0;
     return 0;
 }

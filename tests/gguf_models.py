@@ -46,12 +46,14 @@ def _random_kquant(shape: tuple[int, int], qtype, rng: np.random.Generator) -> n
 
 def hf_to_gguf(model_dir: Path, out: Path, qtype: str = "F32", *, chat_template: str | None = CHATML,
                add_bos: bool = True, kquant_rng_seed: int = 0, arch_name: str | None = None,
-               extra_kv: dict | None = None, f64_tensor: str | None = None, embd_qtype: str | None = None) -> Path:
+               extra_kv: dict | None = None, f64_tensor: str | None = None, embd_qtype: str | None = None,
+               extra_tensors: dict | None = None) -> Path:
     """Write the tiny HF model in MODEL_DIR as a GGUF file: norms F32, every
     matrix (embedding included) in `qtype`.  For error tests: `arch_name`
     overrides general.architecture, `extra_kv` adds uint32 keys, `f64_tensor`
     stores that tensor as F64; `embd_qtype` gives token_embd.weight its own
-    type (SmolLM2's GGUF: Q8_0 embedding, Q4_1 matrices)."""
+    type (SmolLM2's GGUF: Q8_0 embedding, Q4_1 matrices); `extra_tensors`
+    adds F32 tensors by GGUF name (rope_freqs.weight)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -144,6 +146,8 @@ def hf_to_gguf(model_dir: Path, out: Path, qtype: str = "F32", *, chat_template:
             put(b + "ffn_up.weight", sd[h + "mlp.up_proj.weight"])
         put(b + "attn_output.weight", sd[h + "self_attn.o_proj.weight"])
         put(b + "ffn_down.weight", sd[h + "mlp.down_proj.weight"])
+    for name, arr in (extra_tensors or {}).items():
+        put(name, arr, False)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

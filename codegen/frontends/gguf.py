@@ -35,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import UserError, check_regular_file
+from .derived import check_freq_factors
 from .limits import check_finite, check_model_size, check_range
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
@@ -263,6 +264,10 @@ def parse_metadata(f: GGUFFile) -> ModelConfig:
 # ---------------------------------------------------------------- tensors
 
 
+# llama.cpp's RoPE frequency factors (Llama 3.1's rope_freqs, Phi-3's longrope pair).
+_ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
 def _unpermute_rows(n_rows: int, n_heads: int) -> np.ndarray:
     """Row index map undoing llama.cpp's Q/K permutation: HF row (h, half, i)
     is GGUF row (h, i, half).  `rows_hf = rows_gguf[index]`."""
@@ -361,6 +366,9 @@ def _map_tensors(f: GGUFFile, c: ModelConfig) -> tuple[dict[str, np.ndarray], di
             ts.put(w, p + "w_up", up, (c.hidden_dim, c.dim), slice(c.hidden_dim, 2 * c.hidden_dim))
     for name, arr in w.items():
         check_finite(f.path.name, name, arr)
+    for name in _ROPE_FACTORS:  # not weights: checked against the compiler's plain RoPE (derived.py)
+        if ts.has(name):
+            check_freq_factors(f.path.name, name, ts.take(name, (c.head_dim // 2,))[0], c)
     for name in f.tensors:
         if name not in ts.used:
             raise UserError(f"{f.path.name}: tensor {name} is not used by the {c.arch} graph "

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import UserError, check_regular_file, first_line, read_json
 from ..ir import Graph, ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
+from .derived import check_inv_freq
 from .limits import check_finite, check_model_size, check_positive_number, check_range, check_tokenizer_vocab
 from .tokenizer import Tokenizer
 
@@ -40,6 +41,9 @@ class ImportedModel:
     graph: Graph
     tokenizer: Tokenizer | None
     source: str  # human-readable origin, for reports
+    # Tensors the file carries that the compiled model does not use and that no
+    # check tied to what it does use ("name: why"), for `inspect` (derived.py).
+    ignored: tuple[str, ...] = ()
 
 
 def load_hf(model_dir: Path, tokenizer: Path | None = None) -> ImportedModel:
@@ -48,12 +52,12 @@ def load_hf(model_dir: Path, tokenizer: Path | None = None) -> ImportedModel:
     config = parse_config(cfg, model_dir / "config.json", _generation_config(model_dir))
     store = _TensorStore(model_dir)
     weights = _MAPPERS[config.arch](store, config, cfg)
-    store.check_all_used(config)
+    ignored = store.check_all_used(config)
     graph = verify_graph(build_decoder_graph(config, weights))
 
     arch = cfg["architectures"][0]
     return ImportedModel(graph=graph, tokenizer=load_tokenizer(config, model_dir, tokenizer),
-                         source=f"hf:{model_dir} ({arch})")
+                         source=f"hf:{model_dir} ({arch})", ignored=ignored)
 
 
 def load_tokenizer(config: ModelConfig, folder: Path, tokenizer: Path | None) -> Tokenizer | None:
@@ -276,8 +280,9 @@ class _TensorStore:
                             "re-save with save_pretrained(safe_serialization=True)")
         self.tensors: dict[str, np.ndarray] = {}
         self.file_of: dict[str, str] = {}
+        self.dtype_of: dict[str, str] = {}
         for f in files:
-            for name, arr in _read_safetensors(f).items():
+            for name, arr in _read_safetensors(f, self.dtype_of).items():
                 if name in self.tensors:
                     raise UserError(f"{f.name}: tensor {name} also appears in {self.file_of[name]}; "
                                     "remove the stale shard")
@@ -307,19 +312,31 @@ class _TensorStore:
         self.used.add(name)
         return arr
 
-    def check_all_used(self, config: ModelConfig) -> None:
+    def check_all_used(self, config: ModelConfig) -> tuple[str, ...]:
         """A tensor we do not map would change the model if it mattered (e.g.
-        an o_proj bias), so leftovers are refused, except known-inert ones."""
+        an o_proj bias), so leftovers are refused, except known-inert ones:
+        RoPE inv_freq buffers, checked against the compiler's RoPE, and a
+        tied model's stored lm_head.weight.  Returns the ignored ones."""
+        ignored = []
         for name in sorted(self.tensors):
-            if name in self.used or name.endswith("rotary_emb.inv_freq"):
+            if name in self.used:
+                continue
+            if name.endswith("rotary_emb.inv_freq"):
+                check_inv_freq(self.file_of[name], name, self.tensors[name], config, self.dtype_of.get(name, "F32"))
                 continue
             if name == "lm_head.weight" and config.tied_embeddings:
-                continue  # transformers ties it to embed_tokens regardless of its stored value
+                # transformers ties it to embed_tokens regardless of its stored value, and so does the compiler
+                if not np.array_equal(self.tensors[name], self.tensors.get("model.embed_tokens.weight")):
+                    ignored.append(f"{name}: not used, config.json ties the classifier to model.embed_tokens.weight "
+                                   "(as transformers does), and the stored one differs from it")
+                continue
             raise UserError(f"{self.file_of[name]}: tensor {name} is not used by the "
                             f"{config.arch} graph (unsupported layer, bias or architecture variant)")
+        return tuple(ignored)
 
 
-def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+def _read_safetensors(path: Path, dtypes: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Every tensor as float32 (`dtypes`, when given, gets each one's stored dtype)."""
     from safetensors import SafetensorError, safe_open
 
     check_regular_file(path, "safetensors file")  # safe_open of a FIFO would block
@@ -330,6 +347,8 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
             header = _safetensors_header(path)
             for name in names:
                 dtype = header[name]["dtype"]
+                if dtypes is not None:
+                    dtypes[name] = dtype
                 if dtype not in _FLOAT_DTYPES:
                     raise UserError(f"{path.name}: tensor {name} has dtype {dtype}; only F32/F16/BF16 "
                                     "checkpoints are supported (dequantize it first)")

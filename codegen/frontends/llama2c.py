@@ -6,7 +6,8 @@ Three layouts (format facts from llama2.c's export.py / run.c / runq.c):
   vocab_size, seq_len); a negative vocab_size means an untied classifier.
   fp32: tok_embeddings, then per kind for all layers attention_norm, wq, wk,
   wv, wo, ffn_norm, w1, w2, w3; final norm; the RoPE freq_cis real and imag
-  tables (seq_len * head_size/2 each, unused: we compute our own); output.
+  tables (seq_len * head_size/2 each, unused: we compute our own, and
+  `inspect` names them as ignored, saying whether they agree); output.
 * v1: uint32 magic "ak42", int32 version=1, the 7 params, uint8
   shared_classifier, zero-padded to 256 bytes.  fp32: attention_norm (all
   layers), ffn_norm (all), norm, tok_embeddings, wq.., wk.., wv.., wo..,
@@ -34,6 +35,7 @@ import numpy as np
 from ..errors import UserError, check_regular_file
 from ..ir import ModelConfig, build_decoder_graph
 from ..verify import verify_graph
+from .derived import rope_table_note
 from .hf import ImportedModel
 from .limits import LIMITS, check_finite, check_model_size, check_range, check_tokenizer_vocab
 from .tokenizer import Tokenizer
@@ -72,15 +74,18 @@ def load_llama2c(checkpoint: Path, tokenizer: Path | None = None) -> ImportedMod
         raise UserError(f"{checkpoint}: the file changed while it was read; try again")
 
     reader = _fp32_reader if version in (0, 1) else _q80_reader
-    raw = reader(version, data, offset, config, sizes, group, checkpoint.name)
+    tables: list[np.ndarray] = []  # v0's freq_cis real and imag
+    raw = reader(version, data, offset, config, sizes, group, checkpoint.name, tables)
     weights = _canonical(raw, config)
     graph = verify_graph(build_decoder_graph(config, weights))
+    # run.c skips them too: named as ignored, with whether they agree with the RoPE we compute
+    ignored = (rope_table_note("freq_cis_real, freq_cis_imag", *tables, config),) if tables else ()
 
     tok = None
     if tokenizer is not None:
         tok = Tokenizer.from_path(Path(tokenizer), config.vocab_size, 1, 2)
         check_tokenizer_vocab(tokenizer, tok.vocab_size, config.vocab_size)
-    return ImportedModel(graph=graph, tokenizer=tok, source=f"llama2c-v{version}:{checkpoint}")
+    return ImportedModel(graph=graph, tokenizer=tok, source=f"llama2c-v{version}:{checkpoint}", ignored=ignored)
 
 
 def _config(checkpoint: Path, p: dict, shared: bool) -> ModelConfig:
@@ -203,19 +208,21 @@ def _label(kind: str, layer: int | None) -> str:
     return kind if layer is None else f"layers.{layer}.{kind}"
 
 
-def _fp32_reader(version, data, offset, c, sizes, group, where):
+def _fp32_reader(version, data, offset, c, sizes, group, where, tables):
     out: dict[tuple[str, int | None], np.ndarray] = {}
     for key in _order(version, c):
         n = _numel(sizes[key[0]])
         arr = np.frombuffer(data, dtype="<f4", count=n, offset=offset)
         offset += 4 * n
-        if key[0] != "freq_cis":  # llama2.c's own RoPE tables: we build ours from theta
+        if key[0] == "freq_cis":  # llama2.c's own RoPE tables: we build ours from theta
+            tables.append(arr.reshape(sizes["freq_cis"]))
+        else:
             out[key] = arr.reshape(sizes[key[0]]).astype(np.float32)
             check_finite(where, _label(*key), out[key])
     return out
 
 
-def _q80_reader(version, data, offset, c, sizes, group, where):
+def _q80_reader(version, data, offset, c, sizes, group, where, tables):
     out: dict[tuple[str, int | None], np.ndarray] = {}
     for kind in ("attention_norm", "ffn_norm"):
         for i in range(c.n_layers):

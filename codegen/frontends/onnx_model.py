@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import UserError, check_regular_file, first_line, read_json
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
+from .derived import check_inv_freq
 from .hf import ImportedModel, load_tokenizer, parse_config
 from .limits import check_finite
 
@@ -76,10 +77,39 @@ def load_onnx(model_path: Path, tokenizer: Path | None = None) -> ImportedModel:
         raise walker.fail(f"malformed graph ({type(e).__name__}: {first_line(e)[:120]})") from None
     for name, w in weights.items():
         check_finite(model_path.name, name, w)
+    ignored = _other_constants(graph, config)
     g = verify_graph(build_decoder_graph(config, weights))
 
     tok = load_tokenizer(config, folder, tokenizer)
-    return ImportedModel(graph=g, tokenizer=tok, source=f"onnx:{model_path} ({cfg['architectures'][0]})")
+    return ImportedModel(graph=g, tokenizer=tok, source=f"onnx:{model_path} ({cfg['architectures'][0]})",
+                         ignored=ignored)
+
+
+_DTYPE_NAMES = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}
+
+
+def _other_constants(g: "_OnnxGraph", c: ModelConfig) -> tuple[str, ...]:
+    """The float constants the import did not take as weights nor check (the
+    RMSNorm eps): a RoPE inv_freq, which the graph computes its cos/sin from,
+    must be the compiler's (derived.py); NaN is refused anywhere (no graph
+    means it); the rest (attention scale, mask fill, the norm's exponent)
+    the compiled graph computes itself, and they are named as ignored."""
+    ignored = []
+    for name, arr in sorted(g.const.items()):
+        if arr.dtype.kind != "f" or id(arr) in g.used:
+            continue
+        if name.endswith("inv_freq"):
+            check_inv_freq(g.path.name, name, arr, c, _DTYPE_NAMES.get(arr.dtype, "BF16"),
+                           fix="config.json's rope_theta must be the exported model's: copy its config.json "
+                           "beside model.onnx, or re-export the model")
+            continue
+        if np.isnan(arr).any():
+            raise UserError(f"{g.path.name}: constant {name} holds NaN; the file is corrupt, re-export the model")
+        ops = sorted({n.op_type for n in g.consumers.get(name, [])})
+        what = f"= {float(arr.reshape(-1)[0]):g}" if arr.size == 1 else f"{list(arr.shape)}"
+        ignored.append(f"{name} {what} (read by {', '.join(ops) or 'no node'}): not used, the compiled graph "
+                       "computes this part itself")
+    return tuple(ignored)
 
 
 def _check_external_files(path: Path, model) -> None:
@@ -128,6 +158,7 @@ class _OnnxGraph:
             for i in n.input:
                 self.consumers[i].append(n)
         self.inputs = [i.name for i in g.input if i.name not in self.const]
+        self.used: set[int] = set()  # id() of the constants taken as weights or checked
 
     @classmethod
     def load(cls, path: Path) -> "_OnnxGraph":
@@ -222,6 +253,7 @@ class _OnnxGraph:
         if arr.dtype.kind != "f":
             raise UserError(f"{self.path.name}: initializer {name} is used as a weight but has dtype {arr.dtype}; "
                             "export float weights (dequantize the model first)")
+        self.used.add(id(arr))
         return arr.astype(np.float32)
 
 
@@ -306,6 +338,7 @@ class _Walker:
                 if not np.isclose(eps, self.c.norm_eps, rtol=1e-3, atol=0):
                     raise self.fail(f"the {what} adds eps {eps:g} but config.json says rms_norm_eps "
                                     f"{self.c.norm_eps:g}", n)
+                self.g.used.add(id(consts[0]))  # checked
             if weight is not None and found is None:
                 found = n.output[0], self.g.float_weight(weight, f"(the {what} weight)")
         if found is None:

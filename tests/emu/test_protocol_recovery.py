@@ -262,3 +262,73 @@ def test_host_build_recovers_on_stdin(tmp_path):
     assert [d[0] for d in dones] == [3, 3, 0, 0] and dones[2][1] == good
     runs = out.split("@TLLM begin")[1:]
     assert len(runs) == 2 and all(parse_output("@TLLM begin" + r).generated_ids == ref for r in runs)
+
+
+# ---------------------------------------------------------------- issue 26: a request behind a dead frame
+# QEMU with -icount here: the frame timeout is 250 ms of the board's clock,
+# counted in instructions, so a busy host cannot make it fire early (it takes
+# a few seconds of host time: the wait polls two device registers).
+
+
+@pytest.fixture
+def counted(built):
+    with qemu_uart_session(built.out / "build" / "firmware.elf", load_board("qemu-mps2-an500"),
+                           built.out / "weights.bin", count=True) as (port, qemu):
+        yield port, qemu
+
+
+def serve_seen(port, expected, wait_ready=True) -> list[str]:
+    """serve_valid, and every console line after the send (CRC stripped)."""
+    ids, ref = expected
+    seen: list[str] = []
+    status, text = talk_serial(port, pack_request(ids, N, GREEDY), 120, wait_ready=wait_ready,
+                               on_line=lambda ln: seen.append(check_line(ln)[0]))
+    assert status == 0, text
+    assert parse_output(text).generated_ids == ref
+    return seen
+
+
+@pytest.mark.parametrize("how", ["sent-behind", "after-the-timeout", "new-host"])
+def test_five_header_bytes_then_a_request(counted, expected, how):
+    """5 bytes of a header, then a valid request: right behind them (its
+    bytes complete the header: a bad length, and the search resumes inside
+    it), after the dead frame timed out, or from a host that starts over and
+    waits for "@TLLM ready" (which comes once the dead frame times out)."""
+    port, _ = counted
+    ids, _ = expected
+    cap = int(read_lines(port, is_ready)[-1].split("max_request=")[1])
+    request = pack_request(ids, N, GREEDY)
+    if how == "sent-behind":
+        port.write(request[:5])
+        seen = serve_seen(port, expected, wait_ready=False)  # sends the request right behind
+        bad = struct.unpack_from("<I", request[:5] + request, 4)[0]
+        assert seen[:2] == [f"@TLLM error frame: bad length {bad} (max {cap})", "@TLLM done status=3 req=none"], seen
+    elif how == "after-the-timeout":
+        port.write(request[:5])
+        lines = read_lines(port, is_done, timeout=120)
+        assert "@TLLM error frame: timeout, partial frame dropped" in lines, lines
+        serve_valid(port, expected)
+    else:
+        port.write(request[:5])
+        serve_valid(port, expected, wait_ready=True)
+
+
+@pytest.mark.parametrize("how", ["sent-behind", "new-host"])
+def test_a_header_claiming_the_whole_buffer_then_a_request(counted, expected, how):
+    """48 bytes of a frame whose length is the request buffer's capacity, then
+    a valid request: its bytes are taken as the dead frame's tail, and when
+    that frame times out the search resumes inside what it swallowed."""
+    port, _ = counted
+    ids, _ = expected
+    cap = int(read_lines(port, is_ready)[-1].split("max_request=")[1])
+    request = pack_request(ids, N, GREEDY)
+    dead = bytearray(pack_request(list(ids) * 8, N, GREEDY)[:48])
+    struct.pack_into("<I", dead, 4, cap)
+    if how == "sent-behind":
+        port.write(bytes(dead))
+        seen = serve_seen(port, expected, wait_ready=False)  # sends the request right behind
+        assert seen[:2] == [f"@TLLM error frame: timeout, partial frame dropped after {48 + len(request)} of {cap} "
+                            "bytes", "@TLLM done status=3 req=none"], seen
+    else:
+        port.write(bytes(dead))
+        serve_valid(port, expected, wait_ready=True)

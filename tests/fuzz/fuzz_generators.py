@@ -420,6 +420,17 @@ def gen_safetensors(rng: random.Random, b: Bases, work: Path, n: int):
     d = _dir(work, f"s{k}", {"model.safetensors.index.json": json.dumps({"weight_map": {"x": 5}})}, b.hf)
     yield Case("shard index wrong types", ["inspect", str(d)], "error", needle="index")
     k += 1
+    # a RoPE inv_freq buffer: not read as a weight, checked against rope_theta (frontends/derived.py)
+    from safetensors.numpy import save as st_save
+
+    inv = (1.0 / 10000.0 ** (np.arange(0, HD, 2) / HD)).astype(np.float32)
+    for label, value, expect in (("as transformers computes it", inv, "ok"),
+                                 ("of theta 500000", (1.0 / 500000.0 ** (np.arange(0, HD, 2) / HD)).astype(np.float32),
+                                  "error"),
+                                 ("zeros", np.zeros_like(inv), "error"), ("too long", np.ones(HD, np.float32), "error"),
+                                 ("NaN", np.where(np.arange(inv.size) == 1, np.nan, inv).astype(np.float32), "error")):
+        raw = st_save({**_hf_tensors(), "model.rotary_emb.inv_freq": value})
+        yield case(f"inv_freq {label}", raw, expect, needle="model.rotary_emb.inv_freq" if expect == "error" else None)
     while k < n:
         r = rng.random()
         if r < 0.3:  # a bit flip in the data: valid iff every value stays finite
@@ -713,6 +724,14 @@ def gen_onnx(rng: random.Random, b: Bases, work: Path, n: int):
         return m
 
     yield case("valid", raw, "ok")
+    inv_freq = [name for name in b.onnx_other_float if name.endswith("rotary_emb.inv_freq")]
+    for name in inv_freq:  # the graph's cos/sin come from it; the compiler's from rope_theta: checked
+        for label, change in (("NaN", lambda a: np.where(np.arange(a.size) == 2, np.nan, a)),
+                              ("scaled", lambda a: a * 1.5), ("of theta 1e6", lambda a: a ** 1.5)):
+            m = copy()
+            t = m.graph.initializer[inits[name]]
+            t.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(t)).astype(np.float32), t.name))
+            yield case(f"{label} inv_freq {name}", m, "error", needle="inv_freq")
     for value in (np.nan, np.inf, -np.inf):
         for _ in range(3):
             m = copy()
@@ -787,7 +806,8 @@ def gen_onnx(rng: random.Random, b: Bases, work: Path, n: int):
             if a.size:
                 a.reshape(-1)[rng.randrange(a.size)] = np.nan
             t.CopyFrom(numpy_helper.from_array(a, t.name))
-            yield case(f"NaN in a non-weight constant #{k}", m, "any")
+            # the RoPE inv_freq and the norm's eps are checked, the rest refused for NaN (onnx_model._other_constants)
+            yield case(f"NaN in a non-weight constant {t.name} #{k}", m, "error" if a.size else "any")
         else:
             buf = bytearray(raw)
             for _ in range(rng.randrange(1, 8)):
@@ -1043,6 +1063,14 @@ def gen_gguf(rng: random.Random, b: Bases, work: Path, n: int):
     _fifo(p)
     yield Case("gguf FIFO model", ["inspect", str(p)], "error", needle="fifo.gguf", isolate=True)
     k += 1
+    # llama.cpp's RoPE frequency factors: all 1 is plain RoPE (accepted), anything else RoPE scaling
+    for label, factors, expect in (("ones", np.ones(HD // 2), "ok"), ("llama3-like", np.array([1, 1, 2, 8]), "error"),
+                                   ("NaN", np.array([1, np.nan, 1, 1]), "error"), ("too long", np.ones(HD), "error")):
+        p = hf_to_gguf(b.hf, work / f"g{k}.gguf", "F32",
+                       extra_tensors={"rope_freqs.weight": factors.astype(np.float32)})
+        k += 1
+        yield Case(f"gguf rope_freqs {label}", ["inspect", str(p)], expect, needle="rope_freqs" if expect == "error"
+                   else None)
     while k < n:
         q = rng.choice(list(bases))
         good, tensors = bases[q]

@@ -179,9 +179,12 @@ def test_unused_tensors_are_refused(tmp_path):
     t = tensors("llama")
     t["model.layers.0.self_attn.o_proj.bias"] = np.zeros(DIM, np.float32)
     refused(write(tmp_path / "b", t=t), "model.layers.0.self_attn.o_proj.bias", "not used")
-    t = tensors("llama")
-    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.zeros(HD // 2, np.float32)  # inert: accepted
+    t = tensors("llama")  # RoPE inv_freq: not read, but checked against rope_theta (frontends/derived.py)
+    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = (1.0 / 10000.0 ** (np.arange(0, HD, 2) / HD)).astype(np.float32)
     load_hf(write(tmp_path / "ok", t=t))
+    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.zeros(HD // 2, np.float32)
+    refused(write(tmp_path / "zero", t=t), "model.layers.0.self_attn.rotary_emb.inv_freq", "does not match",
+            "rope_theta 10000")
 
 
 def test_non_float_dtype(tmp_path):

@@ -159,3 +159,72 @@ def test_weight_layouts_other_exporters_use():
         if node.op_type != "Transpose":
             assert np.array_equal(graph.weight_of(node), w), node.output
     onnx.checker.check_model(helper.make_model(g))
+
+
+def _patched(src, dst, change):
+    """The export in `src` with `change(name, array) -> array | None` applied
+    to its initializers, saved inline (no external data) into `dst`."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(src / "model.onnx"))
+    for t in m.graph.initializer:
+        new = change(t.name, numpy_helper.to_array(t))
+        if new is not None:
+            t.CopyFrom(numpy_helper.from_array(new, t.name))
+    dst.mkdir()
+    onnx.save(m, str(dst / "model.onnx"))
+    for f in ("config.json", "tokenizer.json"):
+        shutil.copy(src / f, dst / f)
+    return dst
+
+
+def test_nan_in_rotary_inv_freq_is_one_line(exported, tmp_path):
+    """Issue 26: the compiler computes RoPE from rope_theta, so the exported
+    graph's own inv_freq (which its cos/sin come from) is checked against it."""
+    _, onnx_dir = exported["llama"]
+
+    def nan_inv_freq(name, a):
+        if name.endswith("rotary_emb.inv_freq"):
+            a = a.copy()
+            a[1] = np.nan
+            return a
+
+    d = _patched(onnx_dir, tmp_path / "m", nan_inv_freq)
+    with pytest.raises(UserError, match=r"tensor \S*rotary_emb.inv_freq \(RoPE inverse frequencies\) does not match "
+                                        r"the RoPE the compiler computes from rope_theta 10000 and head_dim 16: "
+                                        r"value 1 is NaN, expected 0.316228; config.json's rope_theta must be"):
+        load_model(d)
+    proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "compile", str(d), "-o", str(tmp_path / "out"),
+                           "--board", "host"], capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "inv_freq" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_rope_theta_that_is_not_the_exports(exported, tmp_path):
+    d = _copy(exported["qwen2"][1], tmp_path / "m")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.setdefault("rope_parameters", {"rope_type": "default"})["rope_theta"] = 500000.0  # transformers 5 spelling
+    cfg["rope_theta"] = 500000.0
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match=r"inv_freq \(RoPE inverse frequencies\) does not match the RoPE the "
+                                        r"compiler computes from rope_theta 500000"):
+        load_model(d)
+
+
+def test_other_constants_are_named_as_ignored_and_nan_refused(exported, tmp_path):
+    """The attention scale, mask fill and the norm's exponent: the compiled
+    graph computes those parts itself, so `inspect` names them; NaN in any
+    of them is refused."""
+    _, onnx_dir = exported["llama"]
+    m = load_model(onnx_dir)
+    assert m.ignored and all("): not used, the compiled graph computes this part itself" in e for e in m.ignored)
+    assert not any("inv_freq" in e or "weight" in e for e in m.ignored), m.ignored
+    proc = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "inspect", str(onnx_dir)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and f"ignored tensors ({len(m.ignored)}" in proc.stdout
+    victim = m.ignored[0].split(" ")[0]
+    d = _patched(onnx_dir, tmp_path / "m", lambda name, a: np.full_like(a, np.nan) if name == victim else None)
+    with pytest.raises(UserError, match=rf"constant {victim} holds NaN; the file is corrupt"):
+        load_model(d)

@@ -260,7 +260,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
               "(default: $CMSIS_NN_ROOT).")
 def build(out, cmsis_nn):
     """Build OUT with CMake (arm-none-eabi-gcc, or host gcc for --board host)."""
-    from .build import build as do_build
+    from .build.cmake import build as do_build
 
     res = do_build(out, cmsis_nn)
     msg = f"built {res.image}"
@@ -279,7 +279,7 @@ def flash_cmd(out, dry_run, openocd):
     QUADSPI. Then `tinyllm-gen run OUT --serial PORT`."""
     import shlex
 
-    from .flash import flash
+    from .run.flash_board import flash
 
     cmd = flash(out, dry_run=dry_run, openocd=openocd)
     click.echo(shlex.join(cmd) if dry_run else f"flashed {out} ({len(cmd)} openocd arguments)")
@@ -306,7 +306,8 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
         renode_check):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
-    from .build import load_out_tokenizer, read_manifest, run_firmware
+    from .build.out import load_out_tokenizer, read_manifest
+    from .run.firmware import run_firmware
     from .reference.sampler import SamplingOptions
 
     tok = load_out_tokenizer(out, read_manifest(out))
@@ -414,7 +415,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
 @click.option("--json", "as_json", is_flag=True)
 def report(out, as_json):
     """The memory report of a compiled (and, if built, sized) OUT."""
-    from .build import read_manifest
+    from .build.out import read_manifest
     from .plan.report import summary_text
 
     from .errors import read_json
@@ -470,7 +471,7 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
     if not as_json:
         click.echo(format_table(result))
         return
-    from .build import read_manifest
+    from .build.out import read_manifest
     from .errors import read_json
     from .timing import SHAPES, measured_workload, predicted, predicted_for
 
@@ -627,8 +628,8 @@ def _backend_options(f):
 def serve_cmd(out, host, port, queue_size, model_name, verbose, timeout, serial_url, chat_template):
     """An OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models) in front of the
     firmware: a board over --serial, else QEMU, Unicorn or the host build."""
-    from .backends import ModelInfo, open_backend
-    from .serve import make_server, serve_forever
+    from .run.backends import ModelInfo, open_backend
+    from .run.serve import make_server, serve_forever
 
     info = ModelInfo.load(out, model_name, chat_template.read_text() if chat_template else None)
     try:
@@ -658,8 +659,8 @@ def serve_cmd(out, host, port, queue_size, model_name, verbose, timeout, serial_
 def chat_cmd(out, max_new_tokens, temperature, top_p, seed, system, timing, timeout, serial_url, chat_template):
     """Chat with the firmware in the terminal: one line of standard input per turn, the reply printed
     token by token as the device emits it (/reset forgets the conversation, /exit or end of input quits)."""
-    from .backends import ModelInfo, open_backend
-    from .chat import ChatOptions, run_chat
+    from .run.backends import ModelInfo, open_backend
+    from .run.chat import ChatOptions, run_chat
     from .reference.sampler import SamplingOptions
 
     info = ModelInfo.load(out, None, chat_template.read_text() if chat_template else None)

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tokenizers import Tokenizer as HFTokenizer
+from safetensors.numpy import save_file
+
 from .errors import UserError
 from .frontends.gguf import GGUFModel, load_gguf
 
@@ -88,7 +91,6 @@ def tokenizer_files(m: GGUFModel) -> dict[str, str]:
     tok = m.tokenizer
     if tok is None or tok.hf_json is None:
         return {}
-    from tokenizers import Tokenizer as HFTokenizer
 
     hf = HFTokenizer.from_str(tok.hf_json)
     name = (lambda i: hf.id_to_token(i) if i is not None else None)
@@ -105,8 +107,6 @@ def tokenizer_files(m: GGUFModel) -> dict[str, str]:
 
 
 def convert(gguf_path: Path, out: Path) -> GGUFModel:
-    from safetensors.numpy import save_file
-
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty directory: choose a new or empty -o")

@@ -127,7 +127,7 @@ def _env() -> jinja2.Environment:
 
 
 def _context(board: Board, request_capacity: int) -> dict:
-    from .run_unicorn import DBGMCU_IDC  # one place for the revision's IDC value
+    from .run.unicorn import DBGMCU_IDC  # one place for the revision's IDC value
 
     rb = renode_board(board)
     flash_region = board.memory.region("flash")
@@ -154,8 +154,8 @@ def write_check(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampl
                 stop_reason: str, source: str = "tinyllm-gen's reference of the quantized model") -> Path:
     """Adds a test to OUT/renode/tllm.robot: this request (written beside it)
     must give these tokens under Renode. Returns the robot file."""
-    from .build import read_manifest
-    from .protocol import pack_request
+    from .build.out import read_manifest
+    from .run.protocol import pack_request
     from .board import load_board
 
     out = Path(out)
@@ -220,7 +220,7 @@ def renode_command(renode: list[str], script: Path) -> list[str]:
 def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: float = 600, on_line=None):
     """Boot the build under Renode with the request in its block and wait for
     the "@TLLM exit N" line the H750 board prints; returns a run.RunResult."""
-    from .run import TIMEOUT_EXIT_CODE, RunResult
+    from .run.result import RunResult, TIMEOUT_EXIT_CODE
 
     renode_board(board)  # an STM32H750 build, before asking for Renode
     renode = find_renode()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate

@@ -10,7 +10,8 @@ import numpy as np
 from firmware_harness import N_NEW, SHAPES_CONTEXT
 from gguf_models import hf_to_gguf
 from tinymodels import make_hf_model
-from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import jinja2
 
-from ..build import build, image_path, read_manifest
+from ..build.cmake import build
+from ..build.out import image_path, read_manifest
 from ..resources import firmware_dir, package_file
 from ..errors import UserError
-from ..protocol import pack_request, parse_output
+from ..run.protocol import pack_request, parse_output
 from ..board import Board, load_board
 from ..emit.link_layout import static_link_layout
 from ..memory_map import Region

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..resources import package_file
 from ..board import Board
-from ..run import qemu_command
+from ..run.qemu import qemu_command
 
 PLUGIN_SOURCE = package_file("bench/tllm_icount.c")
 MARKER = "tllm_mark"

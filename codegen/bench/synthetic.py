@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
 from .. import timing
 from ..timing import Shape
 
@@ -22,8 +24,6 @@ SHAPES = {name: timing.SHAPES[name] for name in ("stories260k", "stories15m")}
 
 
 def _byte_tokenizer(vocab: int) -> dict:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     byte_to_unicode = pre_tokenizers.ByteLevel.alphabet()
     chars = sorted(byte_to_unicode)
     tok_vocab = {"<s>": 0, "</s>": 1}

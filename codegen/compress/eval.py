@@ -15,7 +15,7 @@ float32 logits.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -24,8 +24,7 @@ import numpy as np
 from ..errors import UserError
 from ..frontends import ImportedModel
 from ..reference.sequence import SeqFloatKernels, SeqQuantKernels, run_sequence
-from ..quant.calibrated import calibration_documents
-from ..quant.calibrated import quantize_calibrated
+from ..quant.calibrated import calibration_documents, quantize_calibrated
 from ..quant.gguf_keep import quantize_gguf
 
 DOC_SEPARATOR = "\n\n"
@@ -169,9 +168,6 @@ def make_quantizer_from_docs(model: ImportedModel, docs):
     """`docs`: calibration token lists, or a function returning them (read only
     when a calibrated method is asked for).  Calibrates once per (method, group
     size): the KV precision does not change the weights."""
-    from dataclasses import replace
-
-
     cache: dict = {}
 
     def quantizer(cfg: QuantConfig):

@@ -18,6 +18,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tokenizers import Tokenizer as HFTokenizer
+
 from ..errors import UserError
 from .distill import DistillOptions, distill
 from .eval import QuantConfig, evaluate, make_quantizer_from_docs, read_documents
@@ -174,8 +176,6 @@ def compress(teacher_dir: Path, out: Path, data: Path, opts: CompressOptions, ev
 
 def _write_pruned_tokenizer(tok_json: Path, tok_cfg: Path, plan, where: Path) -> tuple:
     """tokenizer.json (+ tokenizer_config.json) of the pruned vocabulary in `where`."""
-    from tokenizers import Tokenizer as HFTokenizer
-
     where.mkdir(parents=True, exist_ok=True)
     text = json.dumps(pruned_tokenizer_spec(json.loads(tok_json.read_text(encoding="utf-8")), plan),
                       ensure_ascii=False, indent=1) + "\n"

@@ -28,6 +28,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from tokenizers import pre_tokenizers
+
 from ..errors import UserError
 from ..frontends.tokenizer import _uses_byte_level
 
@@ -73,8 +75,6 @@ def _check_byte_level_bpe(spec: dict) -> None:
 
 
 def _byte_alphabet() -> set:
-    from tokenizers import pre_tokenizers
-
     return set(pre_tokenizers.ByteLevel.alphabet())
 
 

@@ -8,9 +8,11 @@ sandboxed environment with trim_blocks/lstrip_blocks, `messages`,
 stop tokens and our tests cover."""
 from __future__ import annotations
 
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from ..errors import UserError
 from .tokenizer import Tokenizer
-import jinja2
 
 CHATML_MARK = "<|im_start|>"
 
@@ -28,8 +30,6 @@ def render_chat(tok: Tokenizer, user_text: str) -> str:
     if not is_chatml(template):
         raise UserError("--chat: the model's chat template is not ChatML (no <|im_start|>); "
                         "only ChatML templates are supported, drop --chat")
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message):
         raise UserError(f"--chat: the chat template refused the prompt: {message}")
 
@@ -39,7 +39,7 @@ def render_chat(tok: Tokenizer, user_text: str) -> str:
         return env.from_string(template).render(
             messages=[{"role": "user", "content": user_text}], add_generation_prompt=True,
             bos_token="", eos_token="")  # ChatML writes its markers literally
-    except jinja2.TemplateError as e:
+    except TemplateError as e:
         raise UserError(f"--chat: the model's chat template does not render ({e}); drop --chat") from None
 
 

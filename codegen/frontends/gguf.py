@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+import gguf
 import numpy as np
 
 from ..errors import UserError, check_regular_file
@@ -104,10 +105,6 @@ class GGUFFile:
     """The parsed file: metadata values and tensors by name."""
 
     def __init__(self, path: Path):
-        try:
-            import gguf
-        except ImportError:
-            raise UserError("reading .gguf files needs the gguf package: pip install gguf") from None
         self.path = Path(path)
         self.gguf = gguf
         if not self.path.is_file():

@@ -25,6 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
 from ..errors import UserError
 from ..ir import ModelConfig
 from .tokenizer import _GPT2_U2B, Tokenizer, _sentencepiece_bytes
@@ -119,9 +122,6 @@ def _tokenizer_from_gguf(f: GGUFMetadata, config: ModelConfig) -> Tokenizer | No
 
 
 def build_bpe(tokens: list[str], types: list[int], merges: list[str], splits: tuple[str, ...]):
-    from tokenizers import Regex, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as HFTokenizer
-
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
@@ -142,9 +142,6 @@ def build_bpe(tokens: list[str], types: list[int], merges: list[str], splits: tu
 
 def build_sentencepiece(tokens: list[str], types: list[int], scores: list[float], add_space_prefix: bool,
                         unk_id: int | None):
-    from tokenizers import decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as HFTokenizer
-
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
@@ -178,8 +175,6 @@ def build_sentencepiece(tokens: list[str], types: list[int], scores: list[float]
 
 
 def _add_special(tok, tokens: list[str], types: list[int]) -> None:
-    from tokenizers import AddedToken
-
     special = [AddedToken(t, normalized=False, special=True) for t, ty in zip(tokens, types) if ty == CONTROL]
     if special:
         tok.add_special_tokens(special)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from safetensors import SafetensorError, safe_open
+
 from ..errors import UserError, check_regular_file, first_line, read_json
 from ..ir import Graph, ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..verify import verify_graph
@@ -337,8 +339,6 @@ class _TensorStore:
 
 def _read_safetensors(path: Path, dtypes: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor as float32 (`dtypes`, when given, gets each one's stored dtype)."""
-    from safetensors import SafetensorError, safe_open
-
     check_regular_file(path, "safetensors file")  # safe_open of a FIFO would block
     out: dict[str, np.ndarray] = {}
     try:

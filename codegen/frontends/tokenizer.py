@@ -22,6 +22,8 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterable
 
+from tokenizers import Tokenizer as HFTokenizer
+
 from ..errors import UserError, check_regular_file, first_line, parse_json, read_json, read_regular_bytes, \
     read_regular_text
 
@@ -179,8 +181,6 @@ class Tokenizer:
         tokenizer_config.json next to the file, else None.  With `vocab_size`
         (the model's), a tokenizer whose ids reach past it is refused before
         its pieces are built."""
-        from tokenizers import Tokenizer as HFTokenizer  # core dependency, imported lazily
-
         path = Path(path)
         text = read_regular_text(path, "tokenizer", MAX_TOKENIZER_BYTES)
         spec = parse_json(text, path, "tokenizer")

@@ -25,7 +25,7 @@ firmware will.  In float the scaled graph computes the same function.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -110,8 +110,6 @@ def apply_awq(graph: Graph, acts: Mapping[str, np.ndarray], group_size: int) -> 
                                                                                          dict[str, float]]:
     """The scaled Graph, the per-consumer input scale s (for clip weighting),
     and the alpha chosen per ScaleGroup value."""
-    from dataclasses import replace
-
     c = graph.config
     w = {k: np.asarray(v, np.float64) for k, v in graph.weights.items()}
     col_scale: dict[str, np.ndarray] = {}

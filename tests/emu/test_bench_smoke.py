@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from tinyllm_gen.bench.bench import GGUF_VARIANTS, bench_decode, bench_kernels
-from tinyllm_gen.build import build
+from tinyllm_gen.build.cmake import build
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 
 from tinymodels import make_hf_model

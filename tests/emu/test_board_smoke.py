@@ -1,5 +1,5 @@
 """Smoke tests for the boards: a tiny tllm_main() built with CMake for the
-host and for qemu-mps2-an500, run through tinyllm_gen.run."""
+host and for qemu-mps2-an500, run through tinyllm_gen.run (host.py, qemu.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import jinja2
 import pytest
 
 from tinyllm_gen.errors import UserError
-from tinyllm_gen import run
+from tinyllm_gen.run import host, qemu
 from tinyllm_gen.board import board_names, load_board
 from tinyllm_gen.emit.link_layout import static_link_layout
 from tinyllm_gen.resources import firmware_dir
@@ -238,7 +238,7 @@ def test_qemu_command_shape(tmp_path: Path):
     w.write_bytes(b"\0" * 16)
     r = tmp_path / "r.bin"
     r.write_bytes(make_request(b"x"))
-    cmd = run.qemu_command(tmp_path / "fw.elf", board, w, r, tmp_path / "uart.txt")
+    cmd = qemu.qemu_command(tmp_path / "fw.elf", board, w, r, tmp_path / "uart.txt")
     joined = " ".join(cmd)
     assert cmd[0] == "qemu-system-arm"
     for part in ("-M mps2-an500", "-cpu cortex-m7", "-nographic", "-monitor none",
@@ -247,12 +247,12 @@ def test_qemu_command_shape(tmp_path: Path):
     assert f"loader,file={w},addr=0x60000000,force-raw=on" in joined
     assert f"loader,file={r},addr=0x60FFC000,force-raw=on" in joined
     assert cmd[-2:] == ["-kernel", str(tmp_path / "fw.elf")]
-    assert "-icount" not in run.qemu_command(tmp_path / "fw.elf", board, None, None,
+    assert "-icount" not in qemu.qemu_command(tmp_path / "fw.elf", board, None, None,
                                              tmp_path / "u.txt", count=False)
     big = tmp_path / "big.bin"
     big.write_bytes(b"\0" * (board.request.max_bytes + 1))
     with pytest.raises(UserError, match="room for 16384 bytes"):
-        run.qemu_command(tmp_path / "fw.elf", board, None, big, tmp_path / "u.txt")
+        qemu.qemu_command(tmp_path / "fw.elf", board, None, big, tmp_path / "u.txt")
 
 
 def test_linker_template_is_strict():
@@ -272,7 +272,7 @@ def test_linker_template_is_strict():
 def test_host_board(project, tmp_path: Path):
     src, request, request_bin = project
     exe = build("host", src, tmp_path / "build-host")
-    res = run.run_host(exe, request_bin)
+    res = host.run_host(exe, request_bin)
     assert not res.timed_out
     assert res.exit_code == 7, res
     assert res.output == (
@@ -282,7 +282,7 @@ def test_host_board(project, tmp_path: Path):
         "can_count=0\n"
         "instret=0\n"
     )
-    res = run.run_host(exe, None)
+    res = host.run_host(exe, None)
     assert (res.exit_code, res.output) == (3, "hello\nno request\n")
 
 
@@ -300,7 +300,7 @@ def test_qemu_board(project, tmp_path: Path):
     weights = tmp_path / "weights.bin"
     weights.write_bytes(struct.pack("<I", WEIGHTS_WORD) + bytes(60))
 
-    res = run.run_qemu(elf, board, weights, request_bin, timeout_s=30)
+    res = qemu.run_qemu(elf, board, weights, request_bin, timeout_s=30)
     assert not res.timed_out, res
     assert res.exit_code == 7, res
     lines = res.output.splitlines()
@@ -319,11 +319,11 @@ def test_qemu_board(project, tmp_path: Path):
     assert len(lines) == 7
 
     # Counting is deterministic: a second run prints exactly the same.
-    again = run.run_qemu(elf, board, weights, request_bin, timeout_s=30)
+    again = qemu.run_qemu(elf, board, weights, request_bin, timeout_s=30)
     assert again.output == res.output and again.exit_code == 7
 
     # No request placed: PSRAM reads as zero, so the board returns NULL.
-    res = run.run_qemu(elf, board, None, None, timeout_s=30)
+    res = qemu.run_qemu(elf, board, None, None, timeout_s=30)
     assert (res.exit_code, res.output) == (3, "hello\nno request\n")
 
     # Faults print one line on the UART and exit with their own status.
@@ -331,7 +331,7 @@ def test_qemu_board(project, tmp_path: Path):
                                 (b"fault:stack", 251, "MemManage")):
         rq = tmp_path / "fault.bin"
         rq.write_bytes(make_request(payload))
-        res = run.run_qemu(elf, board, None, rq, timeout_s=30)
+        res = qemu.run_qemu(elf, board, None, rq, timeout_s=30)
         assert res.exit_code == code, res
         assert f"*** {name} " in res.output, res.output
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference_tokens
-from tinyllm_gen.backends import PLAIN_STOP, ModelInfo, chat_prompt_ids, render_chat
+from tinyllm_gen.run.backends import PLAIN_STOP, ModelInfo, chat_prompt_ids, render_chat
 
 pytestmark = pytest.mark.emu
 N = 8

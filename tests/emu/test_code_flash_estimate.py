@@ -11,7 +11,7 @@ from firmware_harness import need
 from gguf_models import hf_to_gguf
 from tinymodels import make_hf_model
 from tinyllm_gen.board import load_board
-from tinyllm_gen.build import build
+from tinyllm_gen.build.cmake import build
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.plan.codesize import ERROR_BOUND_BYTES
 from tinyllm_gen.plan.elfsize import elf_usage

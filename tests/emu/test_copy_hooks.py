@@ -11,7 +11,7 @@ import pytest
 
 from copy_hook_main import expected_ok_output, main_c, request, source_blob
 from test_board_smoke import HAVE_HOST_CC, build, needs_arm, needs_cmake, needs_qemu
-from tinyllm_gen import run
+from tinyllm_gen.run import host, qemu
 from tinyllm_gen.board import load_board
 
 
@@ -34,13 +34,13 @@ def _req(tmp_path: Path, mode: bytes) -> Path:
 @pytest.mark.skipif(not HAVE_HOST_CC, reason="no host C compiler")
 def test_host_copy_hook(tmp_path: Path):
     exe = build("host", _project(tmp_path, "host_src", host=True), tmp_path / "build")
-    res = run.run_host(exe, _req(tmp_path, b"ok"))
+    res = host.run_host(exe, _req(tmp_path, b"ok"))
     assert (res.exit_code, res.output) == (0, expected_ok_output()), res
-    res = run.run_host(exe, _req(tmp_path, b"twice"))
+    res = host.run_host(exe, _req(tmp_path, b"twice"))
     assert res.exit_code == 251 and "started while the previous transfer is in flight" in res.diagnostics
-    res = run.run_host(exe, _req(tmp_path, b"misaligned"))
+    res = host.run_host(exe, _req(tmp_path, b"misaligned"))
     assert res.exit_code == 251 and "multiples of 4" in res.diagnostics
-    res = run.run_host(exe, _req(tmp_path, b"peek"))  # synchronous: nothing to see
+    res = host.run_host(exe, _req(tmp_path, b"peek"))  # synchronous: nothing to see
     assert res.exit_code == 9
 
 
@@ -55,7 +55,7 @@ def test_qemu_copy_hook(tmp_path: Path):
                 tmp_path / "build")
     weights = tmp_path / "weights.bin"
     weights.write_bytes(source_blob())
-    res = run.run_qemu(elf, board, weights, _req(tmp_path, b"ok"), timeout_s=30)
+    res = qemu.run_qemu(elf, board, weights, _req(tmp_path, b"ok"), timeout_s=30)
     assert (res.exit_code, res.output) == (0, expected_ok_output()), res
-    res = run.run_qemu(elf, board, weights, _req(tmp_path, b"twice"), timeout_s=30)
+    res = qemu.run_qemu(elf, board, weights, _req(tmp_path, b"twice"), timeout_s=30)
     assert res.exit_code == 251 and "started while the previous transfer is in flight" in res.output

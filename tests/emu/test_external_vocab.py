@@ -9,7 +9,8 @@ import pytest
 
 from firmware_harness import GREEDY, N_NEW, need
 from tinyllm_gen.board import load_board
-from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate

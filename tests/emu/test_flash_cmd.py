@@ -8,7 +8,7 @@ import pytest
 
 from firmware_harness import build_case, need
 from tinyllm_gen.errors import UserError
-from tinyllm_gen.flash import flash, flash_command, openocd_config_args
+from tinyllm_gen.run.flash_board import flash, flash_command, openocd_config_args
 from tinyllm_gen.board import load_board
 
 pytestmark = pytest.mark.emu

@@ -8,10 +8,11 @@ import pytest
 
 from firmware_harness import GREEDY, TOP_P, assert_identical, build_case, need, prompt_for
 from tinyllm_gen.errors import UserError
-from tinyllm_gen.build import image_path, run_firmware
-from tinyllm_gen.protocol import pack_request, parse_output
+from tinyllm_gen.build.out import image_path
+from tinyllm_gen.run.firmware import run_firmware
+from tinyllm_gen.run.protocol import pack_request, parse_output
 from tinyllm_gen.board import load_board
-from tinyllm_gen.run import run_qemu
+from tinyllm_gen.run.qemu import run_qemu
 
 pytestmark = pytest.mark.emu
 

@@ -11,11 +11,11 @@ import subprocess
 import pytest
 
 from firmware_harness import GREEDY, TOP_P, assert_identical, build_case, need, prompt_for
-from tinyllm_gen.build import run_firmware
+from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.board import load_board
-from tinyllm_gen.protocol import pack_request
-from tinyllm_gen.run_unicorn import _thumb_widths, run_unicorn
+from tinyllm_gen.run.protocol import pack_request
+from tinyllm_gen.run.unicorn import _thumb_widths, run_unicorn
 
 pytestmark = pytest.mark.emu
 

@@ -18,7 +18,7 @@ from tinyllm_gen.board import load_board
 from tinyllm_gen.kernels.c_names import ident
 from tinyllm_gen.emit.link_layout import LinkArena, link_layout
 from tinyllm_gen.resources import firmware_dir
-from tinyllm_gen.run_unicorn import run_unicorn
+from tinyllm_gen.run.unicorn import run_unicorn
 
 pytestmark = pytest.mark.emu
 

@@ -15,10 +15,11 @@ from firmware_harness import need
 from tinyllm_gen.bench.bench import _op_breakdown
 from tinyllm_gen.bench.counting import run_counted
 from tinyllm_gen.board import load_board
-from tinyllm_gen.build import build, image_path
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.build.out import image_path
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.protocol import pack_request, parse_output
+from tinyllm_gen.run.protocol import pack_request, parse_output
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
 

@@ -12,9 +12,10 @@ import pytest
 import serial
 
 from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, prompt_for, reference_tokens
-from tinyllm_gen.protocol import REQUEST_CRC_OFFSET, check_line, pack_request, parse_done, parse_output, request_crc
+from tinyllm_gen.run.protocol import REQUEST_CRC_OFFSET, check_line, pack_request, parse_done, parse_output, request_crc
 from tinyllm_gen.board import load_board
-from tinyllm_gen.run import qemu_uart_session, talk_serial
+from tinyllm_gen.run.console import talk_serial
+from tinyllm_gen.run.qemu import qemu_uart_session
 
 pytestmark = pytest.mark.emu
 N = 8  # tokens per request: enough to compare, quick over the UART model
@@ -239,8 +240,8 @@ def test_host_build_recovers_on_stdin(tmp_path):
     last with the exit flag) in one stream; the good ones get the reference's tokens."""
     import subprocess
 
-    from tinyllm_gen.build import image_path
-    from tinyllm_gen.protocol import REQUEST_EXIT_AFTER
+    from tinyllm_gen.build.out import image_path
+    from tinyllm_gen.run.protocol import REQUEST_EXIT_AFTER
 
     need("cmake")
     built = build_case(tmp_path, "llama-tied-gqa", 32, "host")

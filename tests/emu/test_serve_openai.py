@@ -12,9 +12,9 @@ import time
 import pytest
 
 from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference_tokens
-from tinyllm_gen.backends import Backend, DeviceError, Generation, ModelInfo, RunBackend, chat_prompt_ids
+from tinyllm_gen.run.backends import Backend, DeviceError, Generation, ModelInfo, RunBackend, chat_prompt_ids
 from tinyllm_gen.reference.sampler import SamplingOptions
-from tinyllm_gen.serve import make_server
+from tinyllm_gen.run.serve import make_server
 
 openai = pytest.importorskip("openai", reason="pip install openai (the test extra)")
 pytestmark = pytest.mark.emu
@@ -308,9 +308,9 @@ def test_serial_backend_keeps_one_session(built):
     """serve --serial: a persistent session with one board (QEMU's UART0 on a
     socket standing in for it); requests one after another, streamed and
     not, over the same connection, without the exit flag."""
-    from tinyllm_gen.backends import SerialBackend
+    from tinyllm_gen.run.backends import SerialBackend
     from tinyllm_gen.board import load_board
-    from tinyllm_gen.run import qemu_uart_server
+    from tinyllm_gen.run.qemu import qemu_uart_server
 
     info = ModelInfo.load(built.out, "tiny")
     with qemu_uart_server(built.out / "build" / "firmware.elf", load_board("qemu-mps2-an500"),

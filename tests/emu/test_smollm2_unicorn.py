@@ -15,7 +15,8 @@ import pytest
 
 from firmware_harness import need
 from gguf_models import smollm2_path
-from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions

@@ -14,11 +14,12 @@ import pytest
 from firmware_harness import GREEDY, SHAPES, TOP_P, Built, assert_identical, need, prompt_for, reference_tokens
 from tinymodels import make_hf_model
 from tinyllm_gen.board import load_board
-from tinyllm_gen.build import build, run_firmware
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
-from tinyllm_gen.protocol import pack_request, parse_output
-from tinyllm_gen.run import _decode
-from tinyllm_gen.run_unicorn import run_unicorn
+from tinyllm_gen.run.protocol import pack_request, parse_output
+from tinyllm_gen.run.result import decode as _decode
+from tinyllm_gen.run.unicorn import run_unicorn
 from tinyllm_gen.kernels import StreamedEmbedQ4x4
 
 pytestmark = pytest.mark.emu

@@ -37,8 +37,8 @@ def test_topk_streamed_weact_under_unicorn(root):
     from firmware_harness import prompt_for
     from topk_firmware import reference
     from tinyllm_gen.board import load_board
-    from tinyllm_gen.protocol import pack_request, parse_output
-    from tinyllm_gen.run_unicorn import run_unicorn
+    from tinyllm_gen.run.protocol import pack_request, parse_output
+    from tinyllm_gen.run.unicorn import run_unicorn
     from tinyllm_gen.reference.sampler import SamplingOptions
 
     path = model(root, "qwen2-bias-untied")

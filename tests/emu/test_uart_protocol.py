@@ -5,10 +5,11 @@ request carries the exit flag); tokens == the reference every time."""
 import pytest
 
 from firmware_harness import GREEDY, TOP_P, build_case, need, prompt_for, reference_tokens, N_NEW, SHAPES_CONTEXT
-from tinyllm_gen.build import run_firmware
-from tinyllm_gen.protocol import REQUEST_EXIT_AFTER, pack_request, parse_output
+from tinyllm_gen.run.firmware import run_firmware
+from tinyllm_gen.run.protocol import REQUEST_EXIT_AFTER, pack_request, parse_output
 from tinyllm_gen.board import load_board
-from tinyllm_gen.run import qemu_uart_session, talk_serial
+from tinyllm_gen.run.console import talk_serial
+from tinyllm_gen.run.qemu import qemu_uart_session
 
 pytestmark = pytest.mark.emu
 
@@ -92,7 +93,7 @@ def test_run_transport_uart_resends_once_then_exits_2(built, monkeypatch, capsys
     import contextlib
     import json
 
-    import tinyllm_gen.run as run
+    import tinyllm_gen.run.qemu as run
     from tinyllm_gen.cli import main
 
     real = run.qemu_uart_session

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
-from tinyllm_gen.protocol import REQUEST_CRC_OFFSET, check_line, pack_request
+from tinyllm_gen.run.protocol import REQUEST_CRC_OFFSET, check_line, pack_request
 from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.resources import firmware_dir
 

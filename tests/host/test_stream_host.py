@@ -8,7 +8,7 @@ import pytest
 
 from firmware_harness import GREEDY, SHAPES, TOP_P, Built, assert_identical, need
 from tinymodels import make_hf_model
-from tinyllm_gen.build import build
+from tinyllm_gen.build.cmake import build
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 
 pytestmark = pytest.mark.host

@@ -8,7 +8,7 @@ import pytest
 
 from firmware_harness import GREEDY, SHAPES, SHAPES_CONTEXT, build_case, need, prompt_for, reference_tokens
 from tinymodels import make_hf_model
-from tinyllm_gen.build import run_firmware
+from tinyllm_gen.run.firmware import run_firmware
 
 pytestmark = pytest.mark.host
 

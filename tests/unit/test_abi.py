@@ -6,7 +6,7 @@ import re
 
 from tinyllm_gen import abi
 from tinyllm_gen.lower.blob import HEADER_BYTES
-from tinyllm_gen.protocol import REQUEST_HEADER
+from tinyllm_gen.run.protocol import REQUEST_HEADER
 from tinyllm_gen.resources import boards_dir, firmware_dir
 
 

@@ -27,15 +27,14 @@ FLOORS = [
     ("fit", ("fit",)),
     ("bind", ("bind",)),
     ("emit", ("emit",)),
-    ("run", ("build", "run", "protocol", "flash", "backends", "serve", "chat", "run_unicorn", "run_renode",
-             "h750_model", "convert")),
+    ("build", ("build",)),
+    ("run", ("run", "run_renode", "h750_model", "convert")),
     ("compile", ("compile",)),
     ("tools", ("bench", "cli")),
 ]
 # Imports that may stay inside a function: optional heavy dependencies (not
 # installed with the core package) and the CLI's lazy loading of its commands.
-LAZY_OK_MODULES = {"torch", "transformers", "onnx", "onnxruntime", "onnxscript", "unicorn", "accelerate", "serial",
-                   "tokenizers", "safetensors", "gguf", "openai"}
+LAZY_OK_MODULES = {"torch", "transformers", "onnx", "onnxruntime", "onnxscript", "unicorn", "accelerate", "tqdm"}
 LAZY_OK_IMPORTERS = {"cli"}
 
 

@@ -157,7 +157,7 @@ def test_layer_names():
 def test_unrolled_host_build_matches_reference(tmp_path):
     """--unroll-layers stays an option: its firmware's tokens are the reference's too."""
     from firmware_harness import GREEDY, SHAPES, assert_identical, need, Built
-    from tinyllm_gen.build import build
+    from tinyllm_gen.build.cmake import build
     from tinyllm_gen.compile import write_tree
     from tinymodels import make_hf_model
 

@@ -98,7 +98,7 @@ def test_qemu_links_exactly_up_to_the_budget(plans, tmp_path):
     for tool in ("arm-none-eabi-gcc", "cmake"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
-    from tinyllm_gen.build import build
+    from tinyllm_gen.build.cmake import build
     from tinyllm_gen.errors import UserError
 
     by_board, model = plans

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
-from tinyllm_gen.protocol import REQUEST_CRC_OFFSET, REQUEST_HEADER
+from tinyllm_gen.run.protocol import REQUEST_CRC_OFFSET, REQUEST_HEADER
 from tinyllm_gen.board import load_board
 from tinyllm_gen.run_renode import (PWR_ADDRESS, STOCK_MEMORIES, STOCK_UARTS, find_renode, renode_files,
                                     renode_missing_reason, run_script, write_check)
-from tinyllm_gen.run_unicorn import DBGMCU_IDC
+from tinyllm_gen.run.unicorn import DBGMCU_IDC
 from tinyllm_gen.reference.sampler import SamplingOptions
 
 from tinymodels import make_hf_model
@@ -229,7 +229,7 @@ needs_renode = pytest.mark.skipif(find_renode() is None, reason=renode_missing_r
 def test_tokens_under_renode_are_the_reference(tmp_path):
     """Renode runs the weact-h750 build: the same tokens as the reference."""
     from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, prompt_for, reference_tokens
-    from tinyllm_gen.build import run_firmware
+    from tinyllm_gen.run.firmware import run_firmware
 
     need("arm-none-eabi-gcc")
     built = build_case(tmp_path, "llama-tied-gqa", 32, "weact-h750")
@@ -268,7 +268,7 @@ def test_run_renode_check_on_a_qemu_build_is_refused_before_running(tmp_path):
 def test_renode_check_from_a_unicorn_run_holds_the_reference_tokens(tmp_path):
     pytest.importorskip("unicorn")
     from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference_tokens
-    from tinyllm_gen.backends import ModelInfo
+    from tinyllm_gen.run.backends import ModelInfo
 
     need("arm-none-eabi-gcc")
     built = build_case(tmp_path, "llama-tied-gqa", 32, "weact-h750")

@@ -17,10 +17,10 @@ import zlib
 
 import pytest
 
-from tinyllm_gen.backends import DeviceError, SerialBackend
-from tinyllm_gen.protocol import REQUEST_CRC_OFFSET, pack_request, parse_output
+from tinyllm_gen.run.backends import DeviceError, SerialBackend
+from tinyllm_gen.run.protocol import REQUEST_CRC_OFFSET, pack_request, parse_output
 from tinyllm_gen.reference.sampler import SamplingOptions
-from tinyllm_gen.run import RequestLost, talk_serial
+from tinyllm_gen.run.console import RequestLost, talk_serial
 
 CAP = 232
 QUIET = 0.05  # talk_serial's quiet_s here: the fake answers at once, or never

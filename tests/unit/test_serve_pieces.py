@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from tinyllm_gen.backends import TextStream, find_chat_template, message_text, render_chat
-from tinyllm_gen.protocol import check_line, parse_done, parse_output, parse_token_line
+from tinyllm_gen.run.backends import TextStream, find_chat_template, message_text, render_chat
+from tinyllm_gen.run.protocol import check_line, parse_done, parse_output, parse_token_line
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
@@ -92,7 +92,7 @@ def test_parse_done():
 
 
 def test_compiled_out_carries_the_models_chat_template(tmp_path):
-    from tinyllm_gen.backends import ModelInfo, chat_prompt_ids, chat_stops
+    from tinyllm_gen.run.backends import ModelInfo, chat_prompt_ids, chat_stops
     from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 
     from tinymodels import make_hf_model

@@ -26,9 +26,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
-from .abi import (EXIT_CODES, REQUEST_CRC_OFFSET, REQUEST_EXIT_AFTER,  # noqa: F401 (re-exported)
+from ..abi import (EXIT_CODES, REQUEST_CRC_OFFSET, REQUEST_EXIT_AFTER,  # noqa: F401 (re-exported)
                   REQUEST_HEADER_BYTES, REQUEST_MAGIC, REQUEST_VERSION)
-from .reference.sampler import SamplingOptions
+from ..reference.sampler import SamplingOptions
 
 REQUEST_HEADER = struct.Struct("<4sIHHIIffQI")  # see tllm_request.h
 assert REQUEST_HEADER.size == REQUEST_HEADER_BYTES

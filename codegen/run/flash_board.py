@@ -14,9 +14,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .build import image_path, read_manifest
-from .errors import UserError
-from .board import Board, load_board
+from ..build.out import image_path, read_manifest
+from ..errors import UserError
+from ..board import Board, load_board
 
 OPENOCD_INSTALL_HINT = "sudo apt-get install openocd"
 

@@ -36,10 +36,11 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .board import Board
-from .errors import UserError
-from .h750_model import (MDMA_BASE, RCC_AHB3ENR, RCC_AHB3ENR_MDMAEN, ClockModel, MdmaModel, QspiModel,
-                         h750_bus_targets)
+from ..board import Board
+from ..errors import UserError
+from ..h750_model import (MDMA_BASE, RCC_AHB3ENR, RCC_AHB3ENR_MDMAEN, ClockModel, MdmaModel, QspiModel,
+                          h750_bus_targets)
+from .result import TIMEOUT_EXIT_CODE, RunResult, decode
 
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
 EXIT_PREFIX = b"@TLLM exit "
@@ -299,3 +300,23 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     scb_ccr, = struct.unpack("<I", mu.mem_read(SCB_CCR, 4))
     return UnicornResult(console.exit_code, bytes(console.out), executed[0], error, timed_out, clock, qspi, scb_ccr,
                          console.brr, mdma, weight_reads[0] if watch_weight_reads and weights_bin is not None else None)
+
+
+def run_unicorn_board(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path,
+                      uart_request: bytes = b"", timeout_s: float = 600, on_line=None) -> RunResult:
+    """Run STM32H750 firmware under the Unicorn model (run_unicorn above): the
+    request in its block next to the weights, or (uart_request) sent over
+    the console USART instead."""
+    res = run_unicorn(elf, board, weights_bin, None if uart_request else request_bin, uart_rx=uart_request,
+                      timeout_s=timeout_s, on_line=on_line)
+    command = ["unicorn", board.name, str(elf)]
+    if res.error:
+        why = f" ({'; '.join(res.violations)})" if res.violations else ""
+        raise UserError(f"the {board.name} firmware stopped under Unicorn: {res.error}{why}; the console said: "
+                        f"{decode(res.output).strip()[-200:]!r}")
+    if res.violations:
+        raise UserError(f"the {board.name} firmware broke a hardware rule under Unicorn: "
+                        f"{'; '.join(res.violations)}")
+    code = TIMEOUT_EXIT_CODE if res.exit_code is None else res.exit_code
+    return RunResult(code, decode(res.output), res.timed_out, command,
+                     f"{res.instructions} instructions under Unicorn")

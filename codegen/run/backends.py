@@ -23,10 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import UserError
-from .frontends.tokenizer import Tokenizer
-from .protocol import TokenLine, parse_output, parse_token_line
-from .reference.sampler import SamplingOptions
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+import serial
+
+from ..board import load_board
+from ..build.out import image_path, load_out_tokenizer, read_manifest
+from ..errors import UserError
+from ..frontends.tokenizer import Tokenizer
+from ..reference.sampler import SamplingOptions
+from .console import RequestLost, talk_serial
+from .firmware import run_firmware
+from .protocol import TokenLine, pack_request, parse_output, parse_token_line
 
 PLAIN_STOP = ("\nUser:",)  # the plain chat rendering's turn marker
 
@@ -81,9 +90,6 @@ class RunBackend(Backend):
     """One run of the built firmware per request (host, QEMU, Unicorn)."""
 
     def __init__(self, out: Path, timeout_s: float = 600):
-        from .build import image_path, read_manifest
-        from .board import load_board
-
         self.out = Path(out)
         board = load_board(read_manifest(self.out)["board"])
         if not image_path(self.out, board).is_file():
@@ -93,8 +99,6 @@ class RunBackend(Backend):
         self.timeout_s = timeout_s
 
     def generate(self, prompt_ids, max_new_tokens, sampling, on_token=None) -> Generation:
-        from .build import run_firmware
-
         try:
             # the UART transport on QEMU and the host: lines arrive while it runs
             fw = run_firmware(self.out, list(prompt_ids), max_new_tokens, sampling, timeout_s=self.timeout_s,
@@ -118,8 +122,6 @@ class SerialBackend(Backend):
         self._first = True
 
     def _open(self):
-        import serial
-
         if self._port is None:
             try:
                 self._port = serial.serial_for_url(self.url, baudrate=self.baudrate, timeout=0.5)
@@ -128,9 +130,6 @@ class SerialBackend(Backend):
         return self._port
 
     def generate(self, prompt_ids, max_new_tokens, sampling, on_token=None) -> Generation:
-        from .protocol import pack_request
-        from .run import RequestLost, talk_serial
-
         with self._lock:
             port = self._open()
             # The board printed "@TLLM ready" once, long ago, or after its last
@@ -180,8 +179,6 @@ class ModelInfo:
 
     @classmethod
     def load(cls, out: Path, model_id: str | None = None, chat_template: str | None = None) -> "ModelInfo":
-        from .build import load_out_tokenizer, read_manifest
-
         out = Path(out)
         manifest = read_manifest(out)
         tok = load_out_tokenizer(out, manifest)
@@ -238,9 +235,6 @@ def render_chat(messages: Sequence[dict], template: str | None, bos_token: str =
     plain rendering, one "Role: text" line per message and "Assistant:" last."""
     msgs = [{"role": str(m.get("role", "user")), "content": message_text(m.get("content"))} for m in messages]
     if template:
-        from jinja2.exceptions import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         def raise_exception(msg):
             raise TemplateError(msg)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from .backends import Backend, DeviceError, ModelInfo, TextStream, chat_prompt_ids, chat_stops
-from .reference.sampler import SamplingOptions
+from ..reference.sampler import SamplingOptions
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 from .backends import (Backend, DeviceError, Generation, ModelInfo, TextStream, chat_prompt_ids, chat_stops)
 from .protocol import TokenLine
-from .reference.sampler import SamplingOptions
+from ..reference.sampler import SamplingOptions
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions

@@ -1,0 +1,113 @@
+"""Run a built OUT: write the request, boot the image on its board's
+runner (board.json "run": host, QEMU or Unicorn; Renode or a flashed board
+on request) and parse the console protocol."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..board import Board, load_board
+from ..build.out import image_path, read_manifest
+from ..errors import UserError
+from ..reference.sampler import SamplingOptions
+from .console import run_serial
+from .host import run_host
+from .qemu import run_qemu, run_qemu_serial
+from .result import RunResult
+from .unicorn import run_unicorn_board
+from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One generation for a runner: the image, its board, the weights blob
+    and the request file; `uart` sends the request over the console (as to a
+    real board) instead of placing it in the board's request block."""
+
+    image: Path
+    board: Board
+    weights: Path
+    request: Path
+    uart: bool
+    on_line: Callable[[str], None] | None = None  # sees each console line as it arrives
+
+
+def _run_on_host(job: RunJob, timeout_s: float) -> RunResult:
+    return run_host(job.image, None if job.uart else job.request, timeout_s=timeout_s,
+                    stdin_bytes=job.request.read_bytes() if job.uart else None, on_line=job.on_line)
+
+
+def _run_on_qemu(job: RunJob, timeout_s: float) -> RunResult:
+    if job.uart:
+        return run_qemu_serial(job.image, job.board, job.weights, job.request.read_bytes(), timeout_s=timeout_s,
+                               on_line=job.on_line)
+    result = run_qemu(job.image, job.board, job.weights, job.request, timeout_s=timeout_s)
+    if job.on_line is not None:  # QEMU's memory transport: the console file is read after the run
+        for line in result.output.split("\n"):
+            job.on_line(line)
+    return result
+
+
+def _run_on_unicorn(job: RunJob, timeout_s: float) -> RunResult:
+    return run_unicorn_board(job.image, job.board, job.weights, job.request,
+                             job.request.read_bytes() if job.uart else b"", timeout_s=timeout_s, on_line=job.on_line)
+
+
+# board.json "run": {"emulator": NAME} picks one; a new emulator is one entry here.
+RUNNERS = {"host": _run_on_host, "qemu": _run_on_qemu, "unicorn": _run_on_unicorn}
+
+
+@dataclass(frozen=True)
+class FirmwareRun:
+    result: RunResult
+    output: FirmwareOutput
+
+
+def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
+                 timeout_s: float = 600, transport: str = "memory", serial_url: str | None = None,
+                 on_line=None, emulator: str = "auto") -> FirmwareRun:
+    """transport "memory": the request is placed in the board's request block
+    (QEMU -device loader, or argv on the host); "uart": it is sent over the
+    console UART as to a real board (QEMU via a loopback socket, the host via
+    stdin); serial_url: a real, already flashed board.  ``on_line(text)``
+    sees each console line as it arrives (live over a UART, under Unicorn and
+    on the host; after the run for QEMU with the memory transport).
+    ``emulator`` "renode" runs an STM32H750 build under Renode (run_renode.py)
+    instead of the board's usual runner ("auto")."""
+    out = Path(out)
+    manifest = read_manifest(out)
+    board = load_board(manifest["board"])
+    image = image_path(out, board)
+    if not image.is_file():
+        raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
+    if len(prompt_ids) >= manifest["max_seq"]:
+        raise UserError(f"the prompt is {len(prompt_ids)} tokens but the firmware's context is "
+                        f"{manifest['max_seq']}: shorten the prompt or compile with a larger --max-seq")
+    if manifest.get("options", {}).get("sampler") == "greedy" and sampling.temperature > 0:
+        raise UserError(f"{out} was compiled with --sampler greedy: run it with --temperature 0, or compile "
+                        "with --sampler full to sample")
+    request = out / "build" / "request.bin"
+    uart = transport == "uart" or serial_url is not None
+    request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
+    if emulator == "renode":
+        from ..run_renode import run_renode
+
+        if serial_url is not None or transport != "memory":
+            raise UserError("--emulator renode takes the request in memory: drop --serial and --transport uart")
+        result = run_renode(out, board, request, timeout_s=timeout_s, on_line=on_line)
+    elif serial_url is not None:
+        result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s, on_line=on_line)
+    else:
+        runner = RUNNERS[board.run.emulator]
+        result = runner(RunJob(image, board, out / "weights.bin", request, uart, on_line), timeout_s)
+    parsed = parse_output(result.output)
+    if result.timed_out:
+        raise UserError(f"firmware run timed out after {timeout_s:.0f} s; fewer --max-new-tokens or a longer --timeout")
+    if parsed.crc_errors:
+        raise UserError(f"{parsed.crc_errors} console line(s) from the firmware failed their CRC (a noisy or "
+                        "mis-set serial link?); run again, or check the baud rate and the cable")
+    if result.exit_code != 0:
+        what = parsed.error or EXIT_CODES.get(result.exit_code, "see the console output")
+        raise UserError(f"firmware exited with status {result.exit_code}: {what}")
+    return FirmwareRun(result, parsed)

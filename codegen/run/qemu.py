@@ -1,0 +1,182 @@
+"""Firmware under QEMU (mps2-an500, the Cortex-M7 stand-in): weights and
+request through `-device loader` into PSRAM, UART0 captured to a file (apart
+from semihosting and QEMU's own messages), the exit status through
+semihosting; or UART0 on a loopback socket, for the console protocol."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import serial
+
+from ..board import Board
+from ..errors import UserError
+from .result import TIMEOUT_EXIT_CODE, RunResult, decode
+from .console import talk_serial
+
+QEMU_INSTALL_HINT = "sudo apt-get install qemu-system-arm"
+
+
+def _qemu_opt(value: str) -> str:
+    """Escape a value for a QEMU ``key=value,...`` option list."""
+    return value.replace(",", ",,")
+
+
+def _check_blob(path: Path, what: str, limit: int) -> None:
+    if not path.is_file():
+        raise UserError(f"{what} file not found: {path}")
+    size = path.stat().st_size
+    if size > limit:
+        raise UserError(
+            f"{what} file {path} is {size} bytes; the board has room for {limit} bytes"
+        )
+
+
+def qemu_command(
+    elf: Path,
+    board: Board,
+    weights_bin: Path | None,
+    request_bin: Path | None,
+    uart_file: Path,
+    count: bool = True,
+) -> list[str]:
+    """The QEMU command line that boots ``elf`` on ``board``.
+
+    Weights and request are placed raw at the board's addresses.  UART0 goes
+    to ``uart_file``; semihosting text stays on QEMU's stdout.  With ``count``
+    the guest clock is tied to the instruction count (``-icount shift=0``:
+    one ns per instruction, so one 25 MHz timer tick per 40 instructions)."""
+    emu = board.emulator
+    if emu is None:
+        raise UserError(f"board '{board.name}' does not run under QEMU" + (f": {board.run.note}" if board.run.note else ""))
+    cmd = [emu.program, *emu.args]
+    cmd += ["-semihosting-config", "enable=on,target=native"]
+    if count:
+        cmd += ["-icount", "shift=0"]
+    cmd += [
+        "-chardev",
+        f"file,id=tllm_uart,path={_qemu_opt(str(Path(uart_file).absolute()))}",
+        "-serial",
+        "chardev:tllm_uart",
+    ]
+    for blob, what, place in ((weights_bin, "weights", board.weights), (request_bin, "request", board.request)):
+        if blob is None:
+            continue
+        if place.address is None or place.max_bytes is None:
+            raise UserError(f"board '{board.name}' has no memory address for the {what}")
+        _check_blob(Path(blob), what, place.max_bytes)
+        cmd += [
+            "-device",
+            f"loader,file={_qemu_opt(str(Path(blob).absolute()))},addr=0x{place.address:08X},force-raw=on",
+        ]
+    cmd += ["-kernel", str(Path(elf).absolute())]
+    return cmd
+
+
+def run_qemu(
+    elf: Path,
+    board: Board,
+    weights_bin: Path | None,
+    request_bin: Path | None,
+    timeout_s: float = 120,
+    count: bool = True,
+) -> RunResult:
+    """Boot ``elf`` under QEMU and wait for its semihosting exit."""
+    program = board.emulator.program if board.emulator else "qemu-system-arm"
+    if shutil.which(program) is None:
+        raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
+    with tempfile.TemporaryDirectory(prefix="tllm-qemu-") as tmp:
+        uart = Path(tmp) / "uart.txt"
+        cmd = qemu_command(Path(elf), board, weights_bin, request_bin, uart, count=count)
+        timed_out = False
+        try:
+            proc = subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                check=False,
+            )
+            code, diag = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as e:
+            timed_out, code, diag = True, TIMEOUT_EXIT_CODE, e.stdout
+        output = decode(uart.read_bytes()) if uart.exists() else ""
+    return RunResult(code, output, timed_out, cmd, decode(diag))
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def qemu_uart_command(elf: Path, board: dict, weights_bin: Path | None, port_no: int, count: bool = True) -> list[str]:
+    """QEMU with UART0 as a TCP server on 127.0.0.1:port_no (the CPU starts
+    when the first client connects; QEMU listens again after a disconnect)."""
+    cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
+    at = cmd.index("-serial")
+    cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
+    return cmd
+
+
+@contextmanager
+def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: bool = True):
+    """QEMU with UART0 on a loopback TCP socket (the CPU starts once we
+    connect); yields (pyserial port, QEMU process). A host talks to it
+    exactly as to a real board."""
+    with qemu_uart_server(elf, board, weights_bin, count, connect=True) as (port, proc):
+        yield port, proc
+
+
+@contextmanager
+def qemu_uart_server(elf: Path, board: dict, weights_bin: Path | None, count: bool = True, connect: bool = False):
+    """QEMU with UART0 on a loopback TCP socket. With ``connect``, yields
+    (pyserial port, process); without, yields (its socket:// URL, process)
+    once it listens, for a client of its own (``serve --serial URL``): the
+    firmware then runs, and its "@TLLM ready" went to the probe connection."""
+    program = board.emulator.program if board.emulator else "qemu-system-arm"
+    if shutil.which(program) is None:
+        raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
+    port_no = _free_tcp_port()
+    url = f"socket://127.0.0.1:{port_no}"
+    cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        port = None
+        for _ in range(200):  # QEMU listens once it has started
+            try:
+                port = serial.serial_for_url(url, timeout=0.5)
+                break
+            except serial.SerialException:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        if port is None:
+            out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
+            raise UserError(f"QEMU did not open its serial socket: {decode(out).strip()[-200:]}")
+        if connect:
+            with port:
+                yield port, proc
+        else:
+            port.close()
+            yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run_qemu_serial(elf: Path, board: Board, weights_bin: Path | None, request_bin: bytes,
+                    timeout_s: float = 600, on_line=None) -> RunResult:
+    """One request over the UART, the way a host talks to a real board."""
+    with qemu_uart_session(elf, board, weights_bin) as (port, proc):
+        status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
+        code = proc.wait(timeout=30) if status is not None else TIMEOUT_EXIT_CODE
+    return RunResult(code, text, status is None, list(proc.args))

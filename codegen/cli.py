@@ -289,7 +289,9 @@ def flash_cmd(out, dry_run, openocd):
 @click.argument("out", type=click.Path(path_type=Path))
 @_sampling_options
 @click.option("--timeout", type=_CheckedFloat("SECONDS", lambda t: None if 0 < t <= 1e6 else f"{t!r} is not in (0, 1e6]"),
-              default=600, show_default=True, help="Seconds before the run is stopped.")
+              default=3600, show_default=True,
+              help="Wall-clock seconds before the run is stopped: a backstop (an emulated run is bounded by guest "
+                   "instructions, report.json's instruction_bound).")
 @click.option("--transport", type=click.Choice(["memory", "uart"]), default="memory", show_default=True,
               help="How the request reaches the firmware: placed in memory, or sent over the console UART "
               "(as to a real board).")

@@ -15,6 +15,7 @@ from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
 
 from tinymodels import make_hf_model
+from bounds import BACKSTOP_S
 
 GREEDY = SamplingOptions()
 TOP_P = SamplingOptions(temperature=0.9, top_p=0.85, seed=1234)
@@ -82,7 +83,7 @@ def prompt_for(model_dir: Path) -> list[int]:
 
 def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> list[int]:
     ids = prompt_for(built.model_dir)
-    fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=300)
+    fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
     ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits, built.quant)
     assert len(ref) == N_NEW, "reference stopped early: the test would cover fewer than 40 tokens"
     assert fw.output.generated_ids == ref

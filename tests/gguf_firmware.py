@@ -15,6 +15,7 @@ from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from bounds import BACKSTOP_S
 
 # (name, arch, model kwargs, matrices' qtype, embedding's qtype)
 GGUF_CASES = {
@@ -69,7 +70,7 @@ def build_gguf(root: Path, case: str, board: str, sampler: str = "full") -> tupl
 def assert_gguf_identical(path: Path, out: Path, sampling) -> list[int]:
     m = load_model(path)
     ids = m.tokenizer.encode("Once upon a time there was a cat")
-    fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=300)
+    fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
     qg = quantize(m, CompileOptions())
     ref = generate(Executor(m.graph, QuantKernels(qg, SHAPES_CONTEXT)), ids, N_NEW, SHAPES_CONTEXT,
                    m.graph.config.eos_ids, sampling).generated_ids

@@ -12,6 +12,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tr
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
+from bounds import BACKSTOP_S
 
 N_NEW = 24
 SAMPLINGS = [SamplingOptions(), SamplingOptions(0.9, 0.85, 1234), SamplingOptions(1.5, 1.0, 7),
@@ -44,7 +45,7 @@ def check_all(out: Path, model_path: Path, k: int, samplings=SAMPLINGS) -> None:
     ids = prompt_for(model_path) if model_path.is_dir() else load_model(model_path).tokenizer.encode(
         "Once upon a time there was a cat")
     for sampling in samplings:
-        fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=300)
+        fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
         ref = reference(model_path, ids, sampling, k)
         assert len(ref) == N_NEW and fw.output.generated_ids == ref, sampling
         assert fw.output.canary_ok is True

@@ -2,9 +2,6 @@
 map the firmware's functions to counters, run, and read the snapshots."""
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -13,6 +10,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..resources import package_file
 from ..board import Board
+from ..run.plugins import build_plugin
 from ..run.qemu import qemu_command
 
 PLUGIN_SOURCE = package_file("bench/tllm_icount.c")
@@ -37,26 +35,6 @@ class Snapshots:
 
     def total_between(self, a: int, b: int) -> int:
         return sum(self.marks[b]) - sum(self.marks[a])
-
-
-def cache_dir() -> Path:
-    d = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tinyllm-gen"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def build_plugin() -> Path:
-    """Compile the plugin once per source version (keyed by its hash)."""
-    if shutil.which("gcc") is None:
-        raise UserError("gcc not found: it builds the instruction-count plugin; apt-get install gcc")
-    src = PLUGIN_SOURCE.read_bytes()
-    so = cache_dir() / f"tllm_icount-{hashlib.sha256(src).hexdigest()[:12]}.so"
-    if not so.exists():
-        tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
-                        "-o", str(tmp), str(PLUGIN_SOURCE)], check=True)
-        tmp.rename(so)
-    return so
 
 
 def function_ranges(elf: Path) -> list[tuple[int, int, str]]:
@@ -87,7 +65,7 @@ def run_counted(elf: Path, board: Board, weights: Path | None, request: Path | N
     marker = [start for start, _, name in ranges if name == MARKER]
     if not marker:
         raise UserError(f"{elf}: no {MARKER}() in the image; rebuild it with this tinyllm-gen")
-    plugin = build_plugin()
+    plugin = build_plugin(PLUGIN_SOURCE)
     with tempfile.TemporaryDirectory(prefix="tllm-bench-") as tmp:
         t = Path(tmp)
         (t / "ranges.txt").write_text("".join(f"{a:x} {b:x}\n" for a, b, _ in ranges))

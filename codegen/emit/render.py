@@ -118,6 +118,25 @@ def _stream_context(program: Program, pinned: dict) -> dict:
         "head_chunk": head_chunk(program)}}
 
 
+# A run's guest-instruction bound (run/firmware.py): far above what the kernels take (the portable q4 kernel,
+# the slowest, is 14.8 instructions per MAC; attention about 10 per MAC of q.k and v), so only a firmware that
+# hangs or loops reaches it, however busy the host that emulates it.
+BOUND_PER_MAC = 40
+BOUND_PER_VOCAB_ENTRY = 400  # the full sampler's top-p pass over the logits
+BOUND_PER_TOKEN_FIXED = 1_000_000
+BOUND_PER_BLOB_WORD = 10  # boot: the weights checksum (one multiply-add per word) and the pinned copies
+BOUND_BOOT_FIXED = 10_000_000
+
+
+def run_bound(program: Program, traffic) -> dict:
+    """Guest instructions a run may take: at boot, and per token (prompt or generated)."""
+    c = program.config
+    attention_macs = 2 * c.n_layers * c.n_heads * c.head_dim * program.max_seq
+    per_token = (BOUND_PER_MAC * (traffic.macs() + attention_macs) + BOUND_PER_VOCAB_ENTRY * c.vocab_size
+                 + BOUND_PER_TOKEN_FIXED)
+    return {"boot": BOUND_BOOT_FIXED + BOUND_PER_BLOB_WORD * len(program.blob.data) // 4, "per_token": per_token}
+
+
 def report_doc(program: Program, board: Board) -> dict:
     """report.json: the plan, the weights' bytes, what a token reads (by role and layout) and what
     that predicts on the board's link, the stream schedule and the prefill's decisions."""
@@ -126,6 +145,7 @@ def report_doc(program: Program, board: Board) -> dict:
     doc["weights_bytes"] = len(program.blob.data)
     traffic = traffic_of(program.calls, program.head_start, program.stream, program.config.head_dim)
     doc["traffic"] = traffic.json()
+    doc["instruction_bound"] = run_bound(program, traffic)
     doc["predicted"] = predicted_for(traffic.workload(), board, program.prefill_batch,
                                      program.stream.options.chunk_bytes if program.stream else None)
     if program.stream is not None:

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from ..board import Board, load_board
 from ..build.out import image_path, read_manifest
-from ..errors import UserError
+from ..errors import UserError, read_json
 from ..reference.sampler import SamplingOptions
 from .console import run_serial
 from .host import run_host
@@ -31,6 +31,7 @@ class RunJob:
     request: Path
     uart: bool
     on_line: Callable[[str], None] | None = None  # sees each console line as it arrives
+    max_instructions: int | None = None  # the emulated run's guest-instruction bound (None: unbounded)
 
 
 def _run_on_host(job: RunJob, timeout_s: float) -> RunResult:
@@ -41,8 +42,9 @@ def _run_on_host(job: RunJob, timeout_s: float) -> RunResult:
 def _run_on_qemu(job: RunJob, timeout_s: float) -> RunResult:
     if job.uart:
         return run_qemu_serial(job.image, job.board, job.weights, job.request.read_bytes(), timeout_s=timeout_s,
-                               on_line=job.on_line)
-    result = run_qemu(job.image, job.board, job.weights, job.request, timeout_s=timeout_s)
+                               on_line=job.on_line, max_instructions=job.max_instructions)
+    result = run_qemu(job.image, job.board, job.weights, job.request, timeout_s=timeout_s,
+                      max_instructions=job.max_instructions)
     if job.on_line is not None:  # QEMU's memory transport: the console file is read after the run
         for line in result.output.split("\n"):
             job.on_line(line)
@@ -51,7 +53,8 @@ def _run_on_qemu(job: RunJob, timeout_s: float) -> RunResult:
 
 def _run_on_unicorn(job: RunJob, timeout_s: float) -> RunResult:
     return run_unicorn_board(job.image, job.board, job.weights, job.request,
-                             job.request.read_bytes() if job.uart else b"", timeout_s=timeout_s, on_line=job.on_line)
+                             job.request.read_bytes() if job.uart else b"", timeout_s=timeout_s, on_line=job.on_line,
+                             max_instructions=job.max_instructions)
 
 
 # board.json "run": {"emulator": NAME} picks one; a new emulator is one entry here.
@@ -64,9 +67,19 @@ class FirmwareRun:
     output: FirmwareOutput
 
 
+def instruction_bound(out: Path, tokens: int) -> int | None:
+    """The guest instructions an emulated run of `tokens` tokens may take (report.json's
+    instruction_bound, emit/render.run_bound); None for a tree compiled before it was recorded."""
+    doc = read_json(Path(out) / "report.json", "report.json")
+    bound = doc.get("instruction_bound") if isinstance(doc, dict) else None
+    if not isinstance(bound, dict):
+        return None
+    return int(bound["boot"]) + int(bound["per_token"]) * (tokens + 1)
+
+
 def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
                  timeout_s: float = 600, transport: str = "memory", serial_url: str | None = None,
-                 on_line=None, emulator: str = "auto") -> FirmwareRun:
+                 on_line=None, emulator: str = "auto", max_instructions: int | None = None) -> FirmwareRun:
     """transport "memory": the request is placed in the board's request block
     (QEMU -device loader, or argv on the host); "uart": it is sent over the
     console UART as to a real board (QEMU via a loopback socket, the host via
@@ -74,7 +87,10 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     sees each console line as it arrives (live over a UART, under Unicorn and
     on the host; after the run for QEMU with the memory transport).
     ``emulator`` "renode" runs an STM32H750 build under Renode (run_renode.py)
-    instead of the board's usual runner ("auto")."""
+    instead of the board's usual runner ("auto").  An emulated run ends
+    past ``max_instructions`` guest instructions (default: the tree's
+    instruction bound for this request), whatever the host's load, and
+    past ``timeout_s`` seconds of wall clock, the backstop."""
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
@@ -90,6 +106,8 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     request = out / "build" / "request.bin"
     uart = transport == "uart" or serial_url is not None
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
+    if max_instructions is None:
+        max_instructions = instruction_bound(out, len(prompt_ids) + max_new_tokens)
     if emulator == "renode":
         from ..run_renode import run_renode
 
@@ -100,10 +118,14 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
         result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s, on_line=on_line)
     else:
         runner = RUNNERS[board.run.emulator]
-        result = runner(RunJob(image, board, out / "weights.bin", request, uart, on_line), timeout_s)
+        result = runner(RunJob(image, board, out / "weights.bin", request, uart, on_line, max_instructions),
+                        timeout_s)
     parsed = parse_output(result.output)
     if result.timed_out:
-        raise UserError(f"firmware run timed out after {timeout_s:.0f} s; fewer --max-new-tokens or a longer --timeout")
+        limit = result.limit or f"{timeout_s:g} s"
+        raise UserError(f"firmware run stopped after {limit} without finishing: fewer --max-new-tokens, or a "
+                        "longer --timeout" + (" (a firmware that hangs reaches the instruction bound)"
+                                              if "instructions" in limit else ""))
     if parsed.crc_errors:
         raise UserError(f"{parsed.crc_errors} console line(s) from the firmware failed their CRC (a noisy or "
                         "mis-set serial link?); run again, or check the baud rate and the cable")

@@ -19,8 +19,19 @@ from ..board import Board
 from ..errors import UserError
 from .result import TIMEOUT_EXIT_CODE, RunResult, decode
 from .console import talk_serial
+from .plugins import ILIMIT_SOURCE, build_plugin
 
 QEMU_INSTALL_HINT = "sudo apt-get install qemu-system-arm"
+ILIMIT_EXIT = 124  # tllm_ilimit.c: the run reached its guest-instruction limit
+ILIMIT_NOTE = b"tllm_ilimit: stopped after"
+
+
+def with_instruction_limit(cmd: list[str], max_instructions: int | None) -> list[str]:
+    """The QEMU command with the tllm_ilimit plugin ending it after max_instructions (None: unbounded)."""
+    if max_instructions is None:
+        return cmd
+    at = cmd.index("-kernel")
+    return cmd[:at] + ["-plugin", f"{build_plugin(ILIMIT_SOURCE)},limit={int(max_instructions)}"] + cmd[at:]
 
 
 def _qemu_opt(value: str) -> str:
@@ -86,15 +97,19 @@ def run_qemu(
     request_bin: Path | None,
     timeout_s: float = 120,
     count: bool = True,
+    max_instructions: int | None = None,
 ) -> RunResult:
-    """Boot ``elf`` under QEMU and wait for its semihosting exit."""
+    """Boot ``elf`` under QEMU and wait for its semihosting exit; past
+    ``max_instructions`` guest instructions (tllm_ilimit.c) or ``timeout_s``
+    seconds of wall clock the run ends as timed out (`RunResult.limit` says which)."""
     program = board.emulator.program if board.emulator else "qemu-system-arm"
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     with tempfile.TemporaryDirectory(prefix="tllm-qemu-") as tmp:
         uart = Path(tmp) / "uart.txt"
-        cmd = qemu_command(Path(elf), board, weights_bin, request_bin, uart, count=count)
-        timed_out = False
+        cmd = with_instruction_limit(qemu_command(Path(elf), board, weights_bin, request_bin, uart, count=count),
+                                     max_instructions)
+        timed_out, limit = False, ""
         try:
             proc = subprocess.run(
                 cmd,
@@ -106,9 +121,11 @@ def run_qemu(
             )
             code, diag = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired as e:
-            timed_out, code, diag = True, TIMEOUT_EXIT_CODE, e.stdout
+            timed_out, code, diag, limit = True, TIMEOUT_EXIT_CODE, e.stdout, f"{timeout_s:g} s"
+        if code == ILIMIT_EXIT and ILIMIT_NOTE in (diag or b""):
+            timed_out, code, limit = True, TIMEOUT_EXIT_CODE, f"{max_instructions:,} guest instructions"
         output = decode(uart.read_bytes()) if uart.exists() else ""
-    return RunResult(code, output, timed_out, cmd, decode(diag))
+    return RunResult(code, output, timed_out, cmd, decode(diag), limit)
 
 
 def _free_tcp_port() -> int:
@@ -117,26 +134,30 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
-def qemu_uart_command(elf: Path, board: dict, weights_bin: Path | None, port_no: int, count: bool = True) -> list[str]:
+def qemu_uart_command(elf: Path, board: Board, weights_bin: Path | None, port_no: int, count: bool = True,
+                      max_instructions: int | None = None) -> list[str]:
     """QEMU with UART0 as a TCP server on 127.0.0.1:port_no (the CPU starts
     when the first client connects; QEMU listens again after a disconnect)."""
     cmd = qemu_command(Path(elf), board, weights_bin, None, Path(os.devnull), count=count)
     at = cmd.index("-serial")
     cmd[at - 2:at + 2] = ["-serial", f"tcp:127.0.0.1:{port_no},server=on,wait=on"]  # replaces the file chardev
-    return cmd
+    return with_instruction_limit(cmd, max_instructions)
 
 
 @contextmanager
-def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: bool = True):
+def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: bool = True,
+                      max_instructions: int | None = None):
     """QEMU with UART0 on a loopback TCP socket (the CPU starts once we
     connect); yields (pyserial port, QEMU process). A host talks to it
     exactly as to a real board."""
-    with qemu_uart_server(elf, board, weights_bin, count, connect=True) as (port, proc):
+    with qemu_uart_server(elf, board, weights_bin, count, connect=True, max_instructions=max_instructions) as \
+            (port, proc):
         yield port, proc
 
 
 @contextmanager
-def qemu_uart_server(elf: Path, board: dict, weights_bin: Path | None, count: bool = True, connect: bool = False):
+def qemu_uart_server(elf: Path, board: Board, weights_bin: Path | None, count: bool = True, connect: bool = False,
+                     max_instructions: int | None = None):
     """QEMU with UART0 on a loopback TCP socket. With ``connect``, yields
     (pyserial port, process); without, yields (its socket:// URL, process)
     once it listens, for a client of its own (``serve --serial URL``): the
@@ -146,7 +167,7 @@ def qemu_uart_server(elf: Path, board: dict, weights_bin: Path | None, count: bo
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
     port_no = _free_tcp_port()
     url = f"socket://127.0.0.1:{port_no}"
-    cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count)
+    cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count, max_instructions)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         port = None
@@ -174,9 +195,16 @@ def qemu_uart_server(elf: Path, board: dict, weights_bin: Path | None, count: bo
 
 
 def run_qemu_serial(elf: Path, board: Board, weights_bin: Path | None, request_bin: bytes,
-                    timeout_s: float = 600, on_line=None) -> RunResult:
+                    timeout_s: float = 600, on_line=None, max_instructions: int | None = None) -> RunResult:
     """One request over the UART, the way a host talks to a real board."""
-    with qemu_uart_session(elf, board, weights_bin) as (port, proc):
-        status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
+    with qemu_uart_session(elf, board, weights_bin, max_instructions=max_instructions) as (port, proc):
+        try:
+            status, text = talk_serial(port, request_bin, timeout_s, on_line=on_line)
+        except serial.SerialException:  # QEMU closed the socket: it ended (its instruction limit) before a done line
+            proc.wait(timeout=30)
+            status, text = None, ""
         code = proc.wait(timeout=30) if status is not None else TIMEOUT_EXIT_CODE
-    return RunResult(code, text, status is None, list(proc.args))
+    limited = status is None and proc.returncode == ILIMIT_EXIT
+    return RunResult(code, text, status is None, list(proc.args),
+                     limit=f"{max_instructions:,} guest instructions" if limited else
+                     f"{timeout_s:g} s" if status is None else "")

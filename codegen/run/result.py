@@ -20,6 +20,7 @@ class RunResult:
     timed_out: bool
     command: list[str]
     diagnostics: str = ""
+    limit: str = ""  # what ended a timed-out run: "N guest instructions" or "T s" of wall clock
 
 
 def decode(data: bytes | None) -> str:

@@ -78,6 +78,7 @@ class UnicornResult:
     # watch_weight_reads: CPU loads from the weights blob after the first MDMA
     # transfer started (the boot copy of pinned weights); None when not watched
     weight_reads_after_first_copy: int | None = None
+    limit: str = ""  # what ended a timed-out run: "N guest instructions" or "T s" of wall clock
 
     @property
     def violations(self) -> list[str]:
@@ -119,196 +120,244 @@ def _thumb_widths(code: bytes) -> int:
     return n
 
 
+class _H750Machine:
+    """One Unicorn instance set up as the board: memories, the register
+    models, the console, the MDMA and the instruction counter."""
+
+    def __init__(self, uc, arm, board: Board, revision: str, on_line, max_instructions: int | None):
+        self.uc, self.arm, self.board = uc, arm, board
+        self.mu = uc.Uc(uc.UC_ARCH_ARM, uc.UC_MODE_THUMB)
+        self.mu.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_M7)
+        self.regions = {r.name: r for r in board.memory.regions}
+        self.clock = ClockModel()
+        self.qspi: QspiModel | None = None
+        self.console = _Console()
+        self.on_line = on_line
+        self.executed = 0
+        self.max_instructions = max_instructions
+        self.limit_hit = False
+        self.mdma_stop: list[str] = []
+        self.copying = False  # set at the first MDMA transfer (watch_weight_reads)
+        self.weight_reads = 0
+        self._map_memories(revision)
+
+    # --- memories ------------------------------------------------------
+    def _map_memories(self, revision: str) -> None:
+        mu = self.mu
+        for region in self.board.memory.regions:
+            if region.kind in ("ram", "flash") and region.name != "qspi":
+                mu.mem_map(region.address, (region.size + PAGE - 1) // PAGE * PAGE)
+        for base, size, _what in REGISTER_WINDOWS:
+            mu.mem_map(base, size)
+        mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC[revision]))
+        mu.mem_write(SCB_CCSIDR, struct.pack("<I", M7_L1D_CCSIDR))
+
+    def load(self, elf: Path, weights_bin: Path | None, request_bin: Path | None) -> None:
+        """The image as flashed; the blobs where a flashed board holds them. The
+        QUADSPI window holds what a flasher wrote, but reads fault until the
+        firmware has put QUADSPI in a memory-mapped mode the chip answers."""
+        for addr, data in _load_segments(Path(elf).read_bytes()):
+            self.mu.mem_write(addr, data)
+        if "qspi" in self.regions:
+            q = self.regions["qspi"]
+            self.qspi = QspiModel(self.board.qspi_flash.chip, self.board.qspi_flash.chips, q.size,
+                                  kernel_hz=self.clock.qspi_kernel_hz)
+            self.mu.mem_map(q.address, q.size, self.uc.UC_PROT_NONE)
+        for blob, key, place in ((weights_bin, "weights", self.board.weights),
+                                 (request_bin, "request", self.board.request)):
+            if blob is not None:
+                data = Path(blob).read_bytes()
+                if len(data) > place.max_bytes:
+                    raise UserError(f"{key} file {blob} is {len(data)} bytes; {self.board.name} has room for "
+                                    f"{place.max_bytes}")
+                self.mu.mem_write(place.address, data)
+
+    # --- register models -------------------------------------------------
+    def map_registers(self) -> None:
+        mu, clock, uc = self.mu, self.clock, self.uc
+        q = self.regions.get("qspi")
+
+        def syscfg_write(_mu, offset, _size, value, _user):
+            if offset == 0x42C:
+                clock.oden = bool(value & 1)
+
+        def flash_write(_mu, offset, _size, value, _user):
+            if offset == 0:
+                clock.flash_acr = value
+
+        def qspi_write(_mu, offset, _size, value, _user):
+            if self.qspi and self.qspi.write(offset, value):
+                _mu.mem_protect(q.address, q.size, uc.UC_PROT_READ | uc.UC_PROT_EXEC)
+
+        mu.mmio_map(RCC_PWR_WINDOW, PAGE, lambda _mu, off, _sz, _u: clock.read(off), None,
+                    lambda _mu, off, _sz, value, _u: clock.write(off, value), None)
+        mu.mmio_map(SYSCFG_WINDOW, PAGE, lambda *_: 0, None, syscfg_write, None)
+        mu.mmio_map(FLASH_REGS, PAGE, lambda _mu, off, _sz, _u: clock.flash_acr if off == 0 else 0, None,
+                    flash_write, None)
+        mu.mmio_map(QSPI_REGS, PAGE, lambda _mu, off, _sz, _u: self.qspi.read(off) if self.qspi else 0, None,
+                    qspi_write, None)
+
+    def map_mdma(self) -> None:
+        """The copy runs when the firmware's poll finds it done; until then a
+        CPU access to the destination is watched by a hook on exactly that
+        range (added and removed per transfer, so ordinary runs pay nothing),
+        and the first broken rule stops the run with its line."""
+        mu, uc = self.mu, self.uc
+        watches: dict[int, int] = {}
+        q = self.regions.get("qspi")
+
+        def on_pending_access(_mu, access, address, size, _value, _user):
+            if self.mdma.cpu_access(address, size, access == uc.UC_MEM_WRITE) is not None:
+                _mu.emu_stop()
+
+        def start(t):
+            self.copying = True
+            watches[t.channel] = mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_pending_access,
+                                             begin=t.dst, end=t.dst + t.length - 1)
+            mu.ctl_flush_tb()
+
+        def done(t):
+            h = watches.pop(t.channel, None)
+            if h is not None:
+                mu.hook_del(h)
+                mu.ctl_flush_tb()
+
+        def violation(line):
+            if not self.mdma_stop:
+                self.mdma_stop.append(line)
+            mu.emu_stop()
+
+        def qspi_readable(addr):
+            if self.qspi is None or not q.address <= addr < q.address + q.size:
+                return None
+            return self.qspi.mapped is not None
+
+        self.mdma = MdmaModel(h750_bus_targets(self.board.memory.regions),
+                              lambda: bool(self.clock.regs.get(RCC_AHB3ENR, 0) & RCC_AHB3ENR_MDMAEN),
+                              lambda dst, src, n: mu.mem_write(dst, bytes(mu.mem_read(src, n))), qspi_readable,
+                              on_start=start, on_done=done, on_violation=violation)
+        mu.mmio_map(MDMA_BASE, PAGE, lambda _mu, off, _sz, _u: self.mdma.read(off), None,
+                    lambda _mu, off, _sz, value, _u: self.mdma.write(off, value), None)
+
+    def map_console(self, uart_rx: bytes) -> None:
+        """The console USART: TDR writes are the console text (a line "@TLLM
+        exit N" ends the run), ISR always reports TXE/TC, RDR serves uart_rx."""
+        console = self.console
+        console.rx = bytearray(uart_rx)
+
+        def uart_read(_mu, offset, _size, _user):
+            if offset == USART_ISR:
+                return USART_ISR_TXE_TC | (USART_ISR_RXNE if console.rx else 0)
+            if offset == USART_RDR and console.rx:
+                return console.rx.pop(0)
+            return 0
+
+        def uart_write(_mu, offset, _size, value, _user):
+            if offset == USART_BRR:
+                console.brr = value
+            if offset != USART_TDR:
+                return
+            console.out.append(value & 0xFF)
+            if value & 0xFF == 0x0A:
+                line_start = console.out.rfind(b"\n", 0, len(console.out) - 1) + 1
+                line = bytes(console.out[line_start:-1])
+                if self.on_line is not None:
+                    self.on_line(line.decode("utf-8", errors="replace"))
+                if line.startswith(EXIT_PREFIX):
+                    console.exit_code = int(line[len(EXIT_PREFIX):] or b"0")
+                    _mu.emu_stop()
+
+        self.mu.mmio_map(self.board.uart.base, 0x400, uart_read, None, uart_write, None)
+
+    # --- counting ---------------------------------------------------------
+    def count_instructions(self) -> None:
+        """Per translated block, its Thumb instructions; the DWT cycle counter
+        reads the count; past max_instructions the run stops (a busy host
+        slows it, never ends it early)."""
+        widths: dict[tuple[int, int], int] = {}
+        limit = self.max_instructions
+
+        def on_block(_mu, address, size, _user):
+            key = (address, size)
+            n = widths.get(key)
+            if n is None:
+                n = widths[key] = _thumb_widths(bytes(_mu.mem_read(address, size)))
+            self.executed += n
+            if limit is not None and self.executed > limit:
+                self.limit_hit = True
+                _mu.emu_stop()
+
+        def on_cyccnt(_mu, _access, _address, _size, _value, _user):
+            _mu.mem_write(DWT_CYCCNT, struct.pack("<I", self.executed & 0xFFFFFFFF))
+
+        self.mu.hook_add(self.uc.UC_HOOK_BLOCK, on_block)
+        self.mu.hook_add(self.uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
+
+    def watch_weight_reads(self, weights_bin: Path) -> None:
+        """Count CPU loads from the weights blob once the first MDMA copy (the pinned weights' boot copy) began."""
+        def on_weight_read(_mu, _access, _address, _size, _value, _user):
+            if self.copying:
+                self.weight_reads += 1
+
+        w0 = self.board.weights.address
+        self.mu.hook_add(self.uc.UC_HOOK_MEM_READ, on_weight_read, begin=w0,
+                         end=w0 + Path(weights_bin).stat().st_size - 1)
+
+    # --- running -----------------------------------------------------------
+    def run(self, timeout_s: float) -> str:
+        """From the reset vector to the exit line; the error that stopped it, or ""."""
+        mu, arm = self.mu, self.arm
+        sp, pc = struct.unpack("<II", mu.mem_read(self.regions["flash"].address, 8))
+        mu.reg_write(arm.UC_ARM_REG_SP, sp)
+        error = ""
+        try:
+            mu.emu_start(pc | 1, 0xFFFFFFFF, timeout=int(timeout_s * 1e6))
+        except self.uc.UcError as e:
+            error = f"{e} at pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x}"
+        if self.mdma_stop and not error:
+            error = f"MDMA: {self.mdma_stop[0]} (pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x})"
+        return error
+
+
 def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path | None,
                 uart_rx: bytes = b"", timeout_s: float = 600, revision: str = "V", on_line=None,
-                watch_weight_reads: bool = False) -> UnicornResult:
+                watch_weight_reads: bool = False, max_instructions: int | None = None) -> UnicornResult:
     """Boot ``elf`` on a Unicorn model of ``board`` (an STM32H750 board) and
     run it to its "@TLLM exit" line; ``revision`` is the silicon DBGMCU
-    reports ("V": 480 MHz parts, "Y": the early 400 MHz ones)."""
+    reports ("V": 480 MHz parts, "Y": the early 400 MHz ones).  The run ends
+    as timed out past ``max_instructions`` guest instructions, or past
+    ``timeout_s`` seconds of wall clock (the backstop)."""
     try:
         import unicorn as uc
         from unicorn import arm_const as arm
     except ImportError:
         raise UserError(f"running {board.name} firmware needs the unicorn emulator: {UNICORN_INSTALL_HINT}") \
             from None
-
-    mu = uc.Uc(uc.UC_ARCH_ARM, uc.UC_MODE_THUMB)
-    mu.ctl_set_cpu_model(arm.UC_CPU_ARM_CORTEX_M7)
-    regions = {r.name: r for r in board.memory.regions}
-    for region in board.memory.regions:
-        if region.kind in ("ram", "flash") and region.name != "qspi":
-            mu.mem_map(region.address, (region.size + PAGE - 1) // PAGE * PAGE)
-    for base, size, _what in REGISTER_WINDOWS:
-        mu.mem_map(base, size)
-    mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC[revision]))
-    mu.mem_write(SCB_CCSIDR, struct.pack("<I", M7_L1D_CCSIDR))
-
-    for addr, data in _load_segments(Path(elf).read_bytes()):
-        mu.mem_write(addr, data)
-
-    # The QUADSPI window holds what a flasher wrote, but reads fault until the
-    # firmware has put QUADSPI in a memory-mapped mode the chip answers.
-    clock = ClockModel()
-    qspi = None
-    if "qspi" in regions:
-        q_base, q_size = regions["qspi"].address, regions["qspi"].size
-        qspi = QspiModel(board.qspi_flash.chip, board.qspi_flash.chips, q_size, kernel_hz=clock.qspi_kernel_hz)
-        mu.mem_map(q_base, q_size, uc.UC_PROT_NONE)
-    for blob, key, place in ((weights_bin, "weights", board.weights), (request_bin, "request", board.request)):
-        if blob is not None:
-            data = Path(blob).read_bytes()
-            if len(data) > place.max_bytes:
-                raise UserError(f"{key} file {blob} is {len(data)} bytes; {board.name} has room for "
-                                f"{place.max_bytes}")
-            mu.mem_write(place.address, data)
-
-    def clock_read(_mu, offset, _size, _user):
-        return clock.read(offset)
-
-    def clock_write(_mu, offset, _size, value, _user):
-        clock.write(offset, value)
-
-    def syscfg_write(_mu, offset, _size, value, _user):
-        if offset == 0x42C:
-            clock.oden = bool(value & 1)
-
-    def flash_read(_mu, offset, _size, _user):
-        return clock.flash_acr if offset == 0 else 0
-
-    def flash_write(_mu, offset, _size, value, _user):
-        if offset == 0:
-            clock.flash_acr = value
-
-    def qspi_read(_mu, offset, _size, _user):
-        return qspi.read(offset) if qspi else 0
-
-    def qspi_write(_mu, offset, _size, value, _user):
-        if qspi and qspi.write(offset, value):
-            _mu.mem_protect(q_base, q_size, uc.UC_PROT_READ | uc.UC_PROT_EXEC)
-
-    # MDMA: the copy runs when the firmware's poll finds it done; until then a
-    # CPU access to the destination is watched by a hook on exactly that range
-    # (added and removed per transfer, so ordinary runs pay nothing), and the
-    # first broken rule stops the run with its line.
-    mdma_stop: list[str] = []
-    watches: dict[int, int] = {}
-
-    def mdma_copy(dst, src, n):
-        mu.mem_write(dst, bytes(mu.mem_read(src, n)))
-
-    def on_pending_access(_mu, access, address, size, _value, _user):
-        if mdma.cpu_access(address, size, access == uc.UC_MEM_WRITE) is not None:
-            _mu.emu_stop()
-
-    copying = [False]  # set at the first MDMA transfer (watch_weight_reads)
-
-    def mdma_start(t):
-        copying[0] = True
-        watches[t.channel] = mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_pending_access,
-                                         begin=t.dst, end=t.dst + t.length - 1)
-        mu.ctl_flush_tb()
-
-    def mdma_done(t):
-        h = watches.pop(t.channel, None)
-        if h is not None:
-            mu.hook_del(h)
-            mu.ctl_flush_tb()
-
-    def mdma_violation(line):
-        if not mdma_stop:
-            mdma_stop.append(line)
-        mu.emu_stop()
-
-    def qspi_readable(addr):
-        if qspi is None or not q_base <= addr < q_base + q_size:
-            return None
-        return qspi.mapped is not None
-
-    mdma = MdmaModel(h750_bus_targets(board.memory.regions),
-                     lambda: bool(clock.regs.get(RCC_AHB3ENR, 0) & RCC_AHB3ENR_MDMAEN), mdma_copy, qspi_readable,
-                     on_start=mdma_start, on_done=mdma_done, on_violation=mdma_violation)
-    mu.mmio_map(MDMA_BASE, PAGE, lambda _mu, off, _sz, _u: mdma.read(off), None,
-                lambda _mu, off, _sz, value, _u: mdma.write(off, value), None)
-
-    mu.mmio_map(RCC_PWR_WINDOW, PAGE, clock_read, None, clock_write, None)
-    mu.mmio_map(SYSCFG_WINDOW, PAGE, lambda *_: 0, None, syscfg_write, None)
-    mu.mmio_map(FLASH_REGS, PAGE, flash_read, None, flash_write, None)
-    mu.mmio_map(QSPI_REGS, PAGE, qspi_read, None, qspi_write, None)
-
-    console = _Console(rx=bytearray(uart_rx))
-    uart_base = board.uart.base
-
-    def uart_read(_mu, offset, _size, _user):
-        if offset == USART_ISR:
-            return USART_ISR_TXE_TC | (USART_ISR_RXNE if console.rx else 0)
-        if offset == USART_RDR and console.rx:
-            return console.rx.pop(0)
-        return 0
-
-    def uart_write(_mu, offset, _size, value, _user):
-        if offset == USART_BRR:
-            console.brr = value
-        if offset != USART_TDR:
-            return
-        console.out.append(value & 0xFF)
-        if value & 0xFF == 0x0A:
-            line_start = console.out.rfind(b"\n", 0, len(console.out) - 1) + 1
-            line = bytes(console.out[line_start:-1])
-            if on_line is not None:
-                on_line(line.decode("utf-8", errors="replace"))
-            if line.startswith(EXIT_PREFIX):
-                console.exit_code = int(line[len(EXIT_PREFIX):] or b"0")
-                _mu.emu_stop()
-
-    mu.mmio_map(uart_base, 0x400, uart_read, None, uart_write, None)
-
-    executed = [0]
-    widths: dict[tuple[int, int], int] = {}
-
-    def on_block(_mu, address, size, _user):
-        key = (address, size)
-        n = widths.get(key)
-        if n is None:
-            n = widths[key] = _thumb_widths(bytes(_mu.mem_read(address, size)))
-        executed[0] += n
-
-    def on_cyccnt(_mu, _access, _address, _size, _value, _user):
-        _mu.mem_write(DWT_CYCCNT, struct.pack("<I", executed[0] & 0xFFFFFFFF))
-
-    mu.hook_add(uc.UC_HOOK_BLOCK, on_block)
-    weight_reads = [0]
-    if watch_weight_reads and weights_bin is not None:  # weight streaming: no flash reads once pinned
-        def on_weight_read(_mu, _access, _address, _size, _value, _user):
-            if copying[0]:
-                weight_reads[0] += 1
-
-        w0 = board.weights.address
-        mu.hook_add(uc.UC_HOOK_MEM_READ, on_weight_read, begin=w0, end=w0 + Path(weights_bin).stat().st_size - 1)
-    mu.hook_add(uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
-
-    sp, pc = struct.unpack("<II", mu.mem_read(regions["flash"].address, 8))
-    mu.reg_write(arm.UC_ARM_REG_SP, sp)
-    error = ""
-    try:
-        mu.emu_start(pc | 1, 0xFFFFFFFF, timeout=int(timeout_s * 1e6))
-    except uc.UcError as e:
-        where = mu.reg_read(arm.UC_ARM_REG_PC)
-        error = f"{e} at pc=0x{where:08x}"
-    if mdma_stop and not error:
-        error = f"MDMA: {mdma_stop[0]} (pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x})"
-    timed_out = console.exit_code is None and not error
-    scb_ccr, = struct.unpack("<I", mu.mem_read(SCB_CCR, 4))
-    return UnicornResult(console.exit_code, bytes(console.out), executed[0], error, timed_out, clock, qspi, scb_ccr,
-                         console.brr, mdma, weight_reads[0] if watch_weight_reads and weights_bin is not None else None)
+    m = _H750Machine(uc, arm, board, revision, on_line, max_instructions)
+    m.load(elf, weights_bin, request_bin)
+    m.map_registers()
+    m.map_mdma()
+    m.map_console(uart_rx)
+    m.count_instructions()
+    watched = watch_weight_reads and weights_bin is not None
+    if watched:  # weight streaming: no flash reads once pinned
+        m.watch_weight_reads(weights_bin)
+    error = m.run(timeout_s)
+    timed_out = m.console.exit_code is None and not error
+    scb_ccr, = struct.unpack("<I", m.mu.mem_read(SCB_CCR, 4))
+    limit = (f"{max_instructions:,} guest instructions" if m.limit_hit else f"{timeout_s:g} s") if timed_out else ""
+    return UnicornResult(m.console.exit_code, bytes(m.console.out), m.executed, error, timed_out, m.clock, m.qspi,
+                         scb_ccr, m.console.brr, m.mdma, m.weight_reads if watched else None, limit)
 
 
 def run_unicorn_board(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path,
-                      uart_request: bytes = b"", timeout_s: float = 600, on_line=None) -> RunResult:
+                      uart_request: bytes = b"", timeout_s: float = 600, on_line=None,
+                      max_instructions: int | None = None) -> RunResult:
     """Run STM32H750 firmware under the Unicorn model (run_unicorn above): the
     request in its block next to the weights, or (uart_request) sent over
     the console USART instead."""
     res = run_unicorn(elf, board, weights_bin, None if uart_request else request_bin, uart_rx=uart_request,
-                      timeout_s=timeout_s, on_line=on_line)
+                      timeout_s=timeout_s, on_line=on_line, max_instructions=max_instructions)
     command = ["unicorn", board.name, str(elf)]
     if res.error:
         why = f" ({'; '.join(res.violations)})" if res.violations else ""
@@ -319,4 +368,4 @@ def run_unicorn_board(elf: Path, board: Board, weights_bin: Path | None, request
                         f"{'; '.join(res.violations)}")
     code = TIMEOUT_EXIT_CODE if res.exit_code is None else res.exit_code
     return RunResult(code, decode(res.output), res.timed_out, command,
-                     f"{res.instructions} instructions under Unicorn")
+                     f"{res.instructions} instructions under Unicorn", res.limit)

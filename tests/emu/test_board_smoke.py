@@ -17,6 +17,7 @@ from tinyllm_gen.run import host, qemu
 from tinyllm_gen.board import board_names, load_board
 from tinyllm_gen.emit.link_layout import static_link_layout
 from tinyllm_gen.resources import firmware_dir
+from bounds import BACKSTOP_S
 
 FIRMWARE_DIR = firmware_dir()
 TOOLCHAIN_FILE = FIRMWARE_DIR / "cmake" / "arm-none-eabi.cmake"
@@ -300,7 +301,7 @@ def test_qemu_board(project, tmp_path: Path):
     weights = tmp_path / "weights.bin"
     weights.write_bytes(struct.pack("<I", WEIGHTS_WORD) + bytes(60))
 
-    res = qemu.run_qemu(elf, board, weights, request_bin, timeout_s=30)
+    res = qemu.run_qemu(elf, board, weights, request_bin, timeout_s=BACKSTOP_S)
     assert not res.timed_out, res
     assert res.exit_code == 7, res
     lines = res.output.splitlines()
@@ -319,11 +320,11 @@ def test_qemu_board(project, tmp_path: Path):
     assert len(lines) == 7
 
     # Counting is deterministic: a second run prints exactly the same.
-    again = qemu.run_qemu(elf, board, weights, request_bin, timeout_s=30)
+    again = qemu.run_qemu(elf, board, weights, request_bin, timeout_s=BACKSTOP_S)
     assert again.output == res.output and again.exit_code == 7
 
     # No request placed: PSRAM reads as zero, so the board returns NULL.
-    res = qemu.run_qemu(elf, board, None, None, timeout_s=30)
+    res = qemu.run_qemu(elf, board, None, None, timeout_s=BACKSTOP_S)
     assert (res.exit_code, res.output) == (3, "hello\nno request\n")
 
     # Faults print one line on the UART and exit with their own status.
@@ -331,7 +332,7 @@ def test_qemu_board(project, tmp_path: Path):
                                 (b"fault:stack", 251, "MemManage")):
         rq = tmp_path / "fault.bin"
         rq.write_bytes(make_request(payload))
-        res = qemu.run_qemu(elf, board, None, rq, timeout_s=30)
+        res = qemu.run_qemu(elf, board, None, rq, timeout_s=BACKSTOP_S)
         assert res.exit_code == code, res
         assert f"*** {name} " in res.output, res.output
 

@@ -13,6 +13,7 @@ from copy_hook_main import expected_ok_output, main_c, request, source_blob
 from test_board_smoke import HAVE_HOST_CC, build, needs_arm, needs_cmake, needs_qemu
 from tinyllm_gen.run import host, qemu
 from tinyllm_gen.board import load_board
+from bounds import BACKSTOP_S
 
 
 def _project(tmp_path: Path, src_expr: str, host: bool) -> Path:
@@ -55,7 +56,7 @@ def test_qemu_copy_hook(tmp_path: Path):
                 tmp_path / "build")
     weights = tmp_path / "weights.bin"
     weights.write_bytes(source_blob())
-    res = qemu.run_qemu(elf, board, weights, _req(tmp_path, b"ok"), timeout_s=30)
+    res = qemu.run_qemu(elf, board, weights, _req(tmp_path, b"ok"), timeout_s=BACKSTOP_S)
     assert (res.exit_code, res.output) == (0, expected_ok_output()), res
-    res = qemu.run_qemu(elf, board, weights, _req(tmp_path, b"twice"), timeout_s=30)
+    res = qemu.run_qemu(elf, board, weights, _req(tmp_path, b"twice"), timeout_s=BACKSTOP_S)
     assert res.exit_code == 251 and "started while the previous transfer is in flight" in res.output

@@ -16,6 +16,7 @@ from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.vocab import CODE_RESERVE_BYTES, Vocabulary, vocab_in_weights
 from tinymodels import make_hf_model
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 VOCAB = 6000
@@ -65,7 +66,7 @@ def test_large_vocabulary_runs_from_qspi_under_unicorn(tmp_path):
     assert res.size["flash_bytes"] < 128 * 1024  # would be ~190 KB with the table in .rodata
     m = load_model(model_dir)
     ids = m.tokenizer.encode("word000001abcdefghijklmn word000002abcdefghijklmn")
-    fw = run_firmware(out, ids, 12, GREEDY, timeout_s=300)
+    fw = run_firmware(out, ids, 12, GREEDY, timeout_s=BACKSTOP_S)
     qg = quantize(m, CompileOptions(board="weact-h750", max_seq=64), load_board("weact-h750"))
     ref = generate(Executor(m.graph, QuantKernels(qg, 64)), ids, 12, 64, (), GREEDY).generated_ids
     assert fw.output.generated_ids == ref

@@ -13,6 +13,7 @@ from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.run.protocol import pack_request, parse_output
 from tinyllm_gen.board import load_board
 from tinyllm_gen.run.qemu import run_qemu
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 
@@ -48,6 +49,6 @@ def test_firmware_refuses_a_sampling_request(root, tmp_path):
     board = load_board("qemu-mps2-an500")
     request = tmp_path / "request.bin"
     request.write_bytes(pack_request(prompt_for(built.model_dir), 4, TOP_P, 0))
-    res = run_qemu(image_path(built.out, board), board, built.out / "weights.bin", request, timeout_s=60)
+    res = run_qemu(image_path(built.out, board), board, built.out / "weights.bin", request, timeout_s=BACKSTOP_S)
     assert res.exit_code == 3
     assert "decodes greedily only (compiled with --sampler greedy)" in parse_output(res.output).error

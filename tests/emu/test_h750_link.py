@@ -16,6 +16,7 @@ from tinyllm_gen.errors import UserError
 from tinyllm_gen.board import load_board
 from tinyllm_gen.run.protocol import pack_request
 from tinyllm_gen.run.unicorn import _thumb_widths, run_unicorn
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 
@@ -101,14 +102,14 @@ def test_h750_bringup_from_reset(root, board, chip_read):
     b = load_board(board)
     request = built.out / "build" / "request.bin"
     request.write_bytes(pack_request(prompt_for(built.model_dir), 2, GREEDY, 0))
-    res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=60)
+    res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=BACKSTOP_S)
     assert res.exit_code == 0 and not res.error and res.violations == []
     assert res.clock.sysclk_hz() == 480_000_000
     assert res.qspi.mapped is not None and res.qspi.mapped.instr == chip_read and res.qspi.mapped.dmode == 3
     assert res.scb_ccr >> 16 & 3 == 3
     assert res.usart_brr == round(120_000_000 / b.uart.baud)
     # revision Y silicon has no VOS0: 400 MHz at VOS1, the USART divisor follows
-    res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=60,
+    res = run_unicorn(built.out / "build" / "firmware.elf", b, built.out / "weights.bin", request, timeout_s=BACKSTOP_S,
                       revision="Y")
     assert res.exit_code == 0 and res.violations == [] and res.clock.sysclk_hz() == 400_000_000
     assert not res.clock.oden and res.usart_brr == round(100_000_000 / b.uart.baud)
@@ -137,7 +138,7 @@ def test_h750_bad_access_is_a_one_line_error(root, tmp_path):
     full = load_board("weact-h750")
     small = tuple(replace(r, size=1 << 20) if r.name == "qspi" else r for r in full.memory.regions)
     board = replace(full, memory=replace(full.memory, regions=small))
-    res = run_unicorn(built.out / "build" / "firmware.elf", board, built.out / "weights.bin", None, timeout_s=30)
+    res = run_unicorn(built.out / "build" / "firmware.elf", board, built.out / "weights.bin", None, timeout_s=BACKSTOP_S)
     assert res.exit_code is None and "UC_ERR_READ_UNMAPPED" in res.error and "pc=0x08" in res.error
     assert res.qspi.mapped is not None and res.violations == []
 

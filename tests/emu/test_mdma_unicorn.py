@@ -19,6 +19,7 @@ from tinyllm_gen.kernels.c_names import ident
 from tinyllm_gen.emit.link_layout import LinkArena, link_layout
 from tinyllm_gen.resources import firmware_dir
 from tinyllm_gen.run.unicorn import run_unicorn
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 
@@ -74,7 +75,7 @@ def _run(weact, mode: bytes, **kw):
     elf, board, weights, root = weact
     req = root / f"req-{mode.decode()}.bin"
     req.write_bytes(request(mode))
-    return run_unicorn(elf, board, weights, req, timeout_s=60, **kw)
+    return run_unicorn(elf, board, weights, req, timeout_s=BACKSTOP_S, **kw)
 
 
 def test_mdma_copies_into_dtcm_and_axi_sram(weact):
@@ -107,6 +108,6 @@ def test_mdma_dk_board_too(tmp_path):
     weights.write_bytes(source_blob())
     req = tmp_path / "req.bin"
     req.write_bytes(request(b"ok"))
-    res = run_unicorn(elf, load_board("stm32h750b-dk"), weights, req, timeout_s=60)
+    res = run_unicorn(elf, load_board("stm32h750b-dk"), weights, req, timeout_s=BACKSTOP_S)
     assert res.exit_code == 0 and res.violations == [] and res.output.decode().startswith(expected_ok_output())
     assert res.mdma.bytes_moved == SMALL + BIG

@@ -15,6 +15,7 @@ from firmware_harness import GREEDY, SHAPES_CONTEXT, build_case, need, reference
 from tinyllm_gen.run.backends import Backend, DeviceError, Generation, ModelInfo, RunBackend, chat_prompt_ids
 from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.run.serve import make_server
+from bounds import BACKSTOP_S
 
 openai = pytest.importorskip("openai", reason="pip install openai (the test extra)")
 pytestmark = pytest.mark.emu
@@ -37,7 +38,7 @@ def _start(info, backend, **kw):
 @pytest.fixture(scope="module")
 def server(built):
     info = ModelInfo.load(built.out, "tiny")
-    srv = _start(info, RunBackend(built.out, timeout_s=120), queue_size=2)
+    srv = _start(info, RunBackend(built.out, timeout_s=BACKSTOP_S), queue_size=2)
     yield srv, info
     srv.shutdown()
     srv.server_close()
@@ -315,7 +316,7 @@ def test_serial_backend_keeps_one_session(built):
     info = ModelInfo.load(built.out, "tiny")
     with qemu_uart_server(built.out / "build" / "firmware.elf", load_board("qemu-mps2-an500"),
                           built.out / "weights.bin", count=False) as (url, qemu):
-        backend = SerialBackend(url, timeout_s=60)
+        backend = SerialBackend(url, timeout_s=BACKSTOP_S)
         srv = _start(info, backend)
         try:
             c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="unused",

@@ -20,6 +20,7 @@ from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
+from bounds import BACKSTOP_S
 
 pytestmark = [pytest.mark.emu, pytest.mark.slow]
 
@@ -48,6 +49,6 @@ def test_smollm2_on_the_h750_dk_under_unicorn_gives_the_reference_tokens(tmp_pat
     ref = generate(Executor(m.graph, QuantKernels(qg, seq)), ids, N_NEW, seq, m.graph.config.eos_ids,
                    SamplingOptions()).generated_ids
     assert len(ref) == N_NEW and m.tokenizer.decode(ref) == "The capital of France is Paris."
-    fw = run_firmware(out, ids, N_NEW, SamplingOptions(), timeout_s=1800)
+    fw = run_firmware(out, ids, N_NEW, SamplingOptions(), timeout_s=BACKSTOP_S)
     assert fw.output.generated_ids == ref
     assert fw.output.canary_ok is True

@@ -21,6 +21,7 @@ from tinyllm_gen.run.protocol import pack_request, parse_output
 from tinyllm_gen.run.result import decode as _decode
 from tinyllm_gen.run.unicorn import run_unicorn
 from tinyllm_gen.kernels import StreamedEmbedQ4x4
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 
@@ -62,7 +63,7 @@ def _unicorn(built, board, ids, n, sampling, watch=False):
     request = built.out / "build" / "request.bin"
     request.write_bytes(pack_request(ids, n, sampling, 0))
     return run_unicorn(built.out / "build" / "firmware.elf", load_board(board), built.out / "weights.bin", request,
-                       timeout_s=120, watch_weight_reads=watch)
+                       timeout_s=BACKSTOP_S, watch_weight_reads=watch)
 
 
 # Each MDMA transfer adds and removes the model's watch hook (a translation
@@ -127,7 +128,7 @@ def test_batched_prefill_reads_the_blob_once_per_batch_h750(root):
     request = out / "build" / "request.bin"
     request.write_bytes(pack_request(ids, 2, GREEDY, 0))
     res = run_unicorn(out / "build" / "firmware.elf", load_board("weact-h750"), out / "weights.bin", request,
-                      timeout_s=120)
+                      timeout_s=BACKSTOP_S)
     assert res.exit_code == 0 and not res.error and res.violations == []
     sched = json.loads((out / "report.json").read_text())["stream_schedule"]
     embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))

@@ -7,6 +7,7 @@ import pytest
 
 from firmware_harness import need
 from topk_firmware import SAMPLINGS, build_topk, check_all, model
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 
@@ -47,6 +48,6 @@ def test_topk_streamed_weact_under_unicorn(root):
     request = out / "build" / "request.bin"
     request.write_bytes(pack_request(ids, 6, sampling, 0))
     res = run_unicorn(out / "build" / "firmware.elf", load_board("weact-h750"), out / "weights.bin", request,
-                      timeout_s=300)
+                      timeout_s=BACKSTOP_S)
     assert res.exit_code == 0 and not res.error and res.violations == []
     assert parse_output(res.output.decode(errors="replace")).generated_ids == reference(path, ids, sampling, 5)[:6]

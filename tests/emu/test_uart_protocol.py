@@ -10,6 +10,7 @@ from tinyllm_gen.run.protocol import REQUEST_EXIT_AFTER, pack_request, parse_out
 from tinyllm_gen.board import load_board
 from tinyllm_gen.run.console import talk_serial
 from tinyllm_gen.run.qemu import qemu_uart_session
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
 
@@ -23,7 +24,7 @@ def built(tmp_path_factory):
 
 def test_one_request_over_uart(built):
     ids = prompt_for(built.model_dir)
-    fw = run_firmware(built.out, ids, N_NEW, TOP_P, transport="uart", timeout_s=120)
+    fw = run_firmware(built.out, ids, N_NEW, TOP_P, transport="uart", timeout_s=BACKSTOP_S)
     assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, TOP_P, SHAPES_CONTEXT)
 
 

@@ -11,6 +11,7 @@ from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 
 from firmware_harness import GREEDY, N_NEW, SHAPES, SHAPES_CONTEXT, TOP_P, need
 from tinymodels import make_hf_model
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.host
 
@@ -32,7 +33,7 @@ def test_awq_firmware_matches_reference(tmp_path):
     build(out)
     ids = m.tokenizer.encode("Once upon a time there was a cat")
     for sampling in (GREEDY, TOP_P):
-        fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=300)
+        fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
         ex = Executor(m.graph, QuantKernels(quantize(m, opts), SHAPES_CONTEXT))
         ref = generate(ex, ids, N_NEW, SHAPES_CONTEXT, m.graph.config.eos_ids, sampling).generated_ids
         assert len(ref) == N_NEW

@@ -9,6 +9,7 @@ import pytest
 from firmware_harness import GREEDY, SHAPES, SHAPES_CONTEXT, build_case, need, prompt_for, reference_tokens
 from tinymodels import make_hf_model
 from tinyllm_gen.run.firmware import run_firmware
+from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.host
 
@@ -29,7 +30,7 @@ def test_firmware_stops_at_the_sixth_eos_id(tmp_path):
     make_hf_model(eos_dir, eos=None, **SHAPES[shape])  # the same seeded weights
     (eos_dir / "config.json").write_text(json.dumps(config))
     built = build_case(tmp_path / "eos", shape, group, "host")
-    fw = run_firmware(built.out, ids, 40, GREEDY, timeout_s=120)
+    fw = run_firmware(built.out, ids, 40, GREEDY, timeout_s=BACKSTOP_S)
     assert fw.output.generated_ids == ref[:stop_at + 1]
     assert fw.output.stop_reason == "eos"
     assert reference_tokens(built.model_dir, group, ids, GREEDY, SHAPES_CONTEXT) == ref[:stop_at + 1]

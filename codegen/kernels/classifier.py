@@ -30,73 +30,6 @@ def _what(mv: Matvec, rows: int, keeps: str) -> str:
 
 
 @dataclass(frozen=True)
-class ArgmaxClassifier(Kernel):
-    """Greedy-only builds: the token, without a [vocab] logits vector."""
-
-    CODE_BYTES: ClassVar[int] = 256  # the argmax over chunks (measured)
-    matvec: Matvec
-    chunk_rows: int
-
-    @property
-    def matrix(self) -> Q4Ref | GGUFRef:
-        return self.matvec.matrix
-
-    def c_call(self) -> CCall:
-        return CCall(f"tllm_argmax_{self.matvec.layout}", tuple(self.matvec.c_args() + [shape(self.chunk_rows)]),
-                     "greedy_token = ")
-
-    def describe(self) -> tuple[str, BufferRef]:
-        return _what(self.matvec, self.chunk_rows, "argmax"), self.matvec.out
-
-    def streamed(self, chunk_bytes: int) -> "StreamedArgmaxQ4x4 | None":
-        if not isinstance(self.matvec, MatvecQ4x4):
-            return None
-        rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedArgmaxQ4x4(self, rows, chunks)
-
-    def pin_candidate(self) -> PinCandidate | None:
-        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return self.matvec.weight_reads()
-
-
-@dataclass(frozen=True)
-class TopKClassifier(Kernel):
-    """`--sampler topk:K` builds: each chunk pushed into the running K-entry
-    set held in `value` / `ids`."""
-
-    matvec: Matvec
-    chunk_rows: int
-    k: int  # entries of the set (K <= vocab, lowering checks)
-    value: BufferRef  # float[k]
-    ids: BufferRef  # uint16_t[k]
-
-    @property
-    def matrix(self) -> Q4Ref | GGUFRef:
-        return self.matvec.matrix
-
-    def c_call(self) -> CCall:
-        return CCall(f"tllm_topk_{self.matvec.layout}",
-                     tuple(self.matvec.c_args() + [shape(self.chunk_rows), fixed("&topk_set")]))
-
-    def describe(self) -> tuple[str, BufferRef]:
-        return _what(self.matvec, self.chunk_rows, f"top-{self.k} set"), self.value
-
-    def streamed(self, chunk_bytes: int) -> "StreamedTopKQ4x4 | None":
-        if not isinstance(self.matvec, MatvecQ4x4):
-            return None
-        rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedTopKQ4x4(self, rows, chunks)
-
-    def pin_candidate(self) -> PinCandidate | None:
-        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return self.matvec.weight_reads()
-
-
-@dataclass(frozen=True)
 class StreamedArgmaxQ4x4(Kernel):
     """The greedy classifier over the stream: per chunk, argmax_rows rows at
     a time into the logits chunk, one running first maximum over all."""
@@ -157,3 +90,61 @@ class StreamedTopKQ4x4(Kernel):
 
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return self.topk.weight_reads()
+
+
+class _ChunkedClassifier(Kernel):
+    """What the argmax and the top-K classifier share: the matvec they run
+    chunk by chunk, its reads, its pin, and their streamed form (STREAMED)."""
+
+    @property
+    def matrix(self) -> Q4Ref | GGUFRef:
+        return self.matvec.matrix
+
+    def streamed(self, chunk_bytes: int) -> "Kernel | None":
+        if not isinstance(self.matvec, MatvecQ4x4):
+            return None
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return self.STREAMED(self, rows, chunks)
+
+    def pin_candidate(self) -> PinCandidate | None:
+        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.matvec.weight_reads()
+
+
+@dataclass(frozen=True)
+class ArgmaxClassifier(_ChunkedClassifier):
+    """Greedy-only builds: the token, without a [vocab] logits vector."""
+
+    CODE_BYTES: ClassVar[int] = 256  # the argmax over chunks (measured)
+    STREAMED: ClassVar[type] = StreamedArgmaxQ4x4
+    matvec: Matvec
+    chunk_rows: int
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_argmax_{self.matvec.layout}", tuple(self.matvec.c_args() + [shape(self.chunk_rows)]),
+                     "greedy_token = ")
+
+    def describe(self) -> tuple[str, BufferRef]:
+        return _what(self.matvec, self.chunk_rows, "argmax"), self.matvec.out
+
+
+@dataclass(frozen=True)
+class TopKClassifier(_ChunkedClassifier):
+    """`--sampler topk:K` builds: each chunk pushed into the running K-entry
+    set held in `value` / `ids`."""
+
+    STREAMED: ClassVar[type] = StreamedTopKQ4x4
+    matvec: Matvec
+    chunk_rows: int
+    k: int  # entries of the set (K <= vocab, lowering checks)
+    value: BufferRef  # float[k]
+    ids: BufferRef  # uint16_t[k]
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_topk_{self.matvec.layout}",
+                     tuple(self.matvec.c_args() + [shape(self.chunk_rows), fixed("&topk_set")]))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        return _what(self.matvec, self.chunk_rows, f"top-{self.k} set"), self.value

@@ -28,22 +28,12 @@ def full_read(m: Q4Ref | GGUFRef) -> tuple[WeightRead, ...]:
     return (WeightRead(m.name, layout_of(m), matrix_bytes(m), m.rows * m.cols),)
 
 
-@dataclass(frozen=True)
-class MatvecQ4(Kernel):
-    """tllm_matvec_q4: packed nibbles, int8 activations (portable)."""
+class _Int8Matvec(Kernel):
+    """A matrix against int8 activations with one float scale per group
+    (QuantizeI8's q8/qs): the q4 layout and the kept GGUF blocks share the
+    call, the batched call and the reads; each names its layout."""
 
     BATCHED_CODE_BYTES: ClassVar[int] = 2_048  # the portable batched kernels and tllm_model_prefill (measured)
-    matrix: Q4Ref
-    xq: BufferRef
-    xs: BufferRef
-    bias: VectorRef | None
-    out: BufferRef
-
-    layout: ClassVar[str] = "q4"
-
-    @property
-    def layout_name(self) -> str:
-        return "q4"
 
     def c_args(self) -> list:
         return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
@@ -54,21 +44,34 @@ class MatvecQ4(Kernel):
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return full_read(self.matrix)
 
-    def describe(self) -> tuple[str, BufferRef]:
-        m = self.matrix
-        return f"q4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
-
     def batched(self, ctx: BatchContext) -> CCall:
         return CCall(f"tllm_matmat_{self.layout}", (matrix(self.matrix), buf(self.xq), buf(self.xs), fixed("n"),
                                                     vec(self.bias), buf(self.out)))
 
 
 @dataclass(frozen=True)
-class MatvecGGUF(Kernel):
+class MatvecQ4(_Int8Matvec):
+    """tllm_matvec_q4: packed nibbles, int8 activations (portable)."""
+
+    matrix: Q4Ref
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+    layout: ClassVar[str] = "q4"
+    layout_name: ClassVar[str] = "q4"
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        return f"q4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
+
+
+@dataclass(frozen=True)
+class MatvecGGUF(_Int8Matvec):
     """W4A8 / W8A8 over a GGUF block matrix with the int8 activations of
     QuantizeI8 (group 32 = one block): tllm_matvec_q40/q41/q80."""
 
-    BATCHED_CODE_BYTES: ClassVar[int] = 2_048
     matrix: GGUFRef
     xq: BufferRef
     xs: BufferRef
@@ -83,22 +86,9 @@ class MatvecGGUF(Kernel):
     def layout_name(self) -> str:
         return self.matrix.qtype
 
-    def c_args(self) -> list:
-        return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
-
-    def c_call(self) -> CCall:
-        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return full_read(self.matrix)
-
     def describe(self) -> tuple[str, BufferRef]:
         m = self.matrix
         return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks){_bias(self.bias)}", self.out
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        return CCall(f"tllm_matmat_{self.layout}", (matrix(self.matrix), buf(self.xq), buf(self.xs), fixed("n"),
-                                                    vec(self.bias), buf(self.out)))
 
 
 @dataclass(frozen=True)
@@ -113,10 +103,7 @@ class MatvecQ4x4(Kernel):
     out: BufferRef
 
     layout: ClassVar[str] = "q4x4"
-
-    @property
-    def layout_name(self) -> str:
-        return "q4x4"
+    layout_name: ClassVar[str] = "q4x4"
 
     def c_args(self) -> list:
         return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]

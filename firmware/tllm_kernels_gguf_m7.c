@@ -27,7 +27,9 @@ static inline uint32_t tile_block(int kind) {
     return kind == KQ40 ? TLLM_Q40X4_TILE_BLOCK : kind == KQ41 ? TLLM_Q41X4_TILE_BLOCK : TLLM_Q80X4_TILE_BLOCK;
 }
 
-static inline uint32_t tile_bytes_of(int kind, int32_t cols) { return (uint32_t)(cols / TLLM_GGUF_BLOCK) * tile_block(kind); }
+static inline uint32_t tile_bytes_of(int kind, int32_t cols) {
+    return (uint32_t)(cols / TLLM_GGUF_BLOCK) * tile_block(kind);
+}
 
 int32_t tllm_q40x4_tile_bytes(const tllm_ggufx4_matrix *m) { return (int32_t)tile_bytes_of(KQ40, m->cols); }
 int32_t tllm_q41x4_tile_bytes(const tllm_ggufx4_matrix *m) { return (int32_t)tile_bytes_of(KQ41, m->cols); }
@@ -76,7 +78,8 @@ static inline uint32_t weight_lanes(int kind, const uint8_t *tb, int32_t s, int3
 static inline int32_t row_isum(int kind, const uint8_t *tb, int32_t s, const uint8_t *x, int32_t P) {
     int32_t acc = 0;
     for (int32_t k = 0; k < 4; k++)
-        for (int32_t j = 0; j < 4; j++) acc = smlad_c(weight_lanes(kind, tb, s, k, j), ld32(x + 4 * (4 * k + j) * P), acc);
+        for (int32_t j = 0; j < 4; j++)
+            acc = smlad_c(weight_lanes(kind, tb, s, k, j), ld32(x + 4 * (4 * k + j) * P), acc);
     return acc;
 }
 

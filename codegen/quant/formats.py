@@ -13,8 +13,10 @@ Q4 weights (`Q4Tensor`), used for every matrix including the embedding:
   the packed nibbles of the tensor.
 
 GGUF blocks (`GGUFMatrix`, --weight-quant gguf): a GGUF file's Q4_0 / Q4_1 /
-Q8_0 matrices kept byte for byte in llama.cpp's own layout; stated at the
-end of this file.
+Q8_0 matrices kept byte for byte in llama.cpp's own layout; stated near the
+end of this file, and after it the same blocks in 4-row tiles for the
+Cortex-M7 kernels ("q40x4" / "q41x4" / "q80x4": the file's integers and fp16
+scales, moved, and the float order every GGUF kernel keeps).
 
 KV cache: int8 per (position, kv-head) with one float32 scale each, same
 rounding as the activations (exact.quantize_rows_i8); int4 KV (group-wise

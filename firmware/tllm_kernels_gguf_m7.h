@@ -22,6 +22,7 @@
 #define TLLM_KERNELS_GGUF_M7_H
 
 #include "tllm_numerics.h" /* first: the float rules, see there */
+#include "tllm_abi.h"      /* TLLM_MAX_BATCH */
 
 #include <stdint.h>
 
@@ -65,9 +66,6 @@ void tllm_matvec_q80x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const 
  * aligned; out[p * rows + r] equals tllm_matvec_*(m, token p's x16, bias)[r]
  * bit for bit (out holds P * rows floats).  The assembly takes P = 1..4
  * (TLLM_MAX_BATCH); a larger P runs the portable twin. */
-#ifndef TLLM_MAX_BATCH
-#define TLLM_MAX_BATCH 4
-#endif
 void tllm_matmat_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
 void tllm_matmat_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
 void tllm_matmat_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);

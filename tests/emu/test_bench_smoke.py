@@ -5,8 +5,9 @@ import shutil
 
 import pytest
 
-from tinyllm_gen.bench.bench import GGUF_VARIANTS, bench_decode, bench_kernels
+from tinyllm_gen.bench.bench import GGUF_VARIANTS, TILED_VARIANTS, bench_decode, bench_gguf_tiled, bench_kernels
 from tinyllm_gen.build.cmake import build
+from tinyllm_gen.quant.formats import GGUF_TILED
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 
 from tinymodels import make_hf_model
@@ -70,9 +71,6 @@ def test_stream_transfers_are_counted_apart_from_compute(tmp_path):
 def test_tiled_gguf_kernels_are_counted_and_bit_exact():
     """bench/micro_gguf.c exits non-zero unless each tiled kernel's assembly
     equals its portable twin and matmat equals P matvecs; its counts repeat."""
-    from tinyllm_gen.bench.bench import TILED_VARIANTS, bench_gguf_tiled
-    from tinyllm_gen.quant.formats import GGUF_TILED
-
     shapes = [(13, 96), (8, 576)]  # a padded last tile; SmolLM2's width
     figures = bench_gguf_tiled(shapes)
     assert {(f.shape, f.kernel) for f in figures} == {(f"{r}x{c}", f"{layout} {v}") for r, c in shapes

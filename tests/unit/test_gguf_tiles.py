@@ -17,6 +17,7 @@ from tinyllm_gen.quant.formats import (GGUF_BLOCK, GGUF_BLOCK_BYTES, GGUF_TILE, 
                                        gguf_tile_bytes, gguf_tiled_bytes_of, pack_gguf_tiled, unpack_gguf_tiled)
 from tinyllm_gen.reference import exact
 from tinyllm_gen.resources import firmware_dir
+from tinyllm_gen.timing import KERNEL_RATES
 
 QTYPES = tuple(GGUF_TILED)
 
@@ -143,7 +144,5 @@ def test_q4_1_min_term_is_m_times_the_block_sum():
 
 
 def test_the_timing_table_has_every_tiled_layout():
-    from tinyllm_gen.timing import KERNEL_RATES
-
     for layout in GGUF_TILED.values():
         assert set(KERNEL_RATES[layout]) == {1, 2, 3, 4}

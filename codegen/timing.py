@@ -343,6 +343,18 @@ MEASURED_MATMAT_PER_MAC = {1: 1.353, 2: 1.049, 3: 0.999, 4: 0.939}
 # the three block formats.  s4pc (the per-channel scheme) has no count of its
 # own here: the portable q4 kernel's rate stands in for it.  A layout or P
 # missing from its row is priced at its P = 1 rate.
+# q40x4/q41x4/q80x4: the same blocks in 4-row tiles (quant/formats.py,
+# firmware/tllm_kernels_gguf_m7.c, the M7 assembly), measured by `python -m
+# tinyllm_gen.bench.gguf_rates` (bench/micro_gguf.c: random blocks, the
+# assembly checked bit-exact against its portable twin in the same run) over
+# one SmolLM2-135M layer's seven matrices (576x576, 2 x 192x576, 576x576,
+# 2 x 1536x576, 576x1536; per shape the figures differ by < 0.005; MACs = P x
+# rows x cols).  The 49152x576 classifier, measured on its first 8192 rows
+# (its 30 MB of Q8_0 do not fit the emulator's 16 MiB; every row costs the
+# same), runs at the row's P = 1 rate for top-K chunks (q80x4 1.3333) and
+# 0.018 more for the greedy argmax (64 rows per chunk: q80x4 1.3508).  The
+# file layout's portable kernels measured the same way: Q4_0 2.2846, Q4_1
+# 2.4714, Q8_0 2.3353.
 KERNEL_RATES = {
     "q4x4": MEASURED_MATMAT_PER_MAC,
     "q4": {1: 14.755},
@@ -350,6 +362,9 @@ KERNEL_RATES = {
     "Q4_1": {1: 2.478, 2: 2.478 * 1.108, 3: 2.478 * 1.108, 4: 2.478 * 1.108},
     "Q8_0": {1: 2.340, 2: 2.340 * 1.108, 3: 2.340 * 1.108, 4: 2.340 * 1.108},
     "s4pc": {1: 14.755},
+    "q40x4": {1: 1.3166, 2: 1.0539, 3: 1.0084, 4: 0.9445},
+    "q41x4": {1: 1.4104, 2: 1.1477, 3: 1.1230, 4: 1.0617},
+    "q80x4": {1: 1.3326, 2: 1.1517, 3: 1.0084, 4: 0.9445},
 }
 
 

@@ -49,11 +49,11 @@ def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
 # model-bound files), plus the console protocol the OUT's own firmware adds to its board code
 # (CONSOLE_SOURCES: not part of the library a user's firmware links).
 CONSOLE_SOURCES = ("tllm_main.c", "tllm_frame.c")
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
-                   "tllm_weights.c") + CONSOLE_SOURCES
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c", "tllm_kernels_gguf_m7.c", "tllm_cmsis.c",
+                   "tllm_sampler.c", "tllm_engine.c", "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
-                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h",
-                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h")
+                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_kernels_gguf_m7.h", "tllm_cmsis.h", "tllm_model_api.h",
+                   "tllm_request.h", "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c

@@ -197,10 +197,10 @@ def inspect(model, tokenizer, as_json):
 
 
 _stream_option = click.option(
-    "--stream", type=click.Choice(["off", "all", "auto"]), default="off", show_default=True,
-    help="Weight streaming (DWUP, q4x4 matrices): all = every matrix through two stream buffers; auto = pin "
-         "what fits in the SRAM the plan leaves (copied once at boot), stream the rest (boards with external "
-         "weights; elsewhere off).")
+    "--stream", type=click.Choice(["off", "all", "auto"]), default="auto", show_default=True,
+    help="Weight streaming (DWUP, every tiled matrix: q4x4 and llama.cpp's blocks in tiles): all = every matrix "
+         "through two stream buffers; auto = on boards whose weights sit in external flash, pin what fits in the "
+         "SRAM the plan leaves (copied once at boot) and stream the rest; elsewhere (weights linked in) off.")
 _stream_chunk_option = click.option(
     "--stream-chunk", default=None, help="Bytes per stream chunk, e.g. 4K (default: the smallest within 0.5% of the timing model's best "
          "tokens/s on a QUADSPI board, 16K elsewhere; less when SRAM is short).")

@@ -61,7 +61,9 @@ class CompileOptions:
     # otherwise "rtn"), gguf (quant/gguf_keep.py), rtn | clip | awq (INT4, quant/calibrated.py, uses `calibration`)
     weight_quant: str = "auto"
     sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
-    stream: str = "off"  # weight streaming (lower/stream.py): off | all | auto (pin what fits, stream the rest)
+    # weight streaming (lower/stream.py): off | all | auto (boards whose weights are external: pin what fits,
+    # stream the rest; elsewhere off)
+    stream: str = "auto"
     stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
     unroll_layers: bool = False  # print each layer's calls instead of the loop over LAYERS (emit/layer_table.py)
     prefill_batch: str | int = "auto"  # prompt tokens per weight pass (lower/prefill.py): auto (fit's) or 1..4
@@ -153,11 +155,8 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
         return quantize_per_channel(graph, tokens, opts.kv_bits)
     if opts.quant != "group":
         raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
-    if opts.weight_quant == "gguf":  # lossless: the file's own blocks, portable kernels (quant/gguf_keep.py)
-        if opts.kernels == "cortex-m7":
-            raise UserError("--weight-quant gguf runs llama.cpp's blocks on the portable kernels (with SMLAD "
-                            "block sums): drop --kernels cortex-m7, or re-round with --weight-quant rtn")
-        return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits)
+    if opts.weight_quant == "gguf":  # lossless: the file's own blocks (quant/gguf_keep.py), tiled for the M7
+        return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
     if opts.weight_quant != "rtn":
         docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
         return quantize_calibrated(graph, docs, opts.weight_quant, opts.group_size, opts.kv_bits,
@@ -309,10 +308,10 @@ def write_tree(tree: EmittedTree, out: Path) -> None:
 
 
 def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: Board) -> StepSource:
-    """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized.
-    The kernel set decides the activation scratch (a GGUF's kept blocks run the portable kernels)."""
+    """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized
+    (the kernel set decides the layouts and the activation scratch)."""
     method = "per-channel" if quant == "per-channel" else resolve_weight_quant(model, "auto")
-    kernels = "portable" if method == "gguf" else resolve_kernels(opts, board)
+    kernels = resolve_kernels(opts, board)
     kept = tuple(sorted(kept_formats(model.blocks).items())) if method == "gguf" else ()
     return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept)
 

@@ -46,6 +46,16 @@ typedef struct {
     uint16_t cols;
 } tllm_ggufx4_matrix;
 
+/* One layout's kernels as values: the weight stream (tllm_stream.h) and the
+ * top-K loop (tllm_topk.h) take the layout's kernel instead of one copy of
+ * their loop per layout. */
+typedef void (*tllm_ggufx4_matvec_fn)(const tllm_ggufx4_matrix *, const uint8_t *, const float *, float *);
+typedef void (*tllm_ggufx4_matmat_fn)(const tllm_ggufx4_matrix *, const uint8_t *, int32_t, const float *, float *);
+typedef void (*tllm_ggufx4_argmax_from_fn)(const tllm_ggufx4_matrix *, const uint8_t *, const float *, float *,
+                                           int32_t, int32_t, int32_t *, float *);
+typedef int32_t (*tllm_ggufx4_tile_bytes_fn)(const tllm_ggufx4_matrix *);
+typedef void (*tllm_ggufx4_embed_fn)(const tllm_ggufx4_matrix *, int32_t, float *);
+
 /* Bytes of one 4-row tile: cols / 32 tile-blocks (a row range starting at a
  * multiple of 4 starts at (row0 / 4) times this). */
 int32_t tllm_q40x4_tile_bytes(const tllm_ggufx4_matrix *m);

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "tllm_board.h"
+#include "tllm_kernels_gguf_m7.h"
 #include "tllm_kernels_m7.h"
 #include "tllm_sampler.h" /* tllm_topk */
 
@@ -158,6 +159,73 @@ static inline void tllm_stream_topk_q4x4(tllm_stream *s, const tllm_q4x4_matrix 
             tllm_topk_push(t, chunk, k, r0 + q0);
         }
     }
+}
+
+/* llama.cpp's blocks in 4-row tiles (tllm_kernels_gguf_m7.h) over the
+ * stream: the same loops as q4x4's above, the layout's kernel passed in
+ * (tllm_matvec_q41x4 ...); a chunk is a view {its tiles, its rows, cols}. */
+static inline tllm_ggufx4_matrix tllm_stream_take_ggufx4(tllm_stream *s, const tllm_ggufx4_matrix *m, int32_t r0,
+                                                        int32_t chunk_rows) {
+    const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+    const tllm_ggufx4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols};
+    return part;
+}
+
+static inline void tllm_stream_matvec_ggufx4(tllm_stream *s, tllm_ggufx4_matvec_fn mv, const tllm_ggufx4_matrix *m,
+                                             int32_t chunk_rows, const uint8_t *x16, const float *bias, float *out) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
+        mv(&part, x16, bias ? bias + r0 : 0, out + r0);
+    }
+}
+
+/* Batched prefill: each chunk's P x n rows (token-major) in chunk_out, then
+ * copied to token p's vector (tllm_stream_matmat_q4x4's scheme). */
+static inline void tllm_stream_matmat_ggufx4(tllm_stream *s, tllm_ggufx4_matmat_fn mm, const tllm_ggufx4_matrix *m,
+                                             int32_t chunk_rows, const uint8_t *xb, int32_t P, const float *bias,
+                                             float *chunk_out, float *out) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
+        mm(&part, xb, P, bias ? bias + r0 : 0, chunk_out);
+        for (int32_t p = 0; p < P; p++)
+            memcpy(out + p * m->rows + r0, chunk_out + p * part.rows, (size_t)part.rows * sizeof(float));
+    }
+}
+
+static inline int32_t tllm_stream_argmax_ggufx4(tllm_stream *s, tllm_ggufx4_argmax_from_fn am,
+                                                const tllm_ggufx4_matrix *m, int32_t chunk_rows, const uint8_t *x16,
+                                                const float *bias, float *chunk, int32_t argmax_rows) {
+    int32_t best = 0;
+    float best_v = 0.0f;
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
+        am(&part, x16, bias ? bias + r0 : 0, chunk, argmax_rows, r0, &best, &best_v);
+    }
+    return best;
+}
+
+static inline void tllm_stream_topk_ggufx4(tllm_stream *s, tllm_ggufx4_matvec_fn mv, tllm_ggufx4_tile_bytes_fn tb,
+                                           const tllm_ggufx4_matrix *m, int32_t chunk_rows, const uint8_t *x16,
+                                           const float *bias, float *chunk, int32_t topk_rows, tllm_topk *t) {
+    const int32_t tile_bytes = tb(m);
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
+        for (int32_t q0 = 0; q0 < part.rows; q0 += topk_rows) {
+            const int32_t k = part.rows - q0 < topk_rows ? part.rows - q0 : topk_rows;
+            const tllm_ggufx4_matrix rows = {part.tiles + (q0 / 4) * tile_bytes, (uint16_t)k, m->cols};
+            mv(&rows, x16, bias ? bias + r0 + q0 : 0, chunk);
+            tllm_topk_push(t, chunk, k, r0 + q0);
+        }
+    }
+}
+
+/* The embedding row from the token's tile, fetched into the free buffer. */
+static inline void tllm_stream_embed_ggufx4(tllm_stream *s, tllm_ggufx4_embed_fn embed, tllm_ggufx4_tile_bytes_fn tb,
+                                            const tllm_ggufx4_matrix *m, uint32_t copy_bytes, int32_t token,
+                                            float *out) {
+    const tllm_ggufx4_matrix tile = {tllm_stream_fetch_now(s, m->tiles + (token / 4) * tb(m), copy_bytes), 4,
+                                     m->cols};
+    embed(&tile, token % 4, out);
 }
 
 /* tllm_embed_q4x4 from the token's tile, fetched into the free buffer. */

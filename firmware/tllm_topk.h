@@ -72,7 +72,6 @@ static inline void tllm_topk_q80(const tllm_gguf_matrix *m, const int8_t *xq, co
 
 /* llama.cpp's blocks in 4-row tiles (tllm_kernels_gguf_m7.h): chunk_rows a
  * multiple of the 4-row tile (each chunk is whole tiles but the last). */
-typedef void (*tllm_ggufx4_matvec_fn)(const tllm_ggufx4_matrix *, const uint8_t *, const float *, float *);
 
 static inline void tllm_topk_ggufx4(tllm_ggufx4_matvec_fn mv, int32_t tile_bytes, const tllm_ggufx4_matrix *m,
                                     const uint8_t *x16, const float *bias, float *chunk, int32_t chunk_rows,

@@ -171,7 +171,8 @@ def _weights_context(program: Program) -> dict:
     pinned = pinned_at(program)  # entry -> offset in stream.pinned (copied at boot)
     vector_refs = [{"name": e.name, "offset": pinned.get(e.name, e.offset), "count": e.nbytes // 4,
                     "base": "TLLM_P" if e.name in pinned else "TLLM_W"} for e in vectors]
-    return {"matrices": matrices, "gguf_matrices": [m for m in all_matrices if isinstance(m, GGUFRef)],
+    gguf = [m for m in all_matrices if isinstance(m, GGUFRef)]
+    return {"matrices": matrices, "gguf_matrices": gguf, "gguf_tiled": any(m.tiled for m in gguf),
             "vectors": vector_refs, "fc_layers": fc_layers, **_stream_context(program, pinned)}
 
 

@@ -8,9 +8,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..bind import Program
-from ..kernels import StreamedEmbedQ4x4
+from ..kernels import StreamedEmbed
 from ..kernels.chunks import LINE, line_up
-from ..quant.formats import q4x4_bytes_of
+from ..kernels.refs import blob_offset
+from ..kernels.sizes import matrix_bytes
+from ..quant.formats import GGUF_TILED
+
+# the blob entries the stream may pin: tiled matrices and float vectors
+PINNABLE_KINDS = ("q4x4", "f32") + tuple("ggufx4." + q.lower() for q in GGUF_TILED)
 
 
 
@@ -46,7 +51,7 @@ def schedule_of(program: Program) -> list[ScheduledChunk]:
             for ch in a.stream_chunks():
                 k = len(out)
                 out.append(ScheduledChunk(k, i, call.label if call.layer is None else f"layer {call.layer} {call.label}",
-                                          a.matrix.name, a.matrix.packed_offset + ch.offset, ch.nbytes,
+                                          a.matrix.name, blob_offset(a.matrix) + ch.offset, ch.nbytes,
                                           ch.copy_bytes, ch.row0, ch.rows, k % 2))
     total = len(program.blob.data)
     for ch in out:
@@ -54,9 +59,9 @@ def schedule_of(program: Program) -> list[ScheduledChunk]:
             raise AssertionError(f"chunk {ch.index} reads past the blob ({ch.src + ch.copy_bytes} > {total})")
     for call in program.calls:  # the embedding's last tile, rounded up to a line, too
         a = call.args
-        if isinstance(a, StreamedEmbedQ4x4):
+        if isinstance(a, StreamedEmbed):
             m = a.table
-            last = m.packed_offset + q4x4_bytes_of(m.rows, m.cols, m.group) - a.tile_bytes
+            last = blob_offset(m) + matrix_bytes(m) - a.tile_bytes
             if last + a.copy_bytes > total:
                 raise AssertionError(f"the embedding's last tile reads past the blob ({last + a.copy_bytes} > {total})")
     return out
@@ -77,7 +82,7 @@ def pin_table(program: Program) -> list[Pin]:
     if plan is None:
         return []
     total = len(program.blob.data)
-    by_name = {e.name: e for e in program.blob.entries if e.kind in ("q4x4", "f32")}
+    by_name = {e.name: e for e in program.blob.entries if e.kind in PINNABLE_KINDS}
     out, dst = [], 0
     for name, slot in plan.pinned:
         e = by_name[name]

@@ -298,11 +298,14 @@ def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitReq
     mode, board = req.stream, req.board
     if mode not in MODES:
         raise UserError(f"--stream {mode} is not known: choose {', '.join(MODES)}")
-    if mode != "off" and src.method == "per-channel":
-        raise UserError(f"--stream {mode} streams the group scheme's q4x4 matrices; --quant per-channel reads its "
+    if mode == "all" and src.method == "per-channel":
+        raise UserError(f"--stream {mode} streams the group scheme's tiled matrices; --quant per-channel reads its "
                         "layers in place: drop one of them")
     context = base.config.max_seq
-    if mode == "off" or (mode == AUTO and board.weights.storage != "external"):
+    # auto streams where there is something to stream from external flash: tiled matrices (the Cortex-M7
+    # kernels; the per-channel scheme and the portable kernels read their layouts in place)
+    streams = board.weights.storage == "external" and base.kernels == "cortex-m7" and src.method != "per-channel"
+    if mode == "off" or (mode == AUTO and not streams):
         return plan_step(planner, batch_step(base, batch), src, req, requested_seq)
     sizes = (req.stream_chunk,) if req.stream_chunk else chunk_sizes(base, board)
     err = None

@@ -115,6 +115,18 @@ class Kernel(ABC):
         """The matrices it reads per token (vectors are found generically: plan/traffic.py)."""
         return ()
 
+    def code_key(self) -> tuple:
+        """What shares code in the image: calls of one key count their CODE_BYTES once (plan/codesize.py)."""
+        return (type(self),)
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        """(code key, bytes) of the code this call needs: its own, and a wrapped kernel's."""
+        return ((self.code_key(), self.CODE_BYTES),)
+
+    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        """The same for its batched form (tllm_model_prefill)."""
+        return ((self.code_key(), self.BATCHED_CODE_BYTES),)
+
     def descriptors(self) -> tuple[Q4Ref | GGUFRef, ...]:
         """The matrices it reads through a C descriptor (tllm_q4_matrix, tllm_gguf_matrix ...)."""
         out = []

@@ -12,11 +12,12 @@ from typing import ClassVar
 
 from .base import Chunk, Kernel, PinCandidate, WeightRead
 from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, shape, vec
-from .chunks import chunks_of
-from .matvec import Matvec, MatvecQ4x4, streamed_note
+from .chunks import chunks_of, stream_kernel
+from .matvec import Matvec, MatvecGGUFx4, MatvecQ4x4, streamed_note
 from .refs import BufferRef, GGUFRef, Q4Ref
 
-CHUNK_ROWS = 64  # classifier rows per chunk (a multiple of the q4x4 tile)
+CHUNK_ROWS = 64  # classifier rows per chunk (a multiple of the 4-row tile)
+TILED = (MatvecQ4x4, MatvecGGUFx4)  # the layouts the weight stream cuts into chunks
 
 
 def chunk_rows_for(vocab_size: int) -> int:
@@ -30,25 +31,24 @@ def _what(mv: Matvec, rows: int, keeps: str) -> str:
 
 
 @dataclass(frozen=True)
-class StreamedArgmaxQ4x4(Kernel):
+class StreamedArgmax(Kernel):
     """The greedy classifier over the stream: per chunk, argmax_rows rows at
     a time into the logits chunk, one running first maximum over all."""
 
-    CODE_BYTES: ClassVar[int] = 256
     argmax: ArgmaxClassifier
     chunk_rows: int
     chunks: tuple[Chunk, ...]
 
     @property
-    def matrix(self) -> Q4Ref:
+    def matrix(self) -> Q4Ref | GGUFRef:
         return self.argmax.matrix
 
     def c_call(self) -> CCall:
         mv = self.argmax.matvec
-        return CCall("tllm_stream_argmax_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
-                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
-                                                 vec(mv.bias), buf(mv.out), shape(self.argmax.chunk_rows)),
-                     "greedy_token = ")
+        fn, kernels = stream_kernel(mv.matrix, "argmax")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), vec(mv.bias), buf(mv.out),
+                          shape(self.argmax.chunk_rows)), "greedy_token = ")
 
     def describe(self) -> tuple[str, BufferRef]:
         what, out = self.argmax.describe()
@@ -60,9 +60,12 @@ class StreamedArgmaxQ4x4(Kernel):
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return self.argmax.weight_reads()
 
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return self.argmax.code_parts()
+
 
 @dataclass(frozen=True)
-class StreamedTopKQ4x4(Kernel):
+class StreamedTopK(Kernel):
     """The top-K classifier over the stream: per chunk, chunk_rows rows at a
     time into the logits chunk, each pushed into the running K-entry set."""
 
@@ -71,15 +74,15 @@ class StreamedTopKQ4x4(Kernel):
     chunks: tuple[Chunk, ...]
 
     @property
-    def matrix(self) -> Q4Ref:
+    def matrix(self) -> Q4Ref | GGUFRef:
         return self.topk.matrix
 
     def c_call(self) -> CCall:
         mv = self.topk.matvec
-        return CCall("tllm_stream_topk_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
-                                               chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
-                                               vec(mv.bias), buf(mv.out), shape(self.topk.chunk_rows),
-                                               fixed("&topk_set")))
+        fn, kernels = stream_kernel(mv.matrix, "topk")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), vec(mv.bias), buf(mv.out),
+                          shape(self.topk.chunk_rows), fixed("&topk_set")))
 
     def describe(self) -> tuple[str, BufferRef]:
         what, out = self.topk.describe()
@@ -91,6 +94,9 @@ class StreamedTopKQ4x4(Kernel):
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return self.topk.weight_reads()
 
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return self.topk.code_parts()
+
 
 class _ChunkedClassifier(Kernel):
     """What the argmax and the top-K classifier share: the matvec they run
@@ -101,16 +107,19 @@ class _ChunkedClassifier(Kernel):
         return self.matvec.matrix
 
     def streamed(self, chunk_bytes: int) -> "Kernel | None":
-        if not isinstance(self.matvec, MatvecQ4x4):
+        if not isinstance(self.matvec, TILED):
             return None
         rows, chunks = chunks_of(self.matrix, chunk_bytes)
         return self.STREAMED(self, rows, chunks)
 
     def pin_candidate(self) -> PinCandidate | None:
-        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
+        return self.matvec.pin_candidate() if isinstance(self.matvec, TILED) else None
 
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return self.matvec.weight_reads()
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return ((self.code_key(), self.CODE_BYTES),) + self.matvec.code_parts()
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,7 @@ class ArgmaxClassifier(_ChunkedClassifier):
     """Greedy-only builds: the token, without a [vocab] logits vector."""
 
     CODE_BYTES: ClassVar[int] = 256  # the argmax over chunks (measured)
-    STREAMED: ClassVar[type] = StreamedArgmaxQ4x4
+    STREAMED: ClassVar[type] = StreamedArgmax
     matvec: Matvec
     chunk_rows: int
 
@@ -135,7 +144,7 @@ class TopKClassifier(_ChunkedClassifier):
     """`--sampler topk:K` builds: each chunk pushed into the running K-entry
     set held in `value` / `ids`."""
 
-    STREAMED: ClassVar[type] = StreamedTopKQ4x4
+    STREAMED: ClassVar[type] = StreamedTopK
     matvec: Matvec
     chunk_rows: int
     k: int  # entries of the set (K <= vocab, lowering checks)

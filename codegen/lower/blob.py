@@ -29,8 +29,8 @@ from typing import Sequence
 import numpy as np
 
 from ..abi import BLOB_HEADER_BYTES, BLOB_MAGIC, BLOB_VERSION
-from .fusion import fused_gate_up, interleave_gate_up
-from ..quant.formats import QuantizedGraph, pack_gguf, pack_q4x4
+from .fusion import fused_gate_up, interleave_gate_up, interleave_gate_up_blocks
+from ..quant.formats import QuantizedGraph, pack_gguf, pack_gguf_tiled, pack_q4x4
 
 HEADER_BYTES = BLOB_HEADER_BYTES
 ALIGN = 16
@@ -39,7 +39,9 @@ ALIGN = 16
 @dataclass(frozen=True)
 class BlobEntry:
     name: str
-    kind: str  # "q4.packed" | "q4.scales" | "q4x4" | "gguf.q4_0"/"gguf.q4_1"/"gguf.q8_0" | "f32" | "u32"/"u8" (the vocabulary, vocab.py)
+    # "q4.packed" | "q4.scales" | "q4x4" | "gguf.q4_0"/"gguf.q4_1"/"gguf.q8_0" (the file's blocks) |
+    # "ggufx4.q4_0"/... (the same blocks in 4-row tiles) | "f32" | "u32"/"u8" (the vocabulary, vocab.py)
+    kind: str
     offset: int
     nbytes: int
 
@@ -81,8 +83,10 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
     def put(name: str, kind: str, data: bytes) -> None:
         items.append((name, kind, data))
 
-    pairs = {f.w_gate: f for f in fused_gate_up(qg.graph, qg.kernels, qg.method).values()}
+    kept = {name: t.qtype for name, t in qg.gguf.items()}
+    pairs = {f.w_gate: f for f in fused_gate_up(qg.graph, qg.kernels, qg.method, kept).values()}
     in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
+    tiled = qg.kernels == "cortex-m7"  # kept blocks in 4-row tiles for the M7 kernels
     for name in sorted(qg.q4):
         t = qg.q4[name]
         if name in pairs:  # gate and up as one interleaved matrix (fusion.py)
@@ -95,9 +99,16 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
         else:
             put(name, "q4.packed", t.packed())
             put(name, "q4.scales", np.ascontiguousarray(t.scales, "<f4").tobytes())
-    for name in sorted(getattr(qg, "gguf", {})):  # llama.cpp blocks, byte for byte (quant/formats.py)
+    for name in sorted(qg.gguf):  # llama.cpp blocks, byte for byte or tiled (quant/formats.py)
         t = qg.gguf[name]
-        put(name, gguf_blob_kind(t.qtype), pack_gguf(t))
+        if name in pairs:  # gate and up's blocks as one interleaved tiled matrix (fusion.py)
+            f = pairs[name]
+            both = interleave_gate_up_blocks(t, qg.gguf[f.w_up], f.combined)
+            put(f.combined, gguf_blob_kind(t.qtype, True), pack_gguf_tiled(both))
+        elif name in in_pairs:
+            continue
+        else:
+            put(name, gguf_blob_kind(t.qtype, tiled), pack_gguf_tiled(t) if tiled else pack_gguf(t))
     for name in sorted(qg.static):  # per-channel scheme: int32 bias, multipliers, shifts per linear
         st = qg.static[name]
         for kind, arr in (("s4pc.bias", st.bias), ("s4pc.multipliers", st.multipliers), ("s4pc.shifts", st.shifts)):
@@ -121,9 +132,10 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
     return WeightsBlob(data=header + payload, entries=entries, checksum=checksum, sha256=sha.hex())
 
 
-def gguf_blob_kind(qtype: str) -> str:
-    """The entry kind of a matrix kept in llama.cpp's block format `qtype`."""
-    return "gguf." + qtype.lower()
+def gguf_blob_kind(qtype: str, tiled: bool = False) -> str:
+    """The entry kind of a matrix kept in llama.cpp's block format `qtype`, in the file's row order
+    or in 4-row tiles (kernels.refs.GGUFRef.blob_kind names the same)."""
+    return ("ggufx4." if tiled else "gguf.") + qtype.lower()
 
 
 def blob_checksum(payload: bytes) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..kernels import Attention, StreamedMatvecQ4x4
+from ..kernels import Attention
 from ..lower.records import LoweredStep
 
 RUNTIME_BYTES = {"cortex-m7": 21_888, "portable": 16_256}
@@ -80,9 +80,8 @@ def code_region(board):
 
 
 def _kernel_bytes(step: LoweredStep) -> int:
-    """The kernels' own constants (kernels/): each kind of call counted once."""
-    kinds = {type(call.args) for call in step.calls}
-    total = sum(k.CODE_BYTES for k in kinds)
+    """The kernels' own constants (kernels/): each piece of code counted once."""
+    total = sum(dict(part for call in step.calls for part in call.args.code_parts()).values())
     if step.kv_bits == 4:
         total += Attention.KV4_CODE_BYTES
     return total
@@ -94,9 +93,7 @@ def _prefill_bytes(step: LoweredStep, form: str, layers: int) -> int:
     if step.prefill_batch == 1:
         return 0
     streamed = step.stream is not None
-    calls = [call.args.matvec if isinstance(call.args, StreamedMatvecQ4x4) else call.args
-             for call in step.body_calls]
-    kernels = max(a.BATCHED_CODE_BYTES for a in calls)
+    kernels = sum(dict(part for call in step.body_calls for part in call.args.batched_code_parts()).values())
     total = kernels + (PREFILL_STREAM_BYTES[form] if streamed else 0)
     if form == "unrolled":
         total += (PREFILL_UNROLLED_PER_LAYER_BYTES + (PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES if streamed

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..abi import MAX_BATCH
-from ..kernels import EmbedGGUF, EmbedQ4, StreamedEmbedQ4x4, WeightRead
+from ..kernels import EmbedGGUF, EmbedQ4, StreamedEmbed, WeightRead
 from ..kernels.refs import VectorRef, refs_of
 from ..lower.records import KernelCall, LoweredStep, StreamPlan
 from ..timing import MEASURED_OTHER_PER_MAC, Workload, kernel_rate
 
 ROLES = ("layers", "classifier", "embedding", "vectors")
-EMBEDDINGS = (EmbedQ4, EmbedGGUF, StreamedEmbedQ4x4)
+EMBEDDINGS = (EmbedQ4, EmbedGGUF, StreamedEmbed)
 
 
 @dataclass(frozen=True)

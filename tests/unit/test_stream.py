@@ -14,7 +14,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.frontends import load_model
 from plans import plan_streamed
-from tinyllm_gen.kernels import ArgmaxClassifier, MatvecQ4x4, PinCandidate, StreamedMatvecQ4x4
+from tinyllm_gen.kernels import ArgmaxClassifier, MatvecQ4x4, PinCandidate, StreamedMatvec
 from tinyllm_gen.kernels.chunks import chunks_of
 from tinyllm_gen.kernels.refs import Q4Ref
 from tinyllm_gen.lower.records import StepSource, StreamOptions
@@ -61,7 +61,7 @@ def test_stream_all_replaces_every_matvec_and_declares_two_dma_buffers():
     out = stream_step(step, StreamOptions("all", 4096), 64)
     assert stream_step(step, StreamOptions("off"), 64) is step
     assert not any(isinstance(c.args, (MatvecQ4x4, ArgmaxClassifier)) for c in out.calls)
-    assert sum(isinstance(c.args, StreamedMatvecQ4x4) for c in out.calls) == \
+    assert sum(isinstance(c.args, StreamedMatvec) for c in out.calls) == \
         sum(isinstance(c.args, MatvecQ4x4) for c in step.calls)
     bufs = [d for d in out.decls if d.kind == "stream"]
     assert [d.name for d in bufs] == ["stream.buf0", "stream.buf1"]

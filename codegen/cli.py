@@ -211,6 +211,13 @@ _prefill_option = click.option(
          "the largest that keeps 90% of the context a batch of 1 gets).")
 
 
+_classifier_option = click.option(
+    "--classifier-quant", type=click.Choice(["keep", "q4"]), default="keep", show_default=True,
+    help="A GGUF's kept classifier (SmolLM2: its tied Q8_0 embedding, 31% of the bytes a token reads): keep its "
+         "blocks (lossless), or q4: re-round it to Q4_0 blocks with scales calibrated on --calibration text "
+         "(half its bytes; `eval --classifier-quant q4` measures the cost).")
+
+
 @cli.command("compile")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
@@ -225,8 +232,9 @@ _prefill_option = click.option(
 @_prefill_option
 @click.option("--unroll-layers", is_flag=True,
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
+@_classifier_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk, prefill_batch, unroll_layers):
+                weight_quant, sampler, stream, stream_chunk, prefill_batch, unroll_layers, classifier_quant):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
@@ -237,7 +245,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
-                   prefill_batch=parse_batch(prefill_batch))
+                   prefill_batch=parse_batch(prefill_batch), classifier_quant=classifier_quant)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -301,11 +309,14 @@ def flash_cmd(out, dry_run, openocd):
 @click.option("--emulator", type=click.Choice(["auto", "renode"]), default="auto", show_default=True,
               help="auto: the board's runner (host, QEMU, Unicorn); renode: an STM32H750 build under Renode "
               "(`renode` or `renode-run` on PATH).")
+@click.option("--check", "check", is_flag=True,
+              help="Also run the reference (rebuilt from OUT's weights blob) on the same request: exit 1 with one "
+                   "line at the first token that differs.")
 @click.option("--renode-check", is_flag=True,
               help="STM32H750 builds: add this request and the tokens it gave to OUT/renode/tllm.robot, so "
               "`renode-test` checks that Renode gives the same.")
 def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, chat, emulator,
-        renode_check):
+        check, renode_check):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build.out import load_out_tokenizer, read_manifest
@@ -345,6 +356,14 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
             where = "; emulated by Unicorn" if fw.result.command[:1] == ["unicorn"] else ""
             click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} {unit}/token, "
                        f"prefill {o.prefill_instructions:,}{where}]", err=True)
+    if check:
+        from .run.check import check_tokens
+
+        diff = check_tokens(out, tok, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), o.generated_ids)
+        if diff is not None:
+            click.echo(diff, err=True)
+            sys.exit(1)
+        click.echo(f"--check: the {len(o.generated_ids)} tokens are the reference's", err=True)
 
 
 @cli.command()
@@ -504,10 +523,13 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="KV cache precisions (repeatable; default: 8, 4).")
 @click.option("--calibration", type=_TextFile(), default=None,
               help="Calibration text for clip/awq (default: a built-in sample); keep it apart from --data.")
+@click.option("--classifier-quant", "classifier_quants", multiple=True, type=click.Choice(["keep", "q4"]),
+              help="With gguf: the kept classifier as it is, or re-rounded to Q4_0 (repeatable; default: keep).")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="tokenizer.bin for llama2.c checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calibration, tokenizer, as_json):
+def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calibration, classifier_quants, tokenizer,
+             as_json):
     """Perplexity and top-1 agreement: float vs the quantized reference (the firmware's exact logits)."""
     from .compress.eval import (QuantConfig, encode_documents, evaluate, format_table, make_quantizer,
                                 read_documents)
@@ -522,8 +544,9 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
     methods = weight_quants or (resolve_weight_quant(m, "auto"),)
     for w in methods:
         resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
-    configs = [QuantConfig(w, int(g), int(k)) for w in methods
+    configs = [QuantConfig(w, int(g), int(k), c) for w in methods
                for g in (group_sizes or GROUP_CHOICES) for k in (kv_bits or KV_CHOICES)
+               for c in ((classifier_quants or ("keep",)) if w == "gguf" else ("keep",))
                if w != "gguf" or g == "32"]  # llama.cpp's blocks are 32 weights
     if not configs:
         raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")

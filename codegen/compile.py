@@ -29,6 +29,7 @@ from .lower.step import lower_step
 from .plan.memory import MemoryPlan
 from .plan.report import plan_json, plan_text
 from .quant.calibrated import calibration_documents, quantize_calibrated
+from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.per_channel import calibration_tokens, quantize_per_channel
@@ -67,6 +68,8 @@ class CompileOptions:
     stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
     unroll_layers: bool = False  # print each layer's calls instead of the loop over LAYERS (emit/layer_table.py)
     prefill_batch: str | int = "auto"  # prompt tokens per weight pass (lower/prefill.py): auto (fit's) or 1..4
+    # a kept GGUF's classifier: keep its blocks (lossless), or "q4": re-rounded to Q4_0 (quant/classifier_q4.py)
+    classifier_quant: str = "keep"
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,17 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
         return quantize_per_channel(graph, tokens, opts.kv_bits)
     if opts.quant != "group":
         raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
+    if opts.classifier_quant not in CLASSIFIER_QUANTS:
+        raise UserError(f"--classifier-quant {opts.classifier_quant} is not known: choose {', '.join(CLASSIFIER_QUANTS)}")
+    if opts.classifier_quant != "keep" and opts.weight_quant != "gguf":
+        raise UserError("--classifier-quant q4 re-rounds a GGUF file's kept classifier; this build re-rounds every "
+                        "matrix already (--weight-quant): drop one of them")
     if opts.weight_quant == "gguf":  # lossless: the file's own blocks (quant/gguf_keep.py), tiled for the M7
-        return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
+        qg = quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
+        if opts.classifier_quant == "q4":
+            docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
+            qg = requantize_classifier(qg, docs)
+        return qg
     if opts.weight_quant != "rtn":
         docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
         return quantize_calibrated(graph, docs, opts.weight_quant, opts.group_size, opts.kv_bits,
@@ -178,6 +190,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program)
         options.update(stream=opts.stream, stream_chunk=program.stream.options.chunk_bytes)
     if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
         options.update(unroll_layers=True)
+    if opts.classifier_quant != "keep":
+        options.update(classifier_quant=opts.classifier_quant)
     return options
 
 

@@ -5,6 +5,7 @@ here); compile.py writes the tree atomically.  Output is a pure function of
 its inputs: no timestamps, sorted iteration, and a manifest of hashes."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from ..vocab import vocabulary_of
 from .filters import FILTERS
 from .layer_table import c_layer_table, step_form
 from .link_layout import arena_regions, linker_variables
-from .stream_tables import head_chunk, pin_table, pinned_at, schedule_json, schedule_of
+from .stream_tables import head_run, pin_table, pinned_at, schedule_json, stream_runs
 
 
 def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
@@ -110,12 +111,11 @@ def _stream_context(program: Program, pinned: dict) -> dict:
         return {"stream": None, "pinned_at": {}}
     streamed = bool(plan.buffer_bytes)
     return {"pinned_at": pinned, "stream": {
-        "chunks": [{"src": ch.src, "len": ch.copy_bytes, "what": f"{ch.label} rows {ch.row0}+{ch.rows}"}
-                   for ch in schedule_of(program)],
+        "runs": stream_runs(program),
         "pins": [{"src": p.src, "len": p.copy_bytes, "dst": p.dst, "name": p.name} for p in pin_table(program)],
         "buf0": BUFFERS[0] if streamed else "", "buf1": BUFFERS[1] if streamed else "", "streamed": streamed,
         "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode,
-        "head_chunk": head_chunk(program)}}
+        "head_run": head_run(program)}}
 
 
 # A run's guest-instruction bound (run/firmware.py): far above what the kernels take (the portable q4 kernel,
@@ -253,6 +253,11 @@ def _tokenizer_files(tokenizer: Tokenizer) -> tuple[str, str, dict[str, bytes]]:
     return kind, tok_name, files
 
 
+def config_doc(c) -> dict:
+    """A ModelConfig as JSON (ir.ModelConfig(**doc) with eos_ids as a tuple reads it back)."""
+    return {f.name: list(v) if isinstance(v := getattr(c, f.name), tuple) else v for f in dataclasses.fields(c)}
+
+
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
               unroll_layers: bool = False) -> EmittedTree:
     """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py)."""
@@ -299,6 +304,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "board": board.name,
         "options": {k: options[k] for k in sorted(options)},
         "model_sha256": program.blob.sha256,
+        # what `run --check` rebuilds the reference from (lower/blob.read_blob): the architecture and the blob's table
+        "config": config_doc(c),
+        "blob_entries": [[e.name, e.kind, e.offset, e.nbytes] for e in program.blob.entries],
         "files": {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)},
     }
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()

@@ -77,6 +77,31 @@ def head_chunk(program: Program) -> int:
     return n
 
 
+def stream_runs(program: Program) -> list[dict]:
+    """The C table (tllm_stream_run): one run per streamed call, its chunks
+    back to back and equal but the last (kernels/chunks.chunks_of cuts them so)."""
+    runs = []
+    for i, call in enumerate(program.calls):
+        chunks = call.args.stream_chunks()
+        if not chunks:
+            continue
+        for a, b in zip(chunks, chunks[1:]):
+            assert b.offset == a.offset + a.nbytes and (b is chunks[-1] or b.nbytes == a.nbytes), call.label
+        where = call.label if call.layer is None else f"layer {call.layer} {call.label}"
+        runs.append({"src": blob_offset(call.args.matrix) + chunks[0].offset, "stride": chunks[0].nbytes,
+                     "len": chunks[0].copy_bytes, "last_len": chunks[-1].copy_bytes, "count": len(chunks),
+                     "call": i, "what": f"{where}: {len(chunks)} x {call.args.streamed_rows() or chunks[0].rows} rows"})
+    return runs
+
+
+def head_run(program: Program) -> int:
+    """Index of the head's first run (the run count when the head streams nothing)."""
+    runs = stream_runs(program)
+    n = sum(r["call"] < program.head_start for r in runs)
+    assert all(r["call"] >= program.head_start for r in runs[n:]), "runs are in call order: body, then head"
+    return n
+
+
 def pin_table(program: Program) -> list[Pin]:
     plan = program.stream
     if plan is None:

@@ -27,6 +27,9 @@ import numpy as np
 from ..quant.formats import GGUFMatrix, Q4Tensor
 
 
+FUSED_SUFFIX = "+up"  # a fused gate/up matrix is named after its gate: "layers.3.w_gate+up"
+
+
 def m7_fusions_apply(kernels: str, method: str) -> bool:
     return kernels == "cortex-m7" and method != "per-channel"
 
@@ -58,7 +61,7 @@ class GateUp:
     @property
     def combined(self) -> str:
         """Name of the interleaved matrix in the blob."""
-        return self.w_gate + "+up"
+        return self.w_gate + FUSED_SUFFIX
 
 
 def fused_gate_up(g, kernels: str, method: str, kept: Mapping[str, str] | None = None) -> dict[str, GateUp]:

@@ -11,7 +11,7 @@ arm-none-eabi-size's sections):
   + GREEDY when --sampler greedy          the streamed argmax
   + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream)
   + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
-  + 8 x stream chunks + 12 x pinned       the stream tables (tllm_stream.h), exact
+  + 20 x streamed matrices + 12 x pinned  the stream tables (tllm_stream.h, one run of chunks per matrix), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
 The runtime's constants are here, each kernel's own on its class in the
@@ -45,7 +45,7 @@ STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 432}
 PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}
 PREFILL_UNROLLED_PER_LAYER_BYTES = 640
 PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 320
-STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
+STREAM_RUN_BYTES = 20  # sizeof(tllm_stream_run): src, stride, len, last_len, count (one run per streamed matrix)
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
 ERROR_BOUND_BYTES = 4 * 1024  # estimate - built, checked by the test above
@@ -115,7 +115,7 @@ def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_byte
     if plan is not None:
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
     prefill = _prefill_bytes(step, form, layers)
-    tables = STREAM_CHUNK_BYTES * plan.n_chunks + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
+    tables = STREAM_RUN_BYTES * plan.n_runs + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
     return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,
                      region.name, unroll_layers, prefill)
 
@@ -131,7 +131,7 @@ def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) ->
     if est.vocab_bytes:
         parts.append(f"vocabulary {est.vocab_bytes:,} B")
     if streaming and est.stream_table_bytes >= over:
-        fix = "a larger --stream-chunk (fewer table entries) or --stream off"
+        fix = "--stream off (the stream table holds a run per streamed matrix and a slot per pinned entry)"
     elif est.prefill_bytes >= over:
         fix = f"--prefill-batch 1 (the batched prefill's kernels are about {est.prefill_bytes:,} B)"
     elif est.unrolled:

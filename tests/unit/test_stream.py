@@ -98,7 +98,9 @@ def test_schedule_in_report_deterministic(tmp_path):
     calls = [c["call"] for c in doc["chunks"]]
     assert calls == sorted(calls)  # execution order
     src = a.tree.files["src/tllm_model.c"].decode()
-    assert src.count("}, /* ") >= len(doc["chunks"])  # the chunk table, one line per chunk
+    table = src[src.index("STREAM_RUNS["):src.index("};", src.index("STREAM_RUNS["))]
+    runs = len({c["call"] for c in doc["chunks"]})  # one run per streamed call
+    assert table.count("}, /* ") == runs and runs < len(doc["chunks"])
     out = tmp_path / "o"
     write_tree(a.tree, out)
     text = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "report", str(out)], capture_output=True,

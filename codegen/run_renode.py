@@ -83,6 +83,9 @@ QSPI_COMMANDS = {"W25Q64JV": ("66h then 99h: reset (QE back to 0)", "50h (or 06h
 # Robot test fail on any.
 MODEL_ERROR = "tllm-h750:"
 CORE_HZ = 480_000_000  # bringup.c on revision V: PLL1 at 480 MHz
+# The robot's Terminal Tester timeout is virtual time: 10 s at the core clock is 4.8 G instructions per
+# awaited console line, a bound on a hung firmware that no real line (a token, a prefill) comes near.
+ROBOT_LINE_TIMEOUT_S = 10
 REVISION = "V"
 RENODE_HINT = ("install Renode 1.15.1 (https://github.com/renode/renode/releases: no package registry has it) "
                "and put `renode` on PATH, or `pip install 'tinyllm-gen[renode]'` for renode-run, which "
@@ -171,7 +174,7 @@ def _context(board: Board, request_capacity: int) -> dict:
         "commands_notes": QSPI_COMMANDS[rb.qspi["chip"]], "reads_notes": reads, "mdma_targets": targets,
         "model_error": MODEL_ERROR, "uart": rb.uart, "weights_address": rb.weights_address,
         "request_address": rb.request_address, "vector_table": _hex(flash_region.address),
-        "max_request": request_capacity, "timeout_s": 600, "expected": [],
+        "max_request": request_capacity, "timeout_s": ROBOT_LINE_TIMEOUT_S, "expected": [],
     }
 
 

@@ -34,6 +34,7 @@ The board-specific Renode data (the stock platform, its names for the
 memories and USARTs) lives here until board.json carries it."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -44,10 +45,14 @@ from typing import Sequence
 import jinja2
 
 from . import __version__
-from .board import Board
+from .board import Board, load_board
+from .build.out import read_manifest
 from .errors import UserError
 from .h750_model import CHIP_READS, h750_bus_targets
 from .resources import boards_dir
+from .run.protocol import pack_request
+from .run.result import TIMEOUT_EXIT_CODE, RunResult
+from .run.unicorn import DBGMCU_IDC  # one place for the revision's IDC value
 
 RENODE_VERSION = "1.15.1"
 STOCK_PLATFORM = "platforms/cpus/stm32h743.repl"
@@ -153,8 +158,6 @@ def _env() -> jinja2.Environment:
 
 
 def _context(board: Board, request_capacity: int) -> dict:
-    from .run.unicorn import DBGMCU_IDC  # one place for the revision's IDC value
-
     rb = renode_board(board)
     flash_region = board.memory.region("flash")
     lines = (0, 1, 2, 4)  # the CCR mode encodings
@@ -190,10 +193,6 @@ def write_check(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampl
                 stop_reason: str, source: str = "tinyllm-gen's reference of the quantized model") -> Path:
     """Adds a test to OUT/renode/tllm.robot: this request (written beside it)
     must give these tokens under Renode. Returns the robot file."""
-    from .build.out import read_manifest
-    from .run.protocol import pack_request
-    from .board import load_board
-
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
@@ -212,8 +211,6 @@ def write_check(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, sampl
 
 
 def _request_capacity(out: Path) -> int:
-    import json
-
     plan = json.loads((Path(out) / "report.json").read_text())
     for b in plan.get("buffers", []):
         if b.get("name") == "request":
@@ -286,8 +283,6 @@ def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: flo
     max_instructions bounds the run in guest instructions (Renode's virtual time at the core clock): past it
     the result is timed out, however busy the machine; timeout_s is a wall-clock backstop.  A model's error
     line, or a failed monitor command, is a UserError naming it."""
-    from .run.result import RunResult, TIMEOUT_EXIT_CODE
-
     renode_board(board)  # an STM32H750 build, before asking for Renode
     renode = find_renode()
     if renode is None:
@@ -340,10 +335,10 @@ def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: flo
         raise UserError(f"under Renode: {problem} (Renode's log: {log_path})")
     if code is None:
         if spent:
-            return RunResult(TIMEOUT_EXIT_CODE, text, True, cmd,
-                             f"the firmware did not finish within {max_instructions:,} guest instructions")
+            limit = f"{max_instructions:,} guest instructions"
+            return RunResult(TIMEOUT_EXIT_CODE, text, True, cmd, f"the firmware did not finish within {limit}", limit)
         if time.monotonic() < deadline:  # Renode ended without the firmware's exit line
             raise UserError(f"Renode stopped before the firmware finished (status {proc.returncode}): "
                             f"{log.strip()[-300:]!r}")
-        return RunResult(TIMEOUT_EXIT_CODE, text, True, cmd, log)
+        return RunResult(TIMEOUT_EXIT_CODE, text, True, cmd, log, f"{timeout_s:g} s")
     return RunResult(code, text, False, cmd, log)

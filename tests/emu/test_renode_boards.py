@@ -10,25 +10,26 @@ test passes under renode-test with the reference's tokens.
 Every Renode run is bounded in guest instructions (run_renode's
 max_instructions: Renode's virtual time at the core clock; the robot's line
 timeouts are virtual time too; Unicorn's count), with wall-clock backstops
-far above the idle time (a run takes 10-15 s). Skips where `renode` is not
-on PATH."""
+far above the idle time (tests/bounds.py; a run takes 10-15 s). Skips
+where `renode` is not on PATH."""
 from __future__ import annotations
 
 import shutil
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from bounds import BACKSTOP_S
 from firmware_harness import GREEDY, SHAPES, TOP_P, need
 from tinymodels import make_hf_model
 from tinyllm_gen.board import load_board
-from tinyllm_gen.build import build, read_manifest
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.build.out import read_manifest
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.protocol import pack_request, parse_output
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from tinyllm_gen.run.protocol import pack_request, parse_output
 from tinyllm_gen.run_renode import find_renode, renode_missing_reason, run_renode, write_check
 
 pytestmark = [pytest.mark.emu, pytest.mark.skipif(find_renode() is None, reason=renode_missing_reason())]
@@ -39,7 +40,6 @@ N_NEW = 8
 # Guest instructions per run: the bundled model's boot, 5-token prefill and 8 tokens take about 7 M, the
 # streamed ones a little more; 25x that, so only a hung or runaway firmware meets it.
 BUDGET = 200_000_000
-BACKSTOP_S = 600  # wall clock, for a machine far busier than this one's 10-15 s per run
 
 # (model, board, --stream, --kv-bits, sampling): both boards with greedy and top-p, in place and streamed,
 # int8 and int4 KV; the GQA model (4 heads, 2 KV heads) once on each board
@@ -89,7 +89,7 @@ def built(root: Path, model: str, board: str, stream: str, kv_bits: int) -> Path
 
 
 def prompt_ids(out: Path) -> list[int]:
-    from tinyllm_gen.backends import ModelInfo
+    from tinyllm_gen.run.backends import ModelInfo
 
     return ModelInfo.load(out).tokenizer.encode(PROMPT)
 
@@ -106,22 +106,6 @@ def renode(out: Path, board: str, ids: list[int], sampling, n: int = N_NEW, budg
     request = out / "build" / "request.bin"
     request.write_bytes(pack_request(ids, n, sampling, 0))
     return run_renode(out, load_board(board), request, timeout_s=BACKSTOP_S, max_instructions=budget)
-
-
-@contextmanager
-def unicorn_budget(instructions: int):
-    """run_unicorn bounded in guest instructions: its emu_start gets a count."""
-    import unicorn
-
-    plain = unicorn.Uc.emu_start
-
-    def bounded(self, begin, until, timeout=0, count=0):
-        return plain(self, begin, until, timeout, count or instructions)
-    unicorn.Uc.emu_start = bounded
-    try:
-        yield
-    finally:
-        unicorn.Uc.emu_start = plain
 
 
 # the in-place greedy cases also compare their instruction counts with Unicorn's (fast there)
@@ -153,11 +137,10 @@ def assert_counts_equal_unicorns(out: Path, board: str, under_renode) -> None:
     """Renode's CYCCNT (h750_dwt.py: executed instructions less the FPv5 thunks') and Unicorn's instruction
     count agree token for token on the same ELF and request (the one renode() last wrote)."""
     pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
-    from tinyllm_gen.run_unicorn import run_unicorn
+    from tinyllm_gen.run.unicorn import run_unicorn
 
-    with unicorn_budget(BUDGET):
-        uni = run_unicorn(out / "build" / "firmware.elf", load_board(board), out / "weights.bin",
-                          out / "build" / "request.bin", timeout_s=BACKSTOP_S)
+    uni = run_unicorn(out / "build" / "firmware.elf", load_board(board), out / "weights.bin",
+                      out / "build" / "request.bin", timeout_s=BACKSTOP_S, max_instructions=BUDGET)
     assert uni.exit_code == 0 and not uni.violations
     under_unicorn = parse_output(uni.output.decode())
     assert under_renode.generated_ids == under_unicorn.generated_ids
@@ -179,7 +162,7 @@ def test_a_run_past_its_instruction_budget_is_timed_out(root):
     out = built(root, "story", "weact-h750", "off", 8)
     res = renode(out, "weact-h750", prompt_ids(out), GREEDY, n=64, budget=3_000_000)  # boot and part of prefill
     assert res.timed_out and res.exit_code < 0
-    assert "3,000,000 guest instructions" in res.diagnostics
+    assert res.limit == "3,000,000 guest instructions"
 
 
 @pytest.mark.skipif(shutil.which("renode-test") is None,

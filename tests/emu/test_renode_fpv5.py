@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bounds import BACKSTOP_S
 from tinyllm_gen.board import load_board
 from tinyllm_gen.run_renode import FPV5_THUNKS, FPV5_THUNKS_BYTES, find_renode, renode_files, renode_missing_reason
 
@@ -100,7 +101,7 @@ def run_unicorn(elf: Path, patched: bool) -> tuple[list[int], int, int]:
                        (0xE0000000, 0x100000)):
         mu.mem_map(base, size)
     data = elf.read_bytes()
-    from tinyllm_gen.run_unicorn import _load_segments
+    from tinyllm_gen.run.unicorn import _load_segments
 
     for addr, seg in _load_segments(data):
         mu.mem_write(addr, seg)
@@ -111,7 +112,7 @@ def run_unicorn(elf: Path, patched: bool) -> tuple[list[int], int, int]:
         0, executed[0] + thumb_instructions(bytes(m.mem_read(a, s)))))
     sp, pc = struct.unpack("<II", mu.mem_read(0x08000000, 8))
     mu.reg_write(arm.UC_ARM_REG_SP, sp)
-    mu.emu_start(pc | 1, symbol(elf, "probe_done"), timeout=120_000_000, count=BUDGET)
+    mu.emu_start(pc | 1, symbol(elf, "probe_done"), timeout=int(BACKSTOP_S * 1e6), count=BUDGET)
     thunks = struct.unpack("<I", mu.mem_read(FPV5_THUNKS, 4))[0]
     return words(bytes(mu.mem_read(OUT_ADDR, 4 * OUT_WORDS))), executed[0], thunks
 
@@ -125,7 +126,7 @@ def run_qemu(elf: Path, tmp: Path) -> list[int]:
                              "-display", "none", "-monitor", "stdio", "-serial", "none", "-kernel", str(elf)],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120  # a backstop: the probe runs in milliseconds
+        deadline = time.monotonic() + BACKSTOP_S  # the probe itself runs in milliseconds
         while time.monotonic() < deadline:
             dump.unlink(missing_ok=True)
             proc.stdin.write(f'pmemsave 0x{OUT_ADDR:08X} {4 * OUT_WORDS} "{dump}"\n'.encode())
@@ -160,7 +161,7 @@ def run_renode(elf: Path, tmp: Path, patched: bool) -> list[int]:
     lines += [f'emulation RunFor "{BUDGET / 100e6:.3f}"', f"dump_file 0x{OUT_ADDR:08X} {4 * OUT_WORDS} @{dump}", "quit"]
     script.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([*find_renode(), "--disable-xwt", "--console", "--plain", "-e", f"include @{script}"],
-                          stdin=subprocess.PIPE, capture_output=True, text=True, timeout=600)
+                          stdin=subprocess.PIPE, capture_output=True, text=True, timeout=BACKSTOP_S)
     assert dump.exists(), proc.stdout[-3000:]
     return words(dump.read_bytes())
 

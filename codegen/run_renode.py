@@ -91,6 +91,7 @@ CORE_HZ = 480_000_000  # bringup.c on revision V: PLL1 at 480 MHz
 # The robot's Terminal Tester timeout is virtual time: 10 s at the core clock is 4.8 G instructions per
 # awaited console line, a bound on a hung firmware that no real line (a token, a prefill) comes near.
 ROBOT_LINE_TIMEOUT_S = 10
+BUDGET_SPENT = "tllm-renode-instruction-budget-spent"  # echoed by the monitor once RunFor's budget is spent
 REVISION = "V"
 RENODE_HINT = ("install Renode 1.15.1 (https://github.com/renode/renode/releases: no package registry has it) "
                "and put `renode` on PATH, or `pip install 'tinyllm-gen[renode]'` for renode-run, which "
@@ -183,8 +184,9 @@ def _context(board: Board, request_capacity: int) -> dict:
 
 def renode_files(board: Board, request_capacity: int) -> dict[str, bytes]:
     """OUT/renode/* for an STM32H750 build (emit_tree adds them): the
-    platform overlay, the PWR model, the .resc and a Robot test that checks
-    the bring-up reaches "@TLLM ready" (write_check adds a token check)."""
+    platform overlay, the Python models (RCC, PWR, QUADSPI with the board's
+    flash, MDMA, DWT), the FPv5 workaround, the .resc and a Robot test that
+    checks the bring-up reaches "@TLLM ready" (write_check adds a token check)."""
     env, ctx = _env(), _context(board, request_capacity)
     return {f"{RENODE_DIR}/{name}": env.get_template(t).render(**ctx).encode() for name, t in TEMPLATES.items()}
 
@@ -250,9 +252,6 @@ def run_script(out: Path, board: Board, request_bin: Path | None, console: Path,
     else:
         lines += [f'emulation RunFor "{max_instructions / CORE_HZ:.9f}"', f"echo {BUDGET_SPENT}"]
     return "\n".join(lines) + "\n"
-
-
-BUDGET_SPENT = "tllm-renode-instruction-budget-spent"
 
 
 def renode_command(renode: list[str], script: Path) -> list[str]:

@@ -113,7 +113,8 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
 
         if serial_url is not None or transport != "memory":
             raise UserError("--emulator renode takes the request in memory: drop --serial and --transport uart")
-        result = run_renode(out, board, request, timeout_s=timeout_s, on_line=on_line)
+        result = run_renode(out, board, request, timeout_s=timeout_s, on_line=on_line,
+                            max_instructions=max_instructions)
     elif serial_url is not None:
         result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s, on_line=on_line)
     else:

@@ -99,7 +99,7 @@ QSPI_KERNEL_CLOCKS = ("hclk3", "pll1_q", "pll2_r", "per_ck")  # D1CCIPR.QSPISEL 
 class QspiFlash:
     """The QUADSPI link to the weights flash, as bringup.c programs it (the
     fields become board_config.h defines) and as the timing model prices it.
-    Each limit's source is in `note`; h750_model.py holds the chips' and the
+    Each limit's source is in `note`; families/stm32h750/peripherals.py holds the chips' and the
     H750's tables the Unicorn model checks these values against."""
 
     chip: str
@@ -161,13 +161,13 @@ class Board:
     extra_cflags: tuple[str, ...]
     extra_ldflags: tuple[str, ...]
     libs: tuple[str, ...]
-    sources: tuple[str, ...]  # the board's C sources/headers, own dir first, then common_dir
+    sources: tuple[str, ...]  # the board's C sources/headers, own dir first, then its family's
     weights: Storage
     request: Storage
     run: RunSpec
     memory: BoardMemory
     stack_bytes: int
-    common_dir: str | None = None
+    family: str | None = None  # boards/<family>/ and families/<family>/: what boards of one chip share
     linker_script: str | None = None
     arena_section: str | None = None
     emulator: Emulator | None = None
@@ -177,9 +177,11 @@ class Board:
     clock: str = ""
     config: tuple[ConfigValue, ...] = ()  # board_config.h's board-specific defines
 
-    def config_header(self) -> tuple[ConfigValue, ...]:
+    def config_header(self, family_values: tuple[ConfigValue, ...] = ()) -> tuple[ConfigValue, ...]:
         """Every define of the generated board_config.h: those derived from the
-        typed fields (stated once, in board.json) and then the board's own."""
+        typed fields (stated once, in board.json), the family's register values
+        (families.config_values derives them from the same fields), then the
+        board's own."""
         derived = []
         if self.uart is not None:
             derived += [ConfigValue("TLLM_UART_BASE", f"0x{self.uart.base:08X}u", self.uart.instance),
@@ -189,16 +191,7 @@ class Board:
             derived.append(ConfigValue("TLLM_REQUEST_ADDR", f"0x{self.request.address:08X}u", self.request.note))
         if self.request.max_bytes is not None:
             derived.append(ConfigValue("TLLM_REQUEST_MAX", f"{self.request.max_bytes}u", "bytes of the request block"))
-        q = self.qspi_flash
-        if q is not None:
-            derived += [ConfigValue("TLLM_QSPI_KERNEL_SEL", f"{QSPI_KERNEL_CLOCKS.index(q.kernel_clock)}u",
-                                    f"D1CCIPR.QSPISEL: {q.kernel_clock}, {q.kernel_hz / 1e6:g} MHz"),
-                        ConfigValue("TLLM_QSPI_PRESCALER", f"{q.prescaler - 1}u",
-                                    f"QUADSPI clock {q.kernel_hz / 1e6:g} MHz / {q.prescaler} = {q.clock_hz / 1e6:g} MHz"),
-                        ConfigValue("TLLM_QSPI_READ_INSTR", f"0x{q.read_instr:02X}u", f"{q.chip} memory-mapped read"),
-                        ConfigValue("TLLM_QSPI_DCYC", f"{q.dummy_cycles}u", "dummy cycles of the read"),
-                        ConfigValue("TLLM_QSPI_CSHT", f"{q.cs_high_cycles - 1}u",
-                                    f"chip select high {q.cs_high_cycles} cycles between commands")]
+        derived += family_values
         if self.emulator is not None:
             derived.append(ConfigValue("TLLM_INSTR_PER_TICK", f"{self.emulator.instructions_per_tick}u",
                                        "emulated instructions per timer tick (QEMU -icount shift=0)"))
@@ -233,12 +226,12 @@ class Board:
     @property
     def search_dirs(self) -> tuple[Path, ...]:
         """Where a board's files are found, most specific first: its own
-        folder, its family's (common_dir: the two STM32H750 boards), the
+        folder, its family's (boards/stm32h750: the two STM32H750 boards), the
         Cortex-M code every Arm board shares (boards/cortex-m: the reset
         handler), then what every board may use (boards/common)."""
         dirs = [self.directory]
-        if self.common_dir is not None:
-            dirs.append(boards_dir() / self.common_dir)
+        if self.family is not None:
+            dirs.append(boards_dir() / self.family)
         if self.is_arm:
             dirs.append(boards_dir() / "cortex-m")
         dirs.append(boards_dir() / "common")
@@ -422,12 +415,14 @@ def parse_board(path: Path, doc: Any) -> Board:
                     _str(path, "run.note", run.get("note", ""))),
         memory=_regions(path, d.get("memory_regions"), d.get("placement"), d.get("stack_region"), name),
         stack_bytes=_int(path, "stack_bytes", d["stack_bytes"], 256),
-        common_dir=_str(path, "common_dir", d["common_dir"]) if "common_dir" in d else None,
+        family=_str(path, "family", d["family"]) if "family" in d else None,
         linker_script=_str(path, "linker_script", d["linker_script"]) if "linker_script" in d else None,
         arena_section=_str(path, "arena_section", d["arena_section"]) if "arena_section" in d else None,
         emulator=emulator, uart=uart, qspi_flash=qspi, flash=flash, clock=_str(path, "clock", d.get("clock", "")),
         config=tuple(config),
     )
+    if board.family is not None and not (boards_dir() / board.family).is_dir():
+        _fail(path, "family", f"no folder boards/{board.family}/ (the family's shared C)")
     names = [c.name for c in board.config_header()]
     if len(set(names)) != len(names):
         _fail(path, "config", "a define is given twice (uart/request/emulator fields generate their own)")

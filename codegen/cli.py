@@ -326,7 +326,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
     tok = load_out_tokenizer(out, read_manifest(out))
     if renode_check:
         from .board import load_board
-        from .run_renode import renode_board
+        from .families.stm32h750.renode import renode_board
 
         renode_board(load_board(read_manifest(out)["board"]))  # an STM32H750 build, before running
     ids = _prompt_ids(tok, prompt, chat)
@@ -334,7 +334,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
                       transport=transport, serial_url=serial_url, emulator=emulator)
     o = fw.output
     if renode_check:
-        from .run_renode import write_check
+        from .run.renode import write_check
 
         runner = "a board" if serial_url else "Renode" if emulator == "renode" else fw.result.command[0]
         robot = write_check(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), o.generated_ids,

@@ -39,7 +39,7 @@ int tllm_weights_check(const char **why) {
  * copy engine of its own (a user's firmware linking tinyllm::runtime): a
  * synchronous memcpy, so a streamed or pinned model runs anywhere.  A
  * board's own hooks replace these at link time (the H750's MDMA in
- * boards/stm32h750-common/mdma.c; boards/common/copy_sync.c, which also
+ * boards/stm32h750/mdma.c; boards/common/copy_sync.c, which also
  * checks the contract, on the host and QEMU). */
 __attribute__((weak)) void tllm_board_copy_start(void *dst, const void *src, uint32_t len) {
     memcpy(dst, src, len);

@@ -24,6 +24,7 @@ from ..build.cmake import build
 from ..build.out import image_path, read_manifest
 from ..resources import firmware_dir, package_file
 from ..errors import UserError
+from ..families import config_header
 from ..run.protocol import pack_request, parse_output
 from ..board import Board, load_board
 from ..emit.link_layout import static_link_layout
@@ -283,7 +284,7 @@ def _build_and_count(board: Board, sources: list[str], cmsis_sources: list[str],
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
         region = Region("ram", ram[0], ram[1], "sram", "ram", True, False, "arena", "the benchmark's RAM")
         (t / "linker.ld").write_text(lds.render(**static_link_layout(board, region, 16384).variables()))
-        (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
+        (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in config_header(board)))
         (t / "CMakeLists.txt").write_text(_micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board,
                                                        t / "linker.ld"))
         (t / "arm-none-eabi.cmake").write_text((firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_text())

@@ -19,6 +19,7 @@ from .. import __version__
 from ..abi import ABI_VERSION  # ABI_VERSION: the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..bind import Program
 from ..board import Board
+from ..families import config_header, family_files
 from ..frontends.tokenizer import Tokenizer
 from ..kernels import FcS4PerChannel
 from ..kernels.c_names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
@@ -38,12 +39,6 @@ from .filters import FILTERS
 from .layer_table import c_layer_table, step_form
 from .link_layout import arena_regions, linker_variables
 from .stream_tables import head_run, pin_table, pinned_at, schedule_json, stream_runs
-
-
-def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
-    from ..run_renode import renode_files, supports
-
-    return renode_files(board, request_capacity) if supports(board) else {}
 
 
 # OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
@@ -211,7 +206,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "weights_file": "../weights.bin",
-        "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
+        "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": config_header(board),
         "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
@@ -280,7 +275,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
     files.update(_copied_files(board))
     files["board/board_config.h"] = render("board_config.h.j2")
-    files.update(renode_files_for(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
+    files.update(family_files(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
     if board.linker_script:
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board.file(board.linker_script).read_text())

@@ -11,10 +11,10 @@ What is modelled, and why it is enough to check the firmware end to end:
   ISR always reports TXE/TC, RDR serves the request bytes for the UART
   transport;
 * RCC, PWR, FLASH and QUADSPI with their flash chips as register models
-  (h750_model.py) that answer what bringup.c waits for and record every
+  (families/stm32h750/peripherals.py) that answer what bringup.c waits for and record every
   rule it breaks; the QUADSPI window faults until memory-mapped mode is set
   up the way the board's chip needs;
-* the MDMA (h750_model.MdmaModel) for the weight-streaming hook: a
+* the MDMA (peripherals.MdmaModel) for the weight-streaming hook: a
   software-requested transfer moves its bytes when the firmware's poll finds
   it done, the bytes moved are counted (`UnicornResult.mdma`), and the first
   broken rule stops the run with one line in `error` ("MDMA: ..."), a CPU
@@ -38,8 +38,8 @@ from pathlib import Path
 
 from ..board import Board
 from ..errors import UserError
-from ..h750_model import (MDMA_BASE, RCC_AHB3ENR, RCC_AHB3ENR_MDMAEN, ClockModel, MdmaModel, QspiModel,
-                          h750_bus_targets)
+from ..families.stm32h750.peripherals import (DBGMCU_IDC, MDMA_BASE, RCC_AHB3ENR, RCC_AHB3ENR_MDMAEN, ClockModel,
+                                              MdmaModel, QspiModel, h750_bus_targets)
 from .result import TIMEOUT_EXIT_CODE, RunResult, decode
 
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
@@ -49,14 +49,13 @@ PAGE = 0x1000
 # Peripheral windows the H750 firmware touches that only need to hold what
 # was written: GPIOA..K, DBGMCU (preset to revision V) and the Cortex-M7
 # private peripheral bus (SCB with its cache registers, DWT, CPACR).  RCC/PWR,
-# SYSCFG, FLASH and QUADSPI are MMIO windows on the h750_model.py models.
+# SYSCFG, FLASH and QUADSPI are MMIO windows on the family's peripheral models.
 REGISTER_WINDOWS = (
     (0x58020000, 0x3000, "GPIOA..K"),
     (0x5C001000, 0x1000, "DBGMCU"),
     (0xE0000000, 0x100000, "Cortex-M7 private peripheral bus (SCB, DWT)"),
 )
 RCC_PWR_WINDOW, SYSCFG_WINDOW, FLASH_REGS, QSPI_REGS = 0x58024000, 0x58000000, 0x52002000, 0x52005000
-DBGMCU_IDC = {"V": 0x20036450, "Y": 0x10036450}  # REV_ID 0x2003 / 0x1003, DEV_ID 0x450
 SCB_CCR, SCB_CCSIDR, M7_L1D_CCSIDR = 0xE000ED14, 0xE000ED80, 0xF00FE019  # 16 KiB: 128 sets, 4 ways, 32-byte lines
 DWT_CYCCNT = 0xE0001004
 USART_BRR, USART_ISR, USART_RDR, USART_TDR = 0x0C, 0x1C, 0x24, 0x28

@@ -30,7 +30,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tr
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.run.protocol import pack_request, parse_output
-from tinyllm_gen.run_renode import find_renode, renode_missing_reason, run_renode, write_check
+from tinyllm_gen.run.renode import find_renode, renode_missing_reason, run_renode, write_check
 
 pytestmark = [pytest.mark.emu, pytest.mark.skipif(find_renode() is None, reason=renode_missing_reason())]
 

@@ -20,7 +20,8 @@ import pytest
 
 from bounds import BACKSTOP_S
 from tinyllm_gen.board import load_board
-from tinyllm_gen.run_renode import FPV5_THUNKS, FPV5_THUNKS_BYTES, find_renode, renode_files, renode_missing_reason
+from tinyllm_gen.families.stm32h750.renode import FPV5_THUNKS, FPV5_THUNKS_BYTES, renode_files
+from tinyllm_gen.run.renode import find_renode, renode_missing_reason
 
 pytestmark = pytest.mark.emu
 

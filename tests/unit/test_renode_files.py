@@ -20,10 +20,11 @@ import pytest
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.run.protocol import REQUEST_CRC_OFFSET, REQUEST_HEADER
 from tinyllm_gen.board import load_board
-from tinyllm_gen.run_renode import (DWT_ADDRESS, FPV5_THUNKS, FPV5_THUNKS_BYTES, MDMA_ADDRESS, MODEL_ERROR,
-                                    PWR_ADDRESS, QSPI_REGS, RCC_ADDRESS, STOCK_MEMORIES, STOCK_UARTS, TEMPLATES,
-                                    find_renode, renode_files, run_script, write_check)
-from tinyllm_gen.run.unicorn import DBGMCU_IDC
+from tinyllm_gen.families.stm32h750.peripherals import DBGMCU_IDC
+from tinyllm_gen.families.stm32h750.renode import (DWT_ADDRESS, FPV5_THUNKS, FPV5_THUNKS_BYTES, MDMA_ADDRESS,
+                                                   MODEL_ERROR, PWR_ADDRESS, QSPI_REGS, RCC_ADDRESS, STOCK_MEMORIES,
+                                                   STOCK_UARTS, TEMPLATES, renode_files)
+from tinyllm_gen.run.renode import find_renode, run_script, write_check
 from tinyllm_gen.reference.sampler import SamplingOptions
 
 from tinymodels import make_hf_model

@@ -11,7 +11,7 @@
  * Unicorn agree with the Arm ARM; Renode 1.15.1 does not.
  *
  * -DPROBE_NO_THUNKLESS leaves out VMAXNM.F64 and VRINTA, for which the
- * Renode workaround (boards/stm32h750-common/renode/tllm_fpv5.py.j2) has no
+ * Renode workaround (boards/stm32h750/renode/tllm_fpv5.py.j2) has no
  * thunk, so the rest can be checked with the workaround applied.
  *
  * Build: arm-none-eabi-gcc -mcpu=cortex-m7 -mthumb -mfpu=fpv5-d16

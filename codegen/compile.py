@@ -38,7 +38,7 @@ from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
 from .reference.executor import rope_tables
 from .reference.sampler import sampler_problem
-from .plan.traffic import step_traffic
+from .plan.traffic import kv_read, step_traffic
 from .timing import predicted_for
 from .verify import verify_graph
 from .vocab import check_vocab_fits, vocabulary_of
@@ -358,7 +358,8 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
     saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
     traffic = step_traffic(res.step)
     pred = predicted_for(traffic.workload(), board, prefill_batch=res.prefill_batch,
-                         chunk_bytes=res.stream.chunk_bytes if res.stream else None)
+                         chunk_bytes=res.stream.chunk_bytes if res.stream else None,
+                         kv=kv_read(res.plan, res.step.config))
     doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
     doc["traffic"] = traffic.json()
     return (doc,

@@ -29,7 +29,7 @@ from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
-from ..plan.traffic import traffic_of
+from ..plan.traffic import kv_read, traffic_of
 from ..quant.kv import kv_layout
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
@@ -142,7 +142,8 @@ def report_doc(program: Program, board: Board) -> dict:
     doc["traffic"] = traffic.json()
     doc["instruction_bound"] = run_bound(program, traffic)
     doc["predicted"] = predicted_for(traffic.workload(), board, program.prefill_batch,
-                                     program.stream.options.chunk_bytes if program.stream else None)
+                                     program.stream.options.chunk_bytes if program.stream else None,
+                                     kv_read(plan, program.config))
     if program.stream is not None:
         doc["stream_schedule"] = schedule_json(program)
     pre = program.prefill

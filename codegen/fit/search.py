@@ -263,7 +263,7 @@ class SeqNote:
         other = p.with_kv(None if p.kv_region else p.sdram)
         alt = other.largest_fitting_seq(self.step, self.step.config.max_seq)
         name = "--kv-region sram" if p.kv_region else "--kv-region sdram"
-        return f"; with {name}: {alt if alt else 'nothing'} tokens"
+        return f"; with {name} (this prefill batch and stream): {alt if alt else 'nothing'} tokens"
 
 
 def model_context(config, requested: int | None) -> int:

@@ -99,7 +99,7 @@ def test_smollm2_with_its_kv_cache_in_sdram_holds_1024_tokens_and_gives_the_refe
     compiled = compile_path(smollm2_path(), opts)
     plan = compiled.plan
     assert plan.max_seq >= 1024 and plan.kv_cache_regions == ("sdram",)
-    assert "with --kv-region sram:" in compiled.trade_off  # --max-seq auto says both figures
+    assert "with --kv-region sram (this prefill batch and stream):" in compiled.trade_off  # both figures
     out = tmp_path / "smol-dk-sdram"
     write_tree(compiled.tree, out)
     build(out)

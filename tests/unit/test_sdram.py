@@ -235,8 +235,8 @@ def test_defaults_are_unchanged_and_max_seq_auto_reports_both_figures():
     assert sd.plan.max_seq >= 1024 and sd.plan.kv_cache_regions == ("sdram",)
     # int4 KV with g32 scales: 7,200 B a token; each of a layer's 4 buffers rounds up to 16 B
     assert 0 <= sd.plan.kv_cache_bytes - 7200 * sd.plan.max_seq < 30 * 4 * 16
-    assert f"; with --kv-region sram: {dk.plan.max_seq} tokens" in sd.trade_off
-    assert f"; with --kv-region sdram: {sd.plan.max_seq} tokens" in dk.trade_off
+    assert f"; with --kv-region sram (this prefill batch and stream): {dk.plan.max_seq} tokens" in sd.trade_off
+    assert f"; with --kv-region sdram (this prefill batch and stream): {sd.plan.max_seq} tokens" in dk.trade_off
     assert "--kv-region" not in weact.trade_off
 
 

@@ -15,6 +15,8 @@ import sys
 import pytest
 
 from plans import step_of
+from test_region_planner import STORIES260K
+from test_region_planner import shape as llama
 from tinyllm_gen.board import load_board, parse_board
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.families import config_header
@@ -23,8 +25,6 @@ from tinyllm_gen.families.stm32h750.peripherals import (FMC_BCR1, FMC_BCR1_FMCEN
                                                         FMC_SDRTR, FMC_SDTR1, FMC_SDTR2, MPU_CTRL, MPU_RASR, MPU_RBAR,
                                                         MPU_RNR, FmcModel, MpuModel)
 from tinyllm_gen.fit.search import FitRequest, Planner, plan_step
-from tinyllm_gen.ir import ModelConfig, build_decoder_graph
-from tinyllm_gen.lower.records import StepSource
 from tinyllm_gen.plan.report import plan_json
 from tinyllm_gen.resources import boards_dir
 
@@ -187,13 +187,6 @@ def test_the_mpu_model_says_when_the_sdram_is_device_memory():
 
 
 # ------------------------------------------------------------------ planner
-def llama(dim, hidden, layers, heads, kv, vocab, seq, kv_bits=8):
-    c = ModelConfig("llama", dim, hidden, layers, heads, kv, dim // heads, vocab, seq, tied_embeddings=True,
-                    eos_ids=(2,))
-    return StepSource(build_decoder_graph(c, {}), 32, kv_bits)
-
-
-STORIES260K = (64, 172, 5, 8, 4, 512, 512)
 SMOLLM2 = (576, 1536, 30, 9, 3, 49152, 8192)
 
 

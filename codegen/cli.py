@@ -211,6 +211,13 @@ _prefill_option = click.option(
          "the largest that keeps 90% of the context a batch of 1 gets).")
 
 
+_kv_region_option = click.option(
+    "--kv-region", type=click.Choice(["auto", "sram", "sdram"]), default="sram", show_default=True,
+    help="Where the KV cache goes: sram (the --ram-budget plan); sdram: the board's external SDRAM (the "
+         "STM32H750B-DK's 8 MB FMC SDRAM), outside the budget, for a longer context; auto: SRAM when the "
+         "context asked for fits there, else SDRAM. The report says where it went.")
+
+
 _classifier_option = click.option(
     "--classifier-quant", type=click.Choice(["keep", "q4"]), default="keep", show_default=True,
     help="A GGUF's kept classifier (SmolLM2: its tied Q8_0 embedding, 31% of the bytes a token reads): keep its "
@@ -233,8 +240,9 @@ _classifier_option = click.option(
 @click.option("--unroll-layers", is_flag=True,
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
 @_classifier_option
+@_kv_region_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk, prefill_batch, unroll_layers, classifier_quant):
+                weight_quant, sampler, stream, stream_chunk, prefill_batch, unroll_layers, classifier_quant, kv_region):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
@@ -245,7 +253,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
-                   prefill_batch=parse_batch(prefill_batch), classifier_quant=classifier_quant)
+                   prefill_batch=parse_batch(prefill_batch), classifier_quant=classifier_quant, kv_region=kv_region)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -253,6 +261,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
                f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B (arena {p.arena_bytes:,} B, "
                f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}, "
                f"prefill {compiled.program.prefill_batch} prompt tokens per pass over the weights")
+    if p.external_bytes:
+        click.echo(f"KV cache {p.kv_cache_bytes:,} B in {', '.join(p.kv_cache_regions)} (outside the RAM budget)")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
     if compiled.program.stream is not None:
@@ -415,16 +425,19 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_stream_chunk_option
 @_prefill_option
 @click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
+@_kv_region_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, unroll_layers, as_json):
+             prefill_batch, unroll_layers, kv_region, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
+    from dataclasses import replace
+
     from .compile import parse_size
     from .lower.prefill import parse_batch
     from .compile import plan_model
 
-    opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kv_region=kv_region)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
                            unroll_layers)

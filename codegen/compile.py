@@ -19,7 +19,7 @@ from .bind import Program, bind, verify_program
 from .board import Board, load_board
 from .emit import EmittedTree, emit_tree
 from .errors import UserError, first_line
-from .fit.search import AUTO, FitRequest, Planner, check_code, check_weights, model_context
+from .fit.search import AUTO, KV_REGIONS, FitRequest, Planner, check_code, check_weights, model_context
 from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
@@ -27,6 +27,7 @@ from .lower.blob import build_blob
 from .lower.records import StepSource, source_of
 from .lower.step import lower_step
 from .plan.memory import MemoryPlan
+from .plan.regions import check_kv_region
 from .plan.report import plan_json, plan_text
 from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
@@ -37,7 +38,7 @@ from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
 from .reference.executor import rope_tables
 from .reference.sampler import sampler_problem
-from .plan.traffic import step_traffic
+from .plan.traffic import kv_read, step_traffic
 from .timing import predicted_for
 from .verify import verify_graph
 from .vocab import check_vocab_fits, vocabulary_of
@@ -70,6 +71,9 @@ class CompileOptions:
     prefill_batch: str | int = "auto"  # prompt tokens per weight pass (lower/prefill.py): auto (fit's) or 1..4
     # a kept GGUF's classifier: keep its blocks (lossless), or "q4": re-rounded to Q4_0 (quant/classifier_q4.py)
     classifier_quant: str = "keep"
+    # where the KV cache goes (fit/search.py): sram (the RAM budget, as always), sdram (a board's external RAM,
+    # outside the budget), auto (SRAM when the context fits there, else SDRAM)
+    kv_region: str = "sram"
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,7 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
 
 def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | None) -> FitRequest:
     return FitRequest(board, opts.ram_budget, opts.max_seq, opts.stream, opts.stream_chunk, opts.prefill_batch,
-                      vocab, opts.unroll_layers)
+                      vocab, opts.unroll_layers, opts.kv_region)
 
 
 def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program) -> dict:
@@ -192,12 +196,15 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program)
         options.update(unroll_layers=True)
     if opts.classifier_quant != "keep":
         options.update(classifier_quant=opts.classifier_quant)
+    if opts.kv_region != "sram":  # only when asked: the defaults' manifests stay as they were
+        options.update(kv_region=opts.kv_region)
     return options
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     board = load_board(opts.board)
+    check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
@@ -226,6 +233,7 @@ def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
 
 
 def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:
+    check_kv_region(load_board(opts.board), opts.kv_region, KV_REGIONS)  # before the model is read
     return compile_model(load_model(Path(model_path), tokenizer), opts)
 
 
@@ -334,10 +342,12 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool) -> tuple[dict, str]:
     """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
     board = load_board(opts.board)
+    check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
-    req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers)
+    req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers,
+                     opts.kv_region)
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
@@ -348,7 +358,8 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
     saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
     traffic = step_traffic(res.step)
     pred = predicted_for(traffic.workload(), board, prefill_batch=res.prefill_batch,
-                         chunk_bytes=res.stream.chunk_bytes if res.stream else None)
+                         chunk_bytes=res.stream.chunk_bytes if res.stream else None,
+                         kv=kv_read(res.plan, res.step.config))
     doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
     doc["traffic"] = traffic.json()
     return (doc,

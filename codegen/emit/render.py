@@ -29,7 +29,7 @@ from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
-from ..plan.traffic import traffic_of
+from ..plan.traffic import kv_read, traffic_of
 from ..quant.kv import kv_layout
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
@@ -142,7 +142,8 @@ def report_doc(program: Program, board: Board) -> dict:
     doc["traffic"] = traffic.json()
     doc["instruction_bound"] = run_bound(program, traffic)
     doc["predicted"] = predicted_for(traffic.workload(), board, program.prefill_batch,
-                                     program.stream.options.chunk_bytes if program.stream else None)
+                                     program.stream.options.chunk_bytes if program.stream else None,
+                                     kv_read(plan, program.config))
     if program.stream is not None:
         doc["stream_schedule"] = schedule_json(program)
     pre = program.prefill
@@ -206,8 +207,11 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "weights_file": "../weights.bin",
-        "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": config_header(board),
-        "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
+        "gnu_stack_note": board.toolchain == "host", "board": board,
+        "board_config": config_header(board, sdram_used=plan.external_bytes > 0),  # bringup.c starts the SDRAM
+        "arena_regions": arena_regions(plan, board),
+        "budget_arena_regions": [r for r in arena_regions(plan, board) if not r["external"]],
+        "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
         "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",

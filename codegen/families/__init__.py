@@ -17,12 +17,12 @@ from .stm32h750 import renode as h750_renode
 @dataclass(frozen=True)
 class Family:
     name: str
-    config_values: Callable[[Board], tuple[ConfigValue, ...]]  # board_config.h defines from board data
+    config_values: Callable[[Board, bool], tuple[ConfigValue, ...]]  # board_config.h defines (board, SDRAM used)
     out_files: Callable[[Board, int], dict[str, bytes]]  # OUT path -> bytes, given the request capacity
 
 
 FAMILIES = {f.name: f for f in (
-    Family(h750_renode.FAMILY, h750_registers.qspi_values, h750_renode.renode_files),
+    Family(h750_renode.FAMILY, h750_registers.config_values, h750_renode.renode_files),
 )}
 
 
@@ -30,10 +30,11 @@ def family_of(board: Board) -> Family | None:
     return FAMILIES.get(board.family) if board.family is not None else None
 
 
-def config_header(board: Board) -> tuple[ConfigValue, ...]:
-    """Every define of the board's board_config.h (Board.config_header with its family's values)."""
+def config_header(board: Board, sdram_used: bool = False) -> tuple[ConfigValue, ...]:
+    """Every define of the board's board_config.h (Board.config_header with its
+    family's values); the SDRAM's only when the plan puts something there."""
     family = family_of(board)
-    values = board.config_header(family.config_values(board) if family else ())
+    values = board.config_header(family.config_values(board, sdram_used) if family else ())
     names = [v.name for v in values]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

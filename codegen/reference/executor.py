@@ -214,7 +214,7 @@ class QuantKernels:
         self.max_seq = max_seq
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
         self.att_scale = exact.attention_scale(c.head_dim)
-        self._fields = {}  # GGUF matrices' (d, m, q), unpacked once
+        self.linears = QuantLinears(qgraph)
         self.reset()
 
     def reset(self) -> None:
@@ -237,32 +237,16 @@ class QuantKernels:
         t = self.qg.q4[node.inputs[1]]
         return exact.dequant_row_q4(t.q[token], t.scales[token], t.group_size)
 
-    def _gguf_fields(self, gm):
-        f = self._fields.get(gm.name)
-        if f is None:
-            d, m, q = gm.fields()
-            f = self._fields[gm.name] = (d, m, q.astype(np.float32))
-        return f
-
     def rmsnorm(self, node, x):
         return exact.rmsnorm(x, self.qg.vectors[node.inputs[1]], node.attrs["eps"])
 
     def linear(self, node, x):
-        gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
-        if gm is not None:  # tllm_matvec_q40/q41/q80: two integer sums per block, one float term
-            xq, xs = exact.quantize_groups_i8(x, gm.group_size)
-            bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
-            d, m, q = self._gguf_fields(gm)
-            return exact.matvec_gguf(gm.qtype, d, m, q, xq, xs, bias)
-        t = self.qg.q4[node.inputs[1]]
         if self.qg.method == "per-channel":  # CMSIS-NN arithmetic: static int8 in, int8 out
-            st = self.qg.static[node.output]
+            t, st = self.qg.q4[node.inputs[1]], self.qg.static[node.output]
             q_out = exact.cmsis_fc_s4(exact.quantize_static_s8(x, exact.inverse_scale(st.in_scale)), t.q, st.bias,
                                       st.multipliers, st.shifts)
             return exact.dequantize_s8(q_out, st.out_scale)
-        xq, xs = exact.quantize_groups_i8(x, t.group_size)
-        bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
-        return exact.matvec_q4(t.q, t.scales, t.group_size, xq, xs, bias)
+        return self.linears(node, x[None])[0]
 
     def rope(self, node, x, pos):
         return exact.rope(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos[pos], self.sin[pos])
@@ -289,3 +273,40 @@ class QuantKernels:
 
     def silu_mul(self, node, gate, up):
         return exact.silu_mul(gate, up)
+
+
+class QuantLinears:
+    """The group-wise quantized linears for P vectors at once ([P, cols] ->
+    [P, rows]): the int8 activation groups, then exact.matmat_gguf
+    (tllm_matvec_q40/q41/q80: llama.cpp's blocks kept) or matmat_q4
+    (tllm_matvec_q4), every row bit for bit the firmware's matvec of its
+    vector.  Each matrix is prepared once (exact.block_operand: 4 bytes
+    per weight); the step kernels call it with P = 1, the sequence kernels
+    (sequence.py) with a whole sequence."""
+
+    def __init__(self, qgraph, chunk: int | None = None):
+        self.qg = qgraph
+        self.chunk = chunk  # rows per epilogue pass (None: exact.row_chunks' cache-sized default)
+        self._ops: dict = {}
+
+    def _operand(self, name: str):
+        op = self._ops.get(name)
+        if op is None:
+            gm = getattr(self.qg, "gguf", {}).get(name)
+            if gm is not None:
+                op = exact.GGUFOperand.of(gm.qtype, *gm.fields())
+            else:
+                t = self.qg.q4[name]
+                op = (exact.block_operand(t.q, t.group_size), np.ascontiguousarray(np.asarray(t.scales, np.float32).T))
+            op = self._ops[name] = op
+        return op
+
+    def __call__(self, node: Node, x: np.ndarray) -> np.ndarray:
+        bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
+        op = self._operand(node.inputs[1])
+        if isinstance(op, exact.GGUFOperand):
+            xq, xs = exact.quantize_groups_i8(x, op.q.shape[1])
+            return exact.matmat_gguf(op, xq, xs, bias, self.chunk)
+        qb, scales_t = op
+        xq, xs = exact.quantize_groups_i8(x, qb.shape[1])
+        return exact.matmat_q4_operand(qb, scales_t, xq, xs, bias, self.chunk)

@@ -19,6 +19,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from . import exact
+from .blas import one_blas_thread
 from ..ir import Graph, Node
 from ..quant.formats import gguf_fields
 from ..quant.kv import kv_layout
@@ -178,7 +179,13 @@ def generate(
     one token at a time (the head only for the last prompt token, whose
     logits are the only ones read), then sample / emit / step until EOS, the
     token limit or the end of the context.  top_k: a `--sampler topk:K`
-    build's K (sampler.py), 0 for the full and greedy builds."""
+    build's K (sampler.py), 0 for the full and greedy builds.  BLAS runs
+    on one thread meanwhile (blas.py)."""
+    with one_blas_thread():
+        return _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k)
+
+
+def _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k) -> Generation:
     executor.reset()
     sampler = Sampler(sampling, top_k)
     prompt = list(prompt_ids)

@@ -31,6 +31,7 @@ from typing import Iterable
 import numpy as np
 
 from . import exact
+from .blas import one_blas_thread
 from .exact import F32
 from ..ir import Graph
 from ..quant.formats import dequantize_gguf
@@ -211,7 +212,13 @@ def run_sequence(graph: Graph, kernels, tokens: Iterable[int], keep: Iterable[st
     the values named in `keep` ([T, n] each: calibration reads linear inputs).
     need_logits False: the head's nodes (reference.head_start_node) run only
     as far as a kept value needs them, as the firmware's prompt steps skip
-    the classifier; the logits are then None."""
+    the classifier; the logits are then None.  BLAS runs on one thread
+    meanwhile (blas.py)."""
+    with one_blas_thread():
+        return _run_sequence(graph, kernels, tokens, keep, need_logits)
+
+
+def _run_sequence(graph, kernels, tokens, keep, need_logits):
     toks = np.asarray(list(tokens), np.int64)
     keep = set(keep)
     env: dict[str, np.ndarray] = {}

@@ -60,6 +60,16 @@ class Kernels(Protocol):
     def reset(self) -> None: ...
 
 
+def float64_weights(graph: Graph, name: str, cache: dict) -> np.ndarray:
+    """graph.weights[name] as float64, once per cache (tied matrices share one copy)."""
+    w = graph.weights[name]
+    key = id(w)
+    hit = cache.get(key)
+    if hit is None or hit[0] is not w:
+        hit = cache[key] = (w, np.ascontiguousarray(w, dtype=np.float64))
+    return hit[1]
+
+
 class FloatKernels:
     """The float32 model (float64 accumulation where numpy chooses)."""
 
@@ -68,6 +78,7 @@ class FloatKernels:
         c = graph.config
         self.max_seq = max_seq
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        self._w64: dict[str, np.ndarray] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -78,6 +89,11 @@ class FloatKernels:
     def w(self, name: str) -> np.ndarray:
         return self.g.weights[name]
 
+    def w64(self, name: str) -> np.ndarray:
+        """A matrix in float64, converted once (8 bytes per weight): the
+        product is then one BLAS call per step instead of a conversion."""
+        return float64_weights(self.g, name, self._w64)
+
     def embedding(self, node, token):
         return self.w(node.inputs[1])[token].astype(np.float32)
 
@@ -86,7 +102,7 @@ class FloatKernels:
         return (x / np.sqrt(ms + node.attrs["eps"]) * self.w(node.inputs[1])).astype(np.float32)
 
     def linear(self, node, x):
-        y = self.w(node.inputs[1]).astype(np.float64) @ x.astype(np.float64)
+        y = self.w64(node.inputs[1]) @ x.astype(np.float64)
         if len(node.inputs) > 2:
             y = y + self.w(node.inputs[2])
         return y.astype(np.float32)

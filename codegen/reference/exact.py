@@ -190,7 +190,7 @@ def matvec_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int, x_q: np.ndarray
 
     isum is the exact int32 dot product of int4 weights and int8 activations
     over one group; groups are accumulated in float32 left to right."""
-    return matmat_q4(w_q, w_scales, group, x_q[None], x_scales[None], bias)[0]
+    return matmat_q4(w_q, w_scales, group, np.asarray(x_q)[None], np.asarray(x_scales)[None], bias)[0]
 
 
 def matmat_q4(w_q: np.ndarray, w_scales: np.ndarray, group: int, x_q: np.ndarray, x_scales: np.ndarray,
@@ -473,7 +473,7 @@ def gguf_block_terms(qtype: str, d: np.ndarray, m: np.ndarray | None, isum: np.n
 def matvec_gguf(qtype: str, d: np.ndarray, m: np.ndarray | None, q: np.ndarray, x_q: np.ndarray,
                 x_scales: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """y = W x for a GGUF matrix given as its fields (GGUFMatrix.fields())."""
-    return matmat_gguf(GGUFOperand.of(qtype, d, m, q), x_q[None], x_scales[None], bias)[0]
+    return matmat_gguf(GGUFOperand.of(qtype, d, m, q), np.asarray(x_q)[None], np.asarray(x_scales)[None], bias)[0]
 
 
 @dataclass(frozen=True)

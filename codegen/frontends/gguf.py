@@ -101,6 +101,27 @@ class GGUFModel(ImportedModel):
 # ---------------------------------------------------------------- reading
 
 
+def _plain_reader(gguf):
+    """gguf.GGUFReader reading through a plain ndarray view of its memmap:
+    the same bytes, fields and tensors, but each of the ~250,000 small reads
+    of a real model's metadata (the tokenizer's 49,152 tokens and 48,900
+    merges) is an ndarray slice instead of a memmap slice, whose Python-level
+    __getitem__ / __array_finalize__ made the reader 3x slower (SmolLM2:
+    3.0 s -> 0.9 s of CPU)."""
+
+    class PlainReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, mapped):
+            self._mapped = mapped  # keeps the mapping open
+            self._plain = np.asarray(mapped)
+
+    return PlainReader
+
+
 class GGUFFile:
     """The parsed file: metadata values and tensors by name."""
 
@@ -113,7 +134,7 @@ class GGUFFile:
             if fh.read(4) != GGUF_MAGIC:
                 raise UserError(f"{self.path}: not a GGUF file (no GGUF magic at the start)")
         try:
-            self.reader = gguf.GGUFReader(str(self.path), "r")
+            self.reader = _plain_reader(gguf)(str(self.path), "r")
         except Exception as e:  # the reader raises ValueError, struct errors, IndexError... on a bad file
             raise UserError(f"{self.path}: not a readable GGUF file ({_one_line(e)}); "
                             "it is truncated or corrupt, re-download it") from None

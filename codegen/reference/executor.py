@@ -19,6 +19,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from . import exact
+from .blas import one_blas_thread
 from ..ir import Graph, Node
 from ..quant.formats import gguf_fields
 from ..quant.kv import kv_layout
@@ -59,6 +60,16 @@ class Kernels(Protocol):
     def reset(self) -> None: ...
 
 
+def float64_weights(graph: Graph, name: str, cache: dict) -> np.ndarray:
+    """graph.weights[name] as float64, once per cache (tied matrices share one copy)."""
+    w = graph.weights[name]
+    key = id(w)
+    hit = cache.get(key)
+    if hit is None or hit[0] is not w:
+        hit = cache[key] = (w, np.ascontiguousarray(w, dtype=np.float64))
+    return hit[1]
+
+
 class FloatKernels:
     """The float32 model (float64 accumulation where numpy chooses)."""
 
@@ -67,6 +78,7 @@ class FloatKernels:
         c = graph.config
         self.max_seq = max_seq
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
+        self._w64: dict[str, np.ndarray] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -77,6 +89,11 @@ class FloatKernels:
     def w(self, name: str) -> np.ndarray:
         return self.g.weights[name]
 
+    def w64(self, name: str) -> np.ndarray:
+        """A matrix in float64, converted once (8 bytes per weight): the
+        product is then one BLAS call per step instead of a conversion."""
+        return float64_weights(self.g, name, self._w64)
+
     def embedding(self, node, token):
         return self.w(node.inputs[1])[token].astype(np.float32)
 
@@ -85,7 +102,7 @@ class FloatKernels:
         return (x / np.sqrt(ms + node.attrs["eps"]) * self.w(node.inputs[1])).astype(np.float32)
 
     def linear(self, node, x):
-        y = self.w(node.inputs[1]).astype(np.float64) @ x.astype(np.float64)
+        y = self.w64(node.inputs[1]) @ x.astype(np.float64)
         if len(node.inputs) > 2:
             y = y + self.w(node.inputs[2])
         return y.astype(np.float32)
@@ -178,7 +195,13 @@ def generate(
     one token at a time (the head only for the last prompt token, whose
     logits are the only ones read), then sample / emit / step until EOS, the
     token limit or the end of the context.  top_k: a `--sampler topk:K`
-    build's K (sampler.py), 0 for the full and greedy builds."""
+    build's K (sampler.py), 0 for the full and greedy builds.  BLAS runs
+    on one thread meanwhile (blas.py)."""
+    with one_blas_thread():
+        return _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k)
+
+
+def _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k) -> Generation:
     executor.reset()
     sampler = Sampler(sampling, top_k)
     prompt = list(prompt_ids)
@@ -214,7 +237,7 @@ class QuantKernels:
         self.max_seq = max_seq
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
         self.att_scale = exact.attention_scale(c.head_dim)
-        self._fields = {}  # GGUF matrices' (d, m, q), unpacked once
+        self.linears = QuantLinears(qgraph)
         self.reset()
 
     def reset(self) -> None:
@@ -237,32 +260,16 @@ class QuantKernels:
         t = self.qg.q4[node.inputs[1]]
         return exact.dequant_row_q4(t.q[token], t.scales[token], t.group_size)
 
-    def _gguf_fields(self, gm):
-        f = self._fields.get(gm.name)
-        if f is None:
-            d, m, q = gm.fields()
-            f = self._fields[gm.name] = (d, m, q.astype(np.float32))
-        return f
-
     def rmsnorm(self, node, x):
         return exact.rmsnorm(x, self.qg.vectors[node.inputs[1]], node.attrs["eps"])
 
     def linear(self, node, x):
-        gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
-        if gm is not None:  # tllm_matvec_q40/q41/q80: two integer sums per block, one float term
-            xq, xs = exact.quantize_groups_i8(x, gm.group_size)
-            bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
-            d, m, q = self._gguf_fields(gm)
-            return exact.matvec_gguf(gm.qtype, d, m, q, xq, xs, bias)
-        t = self.qg.q4[node.inputs[1]]
         if self.qg.method == "per-channel":  # CMSIS-NN arithmetic: static int8 in, int8 out
-            st = self.qg.static[node.output]
+            t, st = self.qg.q4[node.inputs[1]], self.qg.static[node.output]
             q_out = exact.cmsis_fc_s4(exact.quantize_static_s8(x, exact.inverse_scale(st.in_scale)), t.q, st.bias,
                                       st.multipliers, st.shifts)
             return exact.dequantize_s8(q_out, st.out_scale)
-        xq, xs = exact.quantize_groups_i8(x, t.group_size)
-        bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
-        return exact.matvec_q4(t.q, t.scales, t.group_size, xq, xs, bias)
+        return self.linears(node, x[None])[0]
 
     def rope(self, node, x, pos):
         return exact.rope(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos[pos], self.sin[pos])
@@ -289,3 +296,40 @@ class QuantKernels:
 
     def silu_mul(self, node, gate, up):
         return exact.silu_mul(gate, up)
+
+
+class QuantLinears:
+    """The group-wise quantized linears for P vectors at once ([P, cols] ->
+    [P, rows]): the int8 activation groups, then exact.matmat_gguf
+    (tllm_matvec_q40/q41/q80: llama.cpp's blocks kept) or matmat_q4
+    (tllm_matvec_q4), every row bit for bit the firmware's matvec of its
+    vector.  Each matrix is prepared once (exact.block_operand: 4 bytes
+    per weight); the step kernels call it with P = 1, the sequence kernels
+    (sequence.py) with a whole sequence."""
+
+    def __init__(self, qgraph, chunk: int | None = None):
+        self.qg = qgraph
+        self.chunk = chunk  # rows per epilogue pass (None: exact.row_chunks' cache-sized default)
+        self._ops: dict = {}
+
+    def _operand(self, name: str):
+        op = self._ops.get(name)
+        if op is None:
+            gm = getattr(self.qg, "gguf", {}).get(name)
+            if gm is not None:
+                op = exact.GGUFOperand.of(gm.qtype, *gm.fields())
+            else:
+                t = self.qg.q4[name]
+                op = (exact.block_operand(t.q, t.group_size), np.ascontiguousarray(np.asarray(t.scales, np.float32).T))
+            op = self._ops[name] = op
+        return op
+
+    def __call__(self, node: Node, x: np.ndarray) -> np.ndarray:
+        bias = self.qg.vectors[node.inputs[2]] if len(node.inputs) > 2 else None
+        op = self._operand(node.inputs[1])
+        if isinstance(op, exact.GGUFOperand):
+            xq, xs = exact.quantize_groups_i8(x, op.q.shape[1])
+            return exact.matmat_gguf(op, xq, xs, bias, self.chunk)
+        qb, scales_t = op
+        xq, xs = exact.quantize_groups_i8(x, qb.shape[1])
+        return exact.matmat_q4_operand(qb, scales_t, xq, xs, bias, self.chunk)

@@ -6,11 +6,13 @@ of thousands of tokens through per-op Python dispatch take hours.  Here one
 call runs a whole sequence as [T, n] arrays.
 
 Why `SeqQuantKernels` is bit-identical to `QuantKernels` (tests/unit/
-tests/unit/test_reference_seq.py checks it on every op, both KV precisions, biases):
+test_reference_seq.py checks it on every op, both KV precisions, biases):
 * every op except attention is per position: the same float32 element
   operations on row t as the step kernel performs on its vector;
-* int4 x int8 group dot products are integers below 2^24 (7*127*128), so a
-  float32 BLAS matmul computes them exactly whatever its summation order;
+* the linears are the step kernels' own (executor.QuantLinears), given the
+  T vectors at once: the block sums are integers below 2^24, exact in a
+  float32 BLAS product whatever its summation order (exact.block_sums),
+  and each row's float epilogue is its vector's, block by block;
 * attention's float reductions across positions (the softmax sum; with
   the int4 cache also the value accumulation) run over key positions in
   ascending order, from 0.0f; a future key contributes an exact +0 (e = 0,
@@ -29,11 +31,12 @@ from typing import Iterable
 import numpy as np
 
 from . import exact
+from .blas import one_blas_thread
 from .exact import F32
 from ..ir import Graph
-from ..quant.formats import gguf_fields
+from ..quant.formats import dequantize_gguf
 from ..quant.kv import kv_layout
-from .executor import head_start_node, rope_tables
+from .executor import QuantLinears, float64_weights, head_start_node, rope_tables
 
 
 def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:
@@ -61,7 +64,7 @@ class _SeqRope:
         return rope_seq(x, node.attrs["n_heads"], node.attrs["head_dim"], self.cos, self.sin)
 
 
-SEQ_ROW_CHUNK = 4096  # rows per batched block matmul of a GGUF matrix (bounds the [blocks, T, rows] scratch)
+SEQ_ROW_CHUNK = None  # rows per epilogue pass of a linear (None: exact.row_chunks' cache-sized default)
 
 
 class SeqQuantKernels(_SeqRope):
@@ -74,26 +77,12 @@ class SeqQuantKernels(_SeqRope):
         c = qgraph.config
         super().__init__(c, max_seq)
         self.att_scale = exact.attention_scale(c.head_dim)
-        self._wf = {}  # int4 weights as float32, converted once (exact: small integers)
-
-    def _gguf(self, name):
-        """(GGUFMatrix, (d, m, q as float32 [n_blocks, 32, rows])) or (None, None)."""
-        gm = getattr(self.qg, "gguf", {}).get(name)
-        if gm is None:
-            return None, None
-        f = self._wf.get(name)
-        if f is None:
-            d, m, q = gm.fields()
-            qb = np.ascontiguousarray(q.astype(F32).reshape(gm.rows, gm.n_blocks, 32).transpose(1, 2, 0))
-            f = self._wf[name] = (d, m, qb)
-        return gm, f
+        self.linears = QuantLinears(qgraph, SEQ_ROW_CHUNK)  # the step kernels' linears, P = T
 
     def embedding(self, node, tokens):
         gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
         if gm is not None:  # QuantKernels.embedding per token (ggml's dequantize arithmetic)
-            d, m, q = gguf_fields(gm.qtype, gm.data[np.asarray(tokens)], gm.cols)
-            return np.stack([exact.dequant_row_gguf(gm.qtype, d[i], None if m is None else m[i], q[i])
-                             for i in range(len(d))])
+            return dequantize_gguf(gm.qtype, gm.data[np.asarray(tokens)], gm.cols)
         t = self.qg.q4[node.inputs[1]]
         s = np.repeat(t.scales[tokens], t.group_size, axis=1)[:, : t.cols]
         return t.q[tokens].astype(F32) * s
@@ -106,39 +95,7 @@ class SeqQuantKernels(_SeqRope):
         return (x * r[:, None]) * self.qg.vectors[node.inputs[1]].astype(F32)
 
     def linear(self, node, x):
-        gm, f = self._gguf(node.inputs[1])
-        if gm is not None:  # exact.matvec_gguf for every token: one float term per block, blocks left to right
-            d, m, qb = f
-            T, nb = x.shape[0], gm.n_blocks
-            xq, xs = quantize_groups_i8_seq(x.reshape(T * nb, 32))  # every (token, block) is one group
-            xq, xs = xq.reshape(T, nb, 32), xs.reshape(T, nb)
-            xsum = xq.astype(np.int32).sum(axis=2)
-            xf = np.ascontiguousarray(xq.astype(F32).transpose(1, 0, 2))  # [nb, T, 32]
-            acc = np.empty((T, gm.rows), F32)
-            for r0 in range(0, gm.rows, SEQ_ROW_CHUNK):
-                r1 = min(gm.rows, r0 + SEQ_ROW_CHUNK)
-                isum = np.matmul(xf, qb[:, :, r0:r1]).astype(np.int32)  # exact: integers below 2^24
-                a = np.zeros((T, r1 - r0), F32)
-                for b in range(nb):
-                    a = a + exact.gguf_block_terms(gm.qtype, d[None, r0:r1, b],
-                                                   None if m is None else m[None, r0:r1, b],
-                                                   isum[b], xsum[:, b:b + 1], xs[:, b:b + 1])
-                acc[:, r0:r1] = a
-            if len(node.inputs) > 2:
-                acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
-            return acc
-        t = self.qg.q4[node.inputs[1]]
-        acc = np.zeros((x.shape[0], t.rows), F32)
-        wq = self._wf.get(t.name)
-        if wq is None:
-            wq = self._wf[t.name] = t.q.astype(F32)
-        for gi, (a, b) in enumerate(exact.group_bounds(t.cols, t.group_size)):
-            xq, xs = quantize_groups_i8_seq(x[:, a:b])
-            isum = xq.astype(F32) @ wq[:, a:b].T  # exact: integers below 2^24
-            acc = acc + (isum * t.scales[:, gi]) * xs[:, None]
-        if len(node.inputs) > 2:
-            acc = acc + self.qg.vectors[node.inputs[2]].astype(F32)
-        return acc
+        return self.linears(node, x)
 
     def attention(self, node, q, k, v):
         at = node.attrs
@@ -152,32 +109,34 @@ class SeqQuantKernels(_SeqRope):
             k_q, k_s = exact.quantize_rows_i4(k.reshape(T, nkv, hd), g)  # [T, nkv, hd], [T, nkv, ng]
             v_q, v_s = exact.quantize_rows_i4(v.reshape(T, nkv, hd), g)
             ng = hd // g
-            qg8 = q8.astype(np.float64).reshape(T, nh, ng, g)
-            kg = k_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
-            dots = np.einsum("qhgd,khgd->qhkg", qg8, kg).astype(np.int32).astype(F32)  # exact integers
+            qg8 = q8.reshape(T, nh, ng, g).transpose(1, 2, 0, 3)  # [nh, ng, Tq, g]
+            kg = k_q[:, kv_of].reshape(T, nh, ng, g).transpose(1, 2, 3, 0)  # [nh, ng, g, Tk]
+            dots = _integer_matmul(qg8, kg).transpose(2, 0, 3, 1).astype(np.int32).astype(F32)  # [Tq, nh, Tk, ng]
             terms = dots * k_s[:, kv_of].transpose(1, 0, 2)[None]  # [Tq, nh, Tk, ng]
             r = terms[..., 0]
             for gi in range(1, ng):
                 r = r + terms[..., gi]
             vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [nh, ng, Tk]
             vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
-            vq = v_q[:, kv_of].astype(np.float64).reshape(T, nh, ng, g)
-            return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq, "qhgk,khgd->qhgd")
+            vq = v_q[:, kv_of].reshape(T, nh, ng, g)
+            return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq)
         k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
         v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
-        kf = k_q[:, kv_of].astype(np.float64).transpose(1, 2, 0)  # [nh, hd, Tk]
-        dots = np.matmul(q8.astype(np.float64).transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
+        kf = k_q[:, kv_of].transpose(1, 2, 0)  # [nh, hd, Tk]
+        dots = _integer_matmul(q8.transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
         r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
         vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
         vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, 1]
-        vq = v_q[:, kv_of].astype(np.float64).reshape(T, nh, 1, hd)
-        return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq, "qhgk,khgd->qhgd")
+        vq = v_q[:, kv_of].reshape(T, nh, 1, hd)
+        return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq)
 
-    def _integer_weighted_values(self, r, qs, future, vs, vsmax, vq, spec):
+    def _integer_weighted_values(self, r, qs, future, vs, vsmax, vq):
         """exact.attention_i8 / attention_kv4 from the raw scores r [Tq, nh, Tk]:
         the softmax as integer weights per value group, an exact integer value
-        sum; maxima run over the keys up to each query, future keys weigh 0."""
+        sum; maxima run over the keys up to each query, future keys weigh 0.
+        vq: the integer values [Tk, nh, ng, group]."""
         T, nh, _ = r.shape
+        vt = vq.transpose(1, 2, 0, 3)  # [nh, ng, Tk, group]
         m = np.max(np.where(future, -np.inf, r), axis=-1, keepdims=True).astype(F32)
         cl = ((qs * self.att_scale) * exact.EXP_LOG2E).astype(F32)  # [Tq, nh]
         e = np.where(future, F32(0.0), exact.exp2_nonpos(np.where(future, F32(0.0), (r - m) * cl[:, :, None])))
@@ -188,7 +147,7 @@ class SeqQuantKernels(_SeqRope):
             rows = np.flatnonzero(limits == limit)
             w, out_k = exact.attention_weights(e[rows][:, :, None, :], vs, vsmax[rows], total[rows][:, :, None],
                                                int(rows[0]) + 1)  # [R, nh, ng, Tk], [R, nh, ng]
-            acc = np.einsum(spec, w.astype(np.float64), vq)  # exact integers
+            acc = _integer_matmul(w.transpose(1, 2, 0, 3), vt).transpose(2, 0, 1, 3)  # [R, nh, ng, group]
             out[rows] = acc.astype(np.int64).astype(np.int32).astype(F32) * out_k[..., None]
         return out.reshape(T, -1)
 
@@ -199,14 +158,11 @@ class SeqQuantKernels(_SeqRope):
         return exact.silu_mul(gate, up)
 
 
-def quantize_groups_i8_seq(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """exact.quantize_groups_i8 of ONE group, for every row of x [T, g]."""
-    amax = np.max(np.abs(x), axis=1).astype(F32)
-    pos = amax >= exact.AMAX_MIN
-    scale = np.where(pos, amax / F32(127.0), F32(0.0)).astype(F32)
-    inv = np.where(pos, F32(127.0) / np.where(pos, amax, F32(1.0)), F32(0.0)).astype(F32)
-    q = np.clip(exact.round_half_away(x * inv[:, None]), -127, 127).astype(np.int8)
-    return np.where(pos[:, None], q, 0).astype(np.int8), scale
+def _integer_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b of integer arrays as float64 BLAS products: exact while every
+    partial sum stays below 2^53 (attention's are below 2^45: 32767 * 127 per
+    term, fewer than 2^23 keys)."""
+    return np.matmul(np.ascontiguousarray(a, np.float64), np.ascontiguousarray(b, np.float64))
 
 
 class SeqFloatKernels(_SeqRope):
@@ -215,6 +171,7 @@ class SeqFloatKernels(_SeqRope):
     def __init__(self, graph: Graph, max_seq: int):
         self.g = graph
         super().__init__(graph.config, max_seq)
+        self._w64: dict = {}  # matrices in float64, converted once
 
     def embedding(self, node, tokens):
         return self.g.weights[node.inputs[1]][tokens].astype(F32)
@@ -224,7 +181,7 @@ class SeqFloatKernels(_SeqRope):
         return (x / np.sqrt(ms + node.attrs["eps"]) * self.g.weights[node.inputs[1]]).astype(F32)
 
     def linear(self, node, x):
-        y = x.astype(np.float64) @ self.g.weights[node.inputs[1]].astype(np.float64).T
+        y = x.astype(np.float64) @ float64_weights(self.g, node.inputs[1], self._w64).T
         if len(node.inputs) > 2:
             y = y + self.g.weights[node.inputs[2]]
         return y.astype(F32)
@@ -257,7 +214,13 @@ def run_sequence(graph: Graph, kernels, tokens: Iterable[int], keep: Iterable[st
     the values named in `keep` ([T, n] each: calibration reads linear inputs).
     need_logits False: the head's nodes (reference.head_start_node) run only
     as far as a kept value needs them, as the firmware's prompt steps skip
-    the classifier; the logits are then None."""
+    the classifier; the logits are then None.  BLAS runs on one thread
+    meanwhile (blas.py)."""
+    with one_blas_thread():
+        return _run_sequence(graph, kernels, tokens, keep, need_logits)
+
+
+def _run_sequence(graph, kernels, tokens, keep, need_logits):
     toks = np.asarray(list(tokens), np.int64)
     keep = set(keep)
     env: dict[str, np.ndarray] = {}

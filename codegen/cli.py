@@ -225,12 +225,16 @@ _classifier_option = click.option(
          "(half its bytes; `eval --classifier-quant q4` measures the cost).")
 
 
+_kernels_option = click.option(
+    "--kernels", type=click.Choice(["auto", "portable", "cortex-m7"]), default="auto", show_default=True,
+    help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
+
+
 @cli.command("compile")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
 @_board_option
-@click.option("--kernels", type=click.Choice(["auto", "portable", "cortex-m7"]), default="auto", show_default=True,
-              help="Kernel set and weight layout (auto: the board's; cortex-m7 builds its C twin off-target).")
+@_kernels_option
 @_quant_options
 @_scheme_options
 @_sampler_option
@@ -425,19 +429,23 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_stream_chunk_option
 @_prefill_option
 @click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
+@_kernels_option
+@click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq", "gptq"]), default="auto",
+              show_default=True, help="As compile's: gguf keeps a GGUF's blocks (their layouts), the others re-round.")
+@_classifier_option
 @_kv_region_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, unroll_layers, kv_region, as_json):
+             prefill_batch, unroll_layers, kernels, weight_quant, classifier_quant, kv_region, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from dataclasses import replace
 
-    from .compile import parse_size
+    from .compile import parse_size, plan_model
     from .lower.prefill import parse_batch
-    from .compile import plan_model
 
-    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kv_region=kv_region)
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels,
+                   weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
                            unroll_layers)

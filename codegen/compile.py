@@ -23,6 +23,7 @@ from .fit.search import AUTO, KV_REGIONS, FitRequest, Planner, check_code, check
 from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
+from .ir import output_weight_name
 from .lower.blob import build_blob
 from .lower.records import StepSource, source_of
 from .lower.step import lower_step
@@ -331,10 +332,15 @@ def write_tree(tree: EmittedTree, out: Path) -> None:
 
 def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: Board) -> StepSource:
     """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized
-    (the kernel set decides the layouts and the activation scratch)."""
-    method = "per-channel" if quant == "per-channel" else resolve_weight_quant(model, "auto")
+    (the kernel set decides the layouts and the activation scratch; a kept file's qtypes, with
+    --classifier-quant q4 its classifier's Q4_0, decide the GGUF kernels)."""
+    method = "per-channel" if quant == "per-channel" else resolve_weight_quant(model, opts.weight_quant)
     kernels = resolve_kernels(opts, board)
-    kept = tuple(sorted(kept_formats(model.blocks).items())) if method == "gguf" else ()
+    kept = kept_formats(model.blocks) if method == "gguf" else {}
+    classifier = output_weight_name(model.graph.config)
+    if opts.classifier_quant == "q4" and classifier in kept:
+        kept[classifier] = "Q4_0"  # what requantize_classifier stores
+    kept = tuple(sorted(kept.items()))
     return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept)
 
 
@@ -354,7 +360,8 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
     batch_rows = prefill_rows(base, src, req, memo)
     check_weights(res, opts.board, src.group_size, src.method)
     check_code(res, opts.board)
-    rows = stream_rows(base, req, res.prefill_batch) if stream != "off" else []
+    # the trade-off of a build that streams (auto resolves to off where nothing can be streamed)
+    rows = stream_rows(base, req, res.prefill_batch) if res.stream is not None else []
     saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
     traffic = step_traffic(res.step)
     pred = predicted_for(traffic.workload(), board, prefill_batch=res.prefill_batch,

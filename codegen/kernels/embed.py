@@ -7,6 +7,8 @@ cannot be prefetched (the token is known only when the step starts): it is
 copied synchronously into the free stream buffer (tllm_stream_embed_*)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from dataclasses import dataclass
 
 from ..abi import Q4X4_TILE
@@ -34,6 +36,15 @@ class _Embedding(Kernel):
             return None
         tb = tile_bytes(self.table)
         return StreamedEmbed(self, tb, line_up(tb))
+
+    # a tiled table's lookup (tllm_embed_q4x4, tllm_embed_q41x4 ...; measured); the row lookups are in the
+    # runtime's constant
+    TILED_CODE_BYTES: ClassVar[int] = 256
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        if not is_tiled(self.table):
+            return super().code_parts()
+        return (((type(self), layout_of(self.table)), self.TILED_CODE_BYTES),)
 
     def pin_candidate(self) -> PinCandidate | None:
         """One 4-row tile of the table is read per token."""

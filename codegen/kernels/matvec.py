@@ -28,6 +28,12 @@ def full_read(m: Q4Ref | GGUFRef) -> tuple[WeightRead, ...]:
     return (WeightRead(m.name, layout_of(m), matrix_bytes(m), m.rows * m.cols),)
 
 
+# What every tiled layout's batched prefill shares, counted once: tllm_model_prefill and the x16b
+# (P-token) norm, quantize and SwiGLU writers (measured: a Q4_1 tiled build with and without
+# --prefill-batch 1, less its layout's own batched kernels).
+TILED_PREFILL_RUNTIME = (("tiled prefill runtime",), 3_584)
+
+
 class _Int8Matvec(Kernel):
     """A matrix against int8 activations with one float scale per group
     (QuantizeI8's q8/qs): the q4 layout and the kept GGUF blocks share the
@@ -98,8 +104,10 @@ class MatvecGGUF(_Int8Matvec):
 class MatvecQ4x4(Kernel):
     """tllm_matvec_q4x4: 4-row tiles against the x16 stream (Cortex-M7 SMLAD)."""
 
-    # the M7's nine assembly variants of tllm_matmat_q4x4, the x16b writers and tllm_model_prefill (measured)
-    BATCHED_CODE_BYTES: ClassVar[int] = 15_872
+    # the M7's three assembly variants of tllm_matvec_q4x4 (4, 8, 16 blocks per group), its C and wrapper;
+    # the nine of tllm_matmat_q4x4 and its C (measured: arm-none-eabi-size of the kept functions, DK build)
+    CODE_BYTES: ClassVar[int] = 6_016
+    BATCHED_CODE_BYTES: ClassVar[int] = 12_544
     matrix: Q4Ref
     x_stream: BufferRef
     bias: VectorRef | None
@@ -135,6 +143,9 @@ class MatvecQ4x4(Kernel):
     def code_key(self) -> tuple:
         return (type(self),)
 
+    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return super().batched_code_parts() + (TILED_PREFILL_RUNTIME,)
+
     def tile_output(self) -> BufferRef:
         return self.out
 
@@ -161,10 +172,13 @@ class MatvecGGUFx4(Kernel):
     def code_key(self) -> tuple:
         return (type(self), self.matrix.qtype)  # each layout's kernels are their own code
 
-    # one layout's matvec and its tile helpers; its batched kernels (P = 2..4 assembly); measured: the
-    # arm-none-eabi-size of the kept functions of a SmolLM2 build, per layout
-    CODE_BYTES: ClassVar[int] = 1_536
+    # one layout's matvec, its tile helpers and the ragged-row dot both forms share; its batched kernels
+    # (P = 2..4 assembly); measured: the arm-none-eabi-size of the kept functions, per layout
+    CODE_BYTES: ClassVar[int] = 1_664
     BATCHED_CODE_BYTES: ClassVar[int] = 2_560
+
+    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return super().batched_code_parts() + (TILED_PREFILL_RUNTIME,)
 
     def c_args(self) -> list:
         return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]

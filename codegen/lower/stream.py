@@ -73,13 +73,31 @@ def pin_candidates(step: LoweredStep, max_seq: int) -> list[PinCandidate]:
     return sorted(out.values(), key=lambda p: (-p.value, -p.nbytes, p.name))
 
 
+def pin_group(p: PinCandidate) -> str:
+    """A layer's matrix pins with the same matrix of every other layer ("layers.*.attn.wq"): pinned in
+    some layers and streamed in others, the layers would make different calls, and the step would leave
+    its one loop over the layer table for every layer's calls printed out (emit/layer_table.py: 34 KB
+    more code for 24 layers).  Vectors and the other entries pin alone (a pinned vector changes a
+    pointer in the layer table, not a call)."""
+    if p.kind == "f32" or not p.name.startswith("layers."):
+        return p.name
+    layer, _, rest = p.name[len("layers."):].partition(".")
+    return f"layers.*.{rest}" if layer.isdigit() else p.name
+
+
 def choose_pinned(candidates: list[PinCandidate], sram_bytes: int) -> frozenset:
-    """Most value first, then largest first; each taken if its slot still fits."""
-    left, chosen = sram_bytes, set()
+    """Most value first, then largest first; each group (pin_group) taken whole if its slots still fit."""
+    groups: dict[str, list[PinCandidate]] = {}
     for p in candidates:
-        if slot_bytes(p.nbytes) <= left:
-            chosen.add(p.name)
-            left -= slot_bytes(p.nbytes)
+        groups.setdefault(pin_group(p), []).append(p)
+    order = sorted(groups.items(), key=lambda kv: (-max(p.value for p in kv[1]),
+                                                   -sum(p.nbytes for p in kv[1]), kv[0]))
+    left, chosen = sram_bytes, set()
+    for _, members in order:
+        need = sum(slot_bytes(p.nbytes) for p in members)
+        if need <= left:
+            chosen.update(p.name for p in members)
+            left -= need
     return frozenset(chosen)
 
 

@@ -9,7 +9,8 @@ arm-none-eabi-size's sections):
   + PER_LAYER[form][kernel set] x layers  a layer's table entry and descriptors (loop), or its calls (unrolled)
   + KV4 when --kv-bits 4                  the int4 KV kernels
   + GREEDY when --sampler greedy          the streamed argmax
-  + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream)
+  + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream; only
+                                          the pins' boot copy when every matrix is pinned)
   + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
   + 20 x streamed matrices + 12 x pinned  the stream tables (tllm_stream.h, one run of chunks per matrix), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
@@ -20,8 +21,10 @@ batched forms of the linears); all are measured on the STM32H750B-DK
 build (the largest vectors and board code of the Cortex-M boards; QEMU's
 image is about 750 B smaller) with arm-none-eabi-gcc 12.2 -O2, rounded up
 so the estimate is never below the build.  A layer's code grows a little
-with the model's dimensions (wider immediates), so the per-layer figures
-are those of SmolLM2-135M (dim 576), the widest model built here.
+with the model's dimensions (wider immediates): the per-layer figures
+cover SmolLM2-135M (dim 576, 30 layers: estimate 35,908 B against
+32,464 B built for its default DK build, --max-seq auto), the widest model
+built here.
 tests/emu/test_code_flash_estimate.py builds models of 1 to 24 layers with
 each kernel set, KV precision, sampler, stream mode, board kind and step
 form and checks 0 <= estimate - built <= ERROR_BOUND_BYTES; when the
@@ -35,16 +38,21 @@ from ..errors import UserError
 from ..kernels import Attention
 from ..lower.records import LoweredStep
 
-RUNTIME_BYTES = {"cortex-m7": 21_888, "portable": 16_256}
-PER_LAYER_BYTES = {"loop": {"cortex-m7": 224, "portable": 288},  # LAYERS[l], KV[l], the matrix descriptors
+RUNTIME_BYTES = {"cortex-m7": 15_616, "portable": 16_256}  # the M7's without its q4x4 kernels (kernels/)
+# loop: LAYERS[l], KV[l], the matrix descriptors (measured 120-170 B from dim 64 to SmolLM2's 576)
+PER_LAYER_BYTES = {"loop": {"cortex-m7": 176, "portable": 288},
                    "unrolled": {"cortex-m7": 384, "portable": 448}}
-STREAM_BYTES = 1_536  # the stream runtime (tllm_stream.h)
-STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 432}
-# Batched prefill with a stream: tllm_stream_matmat_q4x4 inlined per matrix (unrolled: a matrix of several
-# chunks keeps its loops); unrolled, each layer's batched calls.
-PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}
-PREFILL_UNROLLED_PER_LAYER_BYTES = 640
-PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 320
+STREAM_BYTES = 1_536  # the stream runtime (tllm_stream.h) and the streamed calls of the loop's body
+# --stream auto on a small model pins every matrix: the runtime's boot copy of the pins is all that is
+# linked (the stream loops are never called, and gc-sections drops them)
+STREAM_PINS_ONLY_BYTES = 1_024
+# the loop form's streamed calls sit in its body once (measured: 8 and 16 layers, q4x4 and q41x4, the same)
+STREAM_PER_LAYER_BYTES = {"loop": 0, "unrolled": 160}
+# Batched prefill with a stream: tllm_stream_matmat_* (one out-of-line copy each, TLLM_STREAM_CALL);
+# unrolled, each layer's batched calls.
+PREFILL_STREAM_BYTES = {"loop": 128, "unrolled": 512}
+PREFILL_UNROLLED_PER_LAYER_BYTES = 384
+PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 96
 STREAM_RUN_BYTES = 20  # sizeof(tllm_stream_run): src, stride, len, last_len, count (one run per streamed matrix)
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
@@ -92,13 +100,23 @@ def _prefill_bytes(step: LoweredStep, form: str, layers: int) -> int:
     a stream tllm_stream_matmat_q4x4."""
     if step.prefill_batch == 1:
         return 0
-    streamed = step.stream is not None
+    streamed = step.stream is not None and step.stream.n_runs > 0
     kernels = sum(dict(part for call in step.body_calls for part in call.args.batched_code_parts()).values())
     total = kernels + (PREFILL_STREAM_BYTES[form] if streamed else 0)
     if form == "unrolled":
         total += (PREFILL_UNROLLED_PER_LAYER_BYTES + (PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES if streamed
                                                       else 0)) * layers
     return total
+
+
+def layers_share_calls(step: LoweredStep) -> bool:
+    """Whether every layer makes the same kernel calls in the same order, as the emitter's one loop over
+    the layer table needs (emit/layer_table.py prints every layer's calls otherwise)."""
+    per_layer: dict[int, list[str]] = {}
+    for call in step.body_calls:
+        if call.layer is not None:
+            per_layer.setdefault(call.layer, []).append(call.args.c_call().fn)
+    return len({tuple(v) for v in per_layer.values()}) <= 1
 
 
 def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0) -> CodeFlash | None:
@@ -109,11 +127,14 @@ def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_byte
         return None
     kernels = "cortex-m7" if step.kernels == "cortex-m7" else "portable"
     layers = step.config.n_layers
-    form = "unrolled" if unroll_layers else "loop"
+    unrolled = unroll_layers or not layers_share_calls(step)
+    form = "unrolled" if unrolled else "loop"
     runtime = RUNTIME_BYTES[kernels] + PER_LAYER_BYTES[form][kernels] * layers + _kernel_bytes(step)
     plan = step.stream
-    if plan is not None:
+    if plan is not None and plan.n_runs:
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
+    elif plan is not None:
+        runtime += STREAM_PINS_ONLY_BYTES
     prefill = _prefill_bytes(step, form, layers)
     tables = STREAM_RUN_BYTES * plan.n_runs + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
     return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,

@@ -1,6 +1,7 @@
 """The code-flash estimate (plan/codesize.py) against arm-none-eabi-size of
 real builds: never below the image, at most ERROR_BOUND_BYTES above, for
-each kernel set, KV precision, sampler, stream mode and board kind."""
+each kernel set, weight layout (q4x4, kept GGUF rows and tiles), KV
+precision, sampler, stream mode, prefill batch and board kind."""
 import json
 import subprocess
 import sys
@@ -23,7 +24,16 @@ CASES = [  # (id, model, options)
     ("m7-12-layers-kv4-greedy", dict(layers=12), dict(board="stm32h750b-dk", kv_bits=4, sampler="greedy")),
     ("qwen2-untied-stream", dict(layers=4, arch="qwen2", dim=96, tied=False), dict(board="stm32h750b-dk", stream="all")),
     ("m7-16-layers-stream", dict(layers=16), dict(board="stm32h750b-dk", stream="all")),
-    ("gguf-q4_1-portable", dict(layers=8, gguf="Q4_1"), dict(board="stm32h750b-dk")),
+    ("gguf-q4_1-portable", dict(layers=8, gguf="Q4_1"), dict(board="stm32h750b-dk", kernels="portable")),
+    ("gguf-q4_1-tiled-stream-auto", dict(layers=8, gguf="Q4_1"), dict(board="stm32h750b-dk")),
+    ("gguf-q4_1-q8_0-greedy", dict(layers=8, gguf="Q4_1", embd="Q8_0"), dict(board="stm32h750b-dk", sampler="greedy")),
+    ("gguf-q4_1-classifier-q4", dict(layers=8, gguf="Q4_1", embd="Q8_0"), dict(board="stm32h750b-dk",
+                                                                                classifier_quant="q4")),
+    ("gguf-q8_0-untied-stream-all", dict(layers=4, arch="qwen2", dim=128, tied=False, gguf="Q8_0"),
+     dict(board="stm32h750b-dk", stream="all")),
+    ("gguf-q4_0-qemu", dict(layers=8, gguf="Q4_0"), dict(board="qemu-mps2-an500")),
+    ("gguf-q4_0-weact-stream-off-p1", dict(layers=8, gguf="Q4_0"), dict(board="weact-h750", stream="off",
+                                                                         prefill_batch=1)),
     ("qemu-24-layers", dict(layers=24), dict(board="qemu-mps2-an500")),
     ("m7-16-layers-stream-unrolled", dict(layers=16), dict(board="stm32h750b-dk", stream="all", unroll_layers=True)),
     ("qwen2-untied-stream-unrolled", dict(layers=4, arch="qwen2", dim=96, tied=False),
@@ -32,12 +42,12 @@ CASES = [  # (id, model, options)
 ]
 
 
-def model(root, layers, arch="llama", dim=64, tied=True, gguf=None):
+def model(root, layers, arch="llama", dim=64, tied=True, gguf=None, embd=None):
     d = root / f"{arch}-{layers}-{dim}-{tied}"
     if not d.exists():
         make_hf_model(d, arch, eos=None, dim=dim, hidden=dim * 3 // 2, layers=layers, heads=4, kv_heads=2,
                       vocab=300, context=64, tied=tied, seed=5)
-    return hf_to_gguf(d, root / f"{d.name}.gguf", gguf) if gguf else d
+    return hf_to_gguf(d, root / f"{d.name}-{gguf}-{embd}.gguf", gguf, embd_qtype=embd) if gguf else d
 
 
 @pytest.mark.parametrize("case,shape,opts", CASES, ids=[c[0] for c in CASES])

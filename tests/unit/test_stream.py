@@ -51,6 +51,16 @@ def test_pin_rule_value_then_size():
     assert choose_pinned(cands, 10 ** 9) == {"big", "small", "embed", "rope.cos"}
 
 
+def test_a_layer_matrix_pins_in_every_layer_or_none():
+    """So the layers keep making the same calls (one loop, not every layer's calls printed out)."""
+    wq = [PinCandidate(f"layers.{i}.attn.wq", "q4x4", 1000, 1.0) for i in range(3)]
+    norms = [PinCandidate(f"layers.{i}.attn_norm", "f32", 256, 1.0) for i in range(3)]
+    cands = sorted(wq + norms, key=lambda p: (-p.value, -p.nbytes, p.name))
+    two = 2 * slot_bytes(1000) + 3 * slot_bytes(256)
+    assert choose_pinned(cands, two) == {p.name for p in norms}  # two of three wq would split the layers
+    assert choose_pinned(cands, 3 * slot_bytes(1000)) == {p.name for p in wq}
+
+
 def _shape():
     g = load_model(STORY).graph
     return StepSource(g, 32, 8, "cortex-m7", "rtn")

@@ -133,7 +133,12 @@ def test_prefill_token_skips_the_classifier():
 def test_report_has_predicted(tmp_path):
     model = Path(__file__).resolve().parents[2] / "models" / "story-260k"
     out = tmp_path / "out"
-    res = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), "--board", "stm32h750b-dk"])
+    # --stream auto (the default) pins the whole 160 KB blob in SRAM: nothing is read from flash per token
+    res = CliRunner().invoke(cli, ["compile", str(model), "-o", str(tmp_path / "pinned"), "--board", "stm32h750b-dk"])
+    assert res.exit_code == 0, res.output
+    pinned = json.loads((tmp_path / "pinned" / "report.json").read_text())["traffic"]
+    assert pinned["flash_bytes_per_token"] == 0 and pinned["pinned_bytes"] > SHAPES["stories260k"].weight_bytes()
+    res = CliRunner().invoke(cli, ["compile", str(model), "-o", str(out), "--board", "stm32h750b-dk", "--stream", "off"])
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(cli, ["report", str(out), "--json"])
     assert res.exit_code == 0, res.output

@@ -25,7 +25,7 @@ import pytest
 
 from bounds import BACKSTOP_S
 from firmware_harness import need
-from gguf_models import smollm2_path
+from gguf_models import need_real_emulation, smollm2_path
 from tinyllm_gen import quant
 from tinyllm_gen.build.cmake import build
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
@@ -93,6 +93,7 @@ def long_prompt(tokenizer, n: int) -> list[int]:
 
 @pytest.mark.slow
 def test_smollm2_with_its_kv_cache_in_sdram_holds_1024_tokens_and_gives_the_reference_tokens(tmp_path):
+    need_real_emulation()
     pytest.importorskip("unicorn")
     need("arm-none-eabi-gcc")
     opts = CompileOptions(board="stm32h750b-dk", sampler="greedy", kv_bits=4, max_seq="auto", kv_region="sdram")

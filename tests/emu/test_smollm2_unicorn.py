@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from firmware_harness import need
-from gguf_models import smollm2_path
+from gguf_models import need_real_emulation, smollm2_path
 from tinyllm_gen.build.cmake import build
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
@@ -31,6 +31,7 @@ N_NEW = 8
 
 
 def test_smollm2_on_the_h750_dk_under_unicorn_gives_the_reference_tokens(tmp_path):
+    need_real_emulation()
     pytest.importorskip("unicorn")
     need("arm-none-eabi-gcc")
     path = smollm2_path()

@@ -93,8 +93,8 @@ def matmat_twin(qtype):
     def twin(v):
         d, m, q = fields_of(qtype, v)
         toks = [x16_quantized(np.frombuffer(s, np.uint8), v["cols"]) for s in v["streams"]]
-        out = exact.matmat_gguf(qtype, d, m, q, np.stack([a for a, _ in toks]), np.stack([b for _, b in toks]),
-                                _bias(v))
+        out = exact.matmat_gguf(exact.GGUFOperand.of(qtype, d, m, q), np.stack([a for a, _ in toks]),
+                                np.stack([b for _, b in toks]), _bias(v))
         return {"out": out.reshape(-1)}
     return twin
 

@@ -23,6 +23,8 @@ import functools
 from pathlib import Path
 from typing import Iterator
 
+import numpy  # noqa: F401  (its BLAS must be loaded before /proc/self/maps is read)
+
 _NAMES = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
           ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
           ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
@@ -32,8 +34,6 @@ _NAMES = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads6
 @functools.lru_cache(maxsize=1)
 def _openblas() -> tuple | None:
     """(get, set) of the OpenBLAS this process has loaded (numpy's), or None."""
-    import numpy  # noqa: F401  (loads numpy's BLAS)
-
     maps = Path("/proc/self/maps")
     try:
         libs = sorted({line.split()[-1] for line in maps.read_text().splitlines()

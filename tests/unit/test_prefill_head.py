@@ -113,7 +113,8 @@ def test_emitted_step_returns_before_the_head(story, tmp_path, unroll):
     guard = step.index("if (!need_logits) return 0;")
     last_layer = step.rindex("/* layer 4 ") if unroll else step.rindex("L->w_down")  # the last layer's last matvec
     assert last_layer < guard < step.index("/* norm rmsnorm") < step.index("/* output ")
-    assert step.count("need_logits") == 2  # the parameter and the guard
+    # the parameter and the guard (and, streamed, the stream told to skip the head's chunks)
+    assert step.count("need_logits") == 2 + ("tllm_stream_begin_step(&weight_stream, need_logits)" in step)
 
 
 def test_sequence_without_logits_runs_the_head_only_for_kept_values(story):

@@ -34,8 +34,9 @@ demo: install
 	tinyllm-gen run $(DEMO_OUT) --prompt "$(DEMO_PROMPT)" $(DEMO_ARGS)
 	tinyllm-gen report $(DEMO_OUT)
 
+# One worker per core (pytest-xdist), whole files per worker so a module's fixtures are built once.
 test: install-test
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n auto --dist loadfile
 
 # Exact instruction counts (QEMU + the project's TCG plugin) on a random-weight
 # stories260K-shape model; CMSIS_NN_ROOT=<checkout> adds CMSIS-NN's kernels.

@@ -1,4 +1,4 @@
-"""QEMU TCG plugins of the project, built with the host's gcc once per
+"""The emulators' native helpers (QEMU TCG plugins, the Unicorn block counter), built with the host's gcc once per
 source version (keyed by the source's hash) into the user's cache."""
 from __future__ import annotations
 

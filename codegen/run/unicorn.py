@@ -39,17 +39,22 @@ modelled: caches, clock speed, wait states, interrupts (the firmware uses
 none) -- instruction counts here are not cycle counts on a board."""
 from __future__ import annotations
 
+import ctypes
 import struct
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..board import Board
 from ..errors import UserError
+from ..resources import package_file
 from ..families.stm32h750.peripherals import (DBGMCU_IDC, FMC_BASE, MDMA_BASE, MPU_BASE, MPU_RASR, RCC_AHB3ENR,
                                               RCC_AHB3ENR_FMCEN, RCC_AHB3ENR_MDMAEN, ClockModel, FmcModel, MdmaModel,
                                               MpuModel, QspiModel, h750_bus_targets)
+from .plugins import build_plugin
 from .result import TIMEOUT_EXIT_CODE, RunResult, decode
 
+UCOUNT_SOURCE = package_file("run/tllm_ucount.c")
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
 EXIT_PREFIX = b"@TLLM exit "
 PAGE = 0x1000
@@ -117,6 +122,58 @@ def _load_segments(elf: bytes) -> list[tuple[int, bytes]]:
     return segs
 
 
+class NativeCounter:
+    """tllm_ucount.c's block hook on one Unicorn instance: its count and
+    whether it stopped the run at the limit."""
+
+    def __init__(self, lib, handle, hook_fn):
+        self._lib, self._handle, self._hook_fn = lib, handle, hook_fn  # the hook's pointer kept alive
+
+    @property
+    def executed(self) -> int:
+        return self._lib.tllm_ucount_executed(self._handle)
+
+    @property
+    def limit_hit(self) -> bool:
+        return bool(self._lib.tllm_ucount_limit_hit(self._handle))
+
+    def __del__(self):
+        self._lib.tllm_ucount_free(self._handle)
+
+
+def native_counter(uc, mu, limit: int | None) -> NativeCounter | None:
+    """Install tllm_ucount.c's UC_HOOK_BLOCK callback on MU (built with the
+    host gcc once, run/plugins.py) through the binding's C library (uc: the
+    unicorn module); None where it cannot be built or the binding differs
+    (its uclib and the engine handle are the 2.1 binding's)."""
+    try:
+        from unicorn.unicorn_py3 import unicorn as binding
+
+        uclib, engine = binding.uclib, mu._uch
+        lib = ctypes.CDLL(str(build_plugin(UCOUNT_SOURCE)))
+    except (ImportError, AttributeError, OSError, UserError, subprocess.CalledProcessError):
+        return None
+    lib.tllm_ucount_new.restype = ctypes.c_void_p
+    lib.tllm_ucount_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+    lib.tllm_ucount_executed.restype = ctypes.c_uint64
+    lib.tllm_ucount_executed.argtypes = [ctypes.c_void_p]
+    lib.tllm_ucount_limit_hit.restype = ctypes.c_int32
+    lib.tllm_ucount_limit_hit.argtypes = [ctypes.c_void_p]
+    lib.tllm_ucount_free.argtypes = [ctypes.c_void_p]
+    as_ptr = lambda f: ctypes.cast(f, ctypes.c_void_p)  # noqa: E731
+    handle = lib.tllm_ucount_new(as_ptr(uclib.uc_mem_read), as_ptr(uclib.uc_emu_stop), limit or 0)
+    if not handle:
+        return None
+    hook_fn = as_ptr(lib.tllm_ucount_on_block)
+    hook = ctypes.c_size_t()
+    status = uclib.uc_hook_add(engine, ctypes.byref(hook), uc.UC_HOOK_BLOCK, hook_fn,
+                               ctypes.c_void_p(handle), ctypes.c_uint64(1), ctypes.c_uint64(0))
+    if status != 0:
+        lib.tllm_ucount_free(handle)
+        return None
+    return NativeCounter(lib, handle, hook_fn)
+
+
 def _thumb_widths(code: bytes) -> int:
     """Instructions in a block of Thumb-2 code: a halfword whose top five bits
     are 0b11101, 0b11110 or 0b11111 starts a 32-bit instruction."""
@@ -141,9 +198,10 @@ class _H750Machine:
         self.qspi: QspiModel | None = None
         self.console = _Console()
         self.on_line = on_line
-        self.executed = 0
+        self._executed = 0  # the Python counter's (count_instructions), when the C one cannot be built
+        self._limit_hit = False
+        self.counter: NativeCounter | None = None
         self.max_instructions = max_instructions
-        self.limit_hit = False
         self.mdma_stop: list[str] = []  # the first MDMA or FMC line that stopped the run
         self.fmc: FmcModel | None = None
         self.copying = False  # set at the first MDMA transfer (watch_weight_reads)
@@ -321,7 +379,28 @@ class _H750Machine:
     def count_instructions(self) -> None:
         """Per translated block, its Thumb instructions; the DWT cycle counter
         reads the count; past max_instructions the run stops (a busy host
-        slows it, never ends it early)."""
+        slows it, never ends it early).  The block hook is C (tllm_ucount.c)
+        where gcc can build it, else the same count in Python."""
+        counter = native_counter(self.uc, self.mu, self.max_instructions)
+        if counter is not None:
+            self.counter = counter
+        else:
+            self._count_in_python()
+
+        def on_cyccnt(_mu, _access, _address, _size, _value, _user):
+            _mu.mem_write(DWT_CYCCNT, struct.pack("<I", self.executed & 0xFFFFFFFF))
+
+        self.mu.hook_add(self.uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
+
+    @property
+    def executed(self) -> int:
+        return self.counter.executed if self.counter is not None else self._executed
+
+    @property
+    def limit_hit(self) -> bool:
+        return self.counter.limit_hit if self.counter is not None else self._limit_hit
+
+    def _count_in_python(self) -> None:
         widths: dict[tuple[int, int], int] = {}
         limit = self.max_instructions
 
@@ -330,16 +409,12 @@ class _H750Machine:
             n = widths.get(key)
             if n is None:
                 n = widths[key] = _thumb_widths(bytes(_mu.mem_read(address, size)))
-            self.executed += n
-            if limit is not None and self.executed > limit:
-                self.limit_hit = True
+            self._executed += n
+            if limit is not None and self._executed > limit:
+                self._limit_hit = True
                 _mu.emu_stop()
 
-        def on_cyccnt(_mu, _access, _address, _size, _value, _user):
-            _mu.mem_write(DWT_CYCCNT, struct.pack("<I", self.executed & 0xFFFFFFFF))
-
         self.mu.hook_add(self.uc.UC_HOOK_BLOCK, on_block)
-        self.mu.hook_add(self.uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
 
     def watch_weight_reads(self, weights_bin: Path) -> None:
         """Count CPU loads from the weights blob once the first MDMA copy (the pinned weights' boot copy) began."""

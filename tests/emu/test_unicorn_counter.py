@@ -1,0 +1,55 @@
+"""Unicorn's guest instruction counter: the C block hook (run/tllm_ucount.c)
+counts exactly what the Python hook it replaced counts, for a whole
+generation and at an instruction limit, so every instruction figure and
+bound measured under Unicorn is the same with either."""
+from pathlib import Path
+
+import pytest
+
+from bounds import BACKSTOP_S
+from firmware_harness import GREEDY, need
+from tinyllm_gen.board import load_board
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
+from tinyllm_gen.run import unicorn as uc_run
+from tinyllm_gen.run.protocol import pack_request
+
+pytestmark = pytest.mark.emu
+
+STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
+BOARD = "weact-h750"
+
+
+@pytest.fixture(scope="module")
+def firmware(tmp_path_factory):
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    out = tmp_path_factory.mktemp("ucount") / "out"
+    write_tree(compile_path(STORY, CompileOptions(board=BOARD)).tree, out)
+    build(out)
+    request = out / "build" / "request.bin"
+    request.write_bytes(pack_request([1, 400, 31, 278], 6, GREEDY, 0))
+    return out, request
+
+
+def _run(firmware, limit=None):
+    out, request = firmware
+    return uc_run.run_unicorn(out / "build" / "firmware.elf", load_board(BOARD), out / "weights.bin", request,
+                              timeout_s=BACKSTOP_S, max_instructions=limit)
+
+
+@pytest.mark.parametrize("limit", [None, 1_500_000], ids=["whole-run", "at-a-limit"])
+def test_the_c_counter_counts_what_the_python_hook_counts(firmware, monkeypatch, limit):
+    native = _run(firmware, limit)
+    assert uc_run.native_counter.__module__ == uc_run.__name__
+    with monkeypatch.context() as m:
+        m.setattr(uc_run, "native_counter", lambda *_: None)  # the Python hook
+        python = _run(firmware, limit)
+    assert native.instructions == python.instructions > 0
+    assert native.output == python.output  # the firmware's own per-token counts (DWT_CYCCNT) too
+    assert native.timed_out == python.timed_out == (limit is not None)
+    if limit is None:
+        assert native.exit_code == 0
+    else:
+        assert limit < native.instructions < limit + 4096  # stopped at the first block past the limit

@@ -55,5 +55,7 @@ def test_smollm2_on_the_h750_dk_under_unicorn_gives_the_reference_tokens(tmp_pat
                    SamplingOptions()).generated_ids
     assert len(ref) == N_NEW and m.tokenizer.decode(ref) == "The capital of France is Paris."
     fw = run_firmware(out, ids, N_NEW, SamplingOptions(), timeout_s=BACKSTOP_S)
+    print(f"SmolLM2 on the DK under Unicorn: {len(ids)} prompt tokens, prefill {fw.output.prefill_instructions} "
+          f"instructions, per decoded token {fw.output.instructions_per_token}")
     assert fw.output.generated_ids == ref
     assert fw.output.canary_ok is True

@@ -53,3 +53,27 @@ def test_the_c_counter_counts_what_the_python_hook_counts(firmware, monkeypatch,
         assert native.exit_code == 0
     else:
         assert limit < native.instructions < limit + 4096  # stopped at the first block past the limit
+
+
+def test_a_memory_hook_added_after_its_code_ran_fires_without_a_translation_flush():
+    """What the MDMA model's per-transfer watch relies on (run/unicorn.map_mdma):
+    Unicorn checks memory hooks when the access runs, so a watch added over
+    a buffer that already-translated code reads fires, and after its removal
+    stays silent, with no ctl_flush_tb."""
+    uc = pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    from unicorn import arm_const
+
+    mu = uc.Uc(uc.UC_ARCH_ARM, uc.UC_MODE_THUMB | uc.UC_MODE_MCLASS)
+    mu.mem_map(0x0, 0x10000)
+    mu.mem_map(0x20000000, 0x10000)
+    mu.mem_write(0x100, bytes([0x01, 0x68, 0x01, 0x32]))  # ldr r1, [r0]; adds r2, #1
+    mu.reg_write(arm_const.UC_ARM_REG_R0, 0x20000010)
+    mu.emu_start(0x101, 0x104)  # translated once, unwatched
+    hits = []
+    h = mu.hook_add(uc.UC_HOOK_MEM_READ, lambda _mu, _acc, addr, _size, _v, _u: hits.append(addr),
+                    begin=0x20000010, end=0x20000013)
+    mu.emu_start(0x101, 0x104)
+    assert hits == [0x20000010]
+    mu.hook_del(h)
+    mu.emu_start(0x101, 0x104)
+    assert hits == [0x20000010]

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 KERNEL_HEADERS = ("tllm_kernels.h", "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_sampler.h",
-                  "tllm_math.h", "tllm_topk.h")
+                  "tllm_math.h", "tllm_topk.h", "tllm_draft.h", "tllm_verify.h")
 
 OTHER_HEADERS = {
     "tllm_abi.h": "constants shared with codegen/abi.py (tests/unit/test_abi.py); no functions",
@@ -31,6 +31,13 @@ EXCLUDED: dict[str, str] = {
     "tllm_topk_gguf": "takes the block matvec as a function pointer (tllm_gguf_matvec_fn), which spec.py's argument "
                       "types cannot carry; its whole body runs through tllm_topk_q40 / q41 / q80, which are "
                       "registered (entries_topk.py)",
+    "tllm_verify_gguf": "takes the block kernels' batched matmul as a function pointer (tllm_gguf_matmat_fn), which "
+                        "spec.py's argument types cannot carry; its whole body runs through tllm_argmax_batch_q40 / "
+                        "q41 / q80 and tllm_topk_batch_q40 / q41 / q80, which are registered (entries_verify.py)",
+    "tllm_verify_argmax_chunks": "a per-token loop over argmax_chunk (entries_math.py), run inside every "
+                                 "tllm_argmax_batch_* case (entries_verify.py)",
+    "tllm_verify_topk_chunks": "a per-token loop over tllm_topk_push (entries_topk.py), run inside every "
+                               "tllm_topk_batch_* case (entries_verify.py)",
 }
 
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

@@ -31,6 +31,7 @@
 #include "tllm_board.h"
 #include "tllm_kernels_m7.h"
 #include "tllm_sampler.h" /* tllm_topk */
+#include "tllm_verify.h"  /* the verification pass's batched classifier */
 
 typedef struct {
     uint32_t src;  /* blob offset */
@@ -157,6 +158,30 @@ static inline void tllm_stream_topk_q4x4(tllm_stream *s, const tllm_q4x4_matrix 
             tllm_matvec_q4x4(&rows, x_stream, bias ? bias + r0 + q0 : 0, chunk);
             tllm_topk_push(t, chunk, k, r0 + q0);
         }
+    }
+}
+
+/* Speculative decoding's verification pass (tllm_verify.h): the classifier
+ * batched over the stream, per chunk chunk_rows rows for the P tokens,
+ * batch_rows of them at a time into chunk (P x batch_rows floats + spill). */
+static inline void tllm_stream_argmax_batch_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                                 const uint8_t *xb, int32_t P, const float *bias, float *chunk,
+                                                 int32_t batch_rows, int32_t *best, float *best_v) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_argmax_batch_q4x4(&part, xb, P, bias ? bias + r0 : 0, chunk, batch_rows, r0, best, best_v);
+    }
+}
+
+static inline void tllm_stream_topk_batch_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                               const uint8_t *xb, int32_t P, const float *bias, float *chunk,
+                                               int32_t batch_rows, float *value, uint16_t *id, int32_t cap,
+                                               int32_t *held) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_topk_batch_q4x4(&part, xb, P, bias ? bias + r0 : 0, chunk, batch_rows, r0, value, id, cap, held);
     }
 }
 

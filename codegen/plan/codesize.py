@@ -11,6 +11,7 @@ arm-none-eabi-size's sections):
   + GREEDY when --sampler greedy          the streamed argmax
   + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream)
   + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
+  + VERIFY + the head's verification forms with --speculate: tllm_model_verify (the layers are tllm_model_prefill's)
   + 8 x stream chunks + 12 x pinned       the stream tables (tllm_stream.h), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
@@ -35,7 +36,8 @@ from ..errors import UserError
 from ..kernels import Attention, StreamedMatvecQ4x4
 from ..lower.records import LoweredStep
 
-RUNTIME_BYTES = {"cortex-m7": 21_888, "portable": 16_256}
+# (+1,920 B each with speculative decoding's engine, draft and guessed-position samplers, compiled into every build)
+RUNTIME_BYTES = {"cortex-m7": 23_808, "portable": 18_176}
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 224, "portable": 288},  # LAYERS[l], KV[l], the matrix descriptors
                    "unrolled": {"cortex-m7": 384, "portable": 448}}
 STREAM_BYTES = 1_536  # the stream runtime (tllm_stream.h)
@@ -45,6 +47,7 @@ STREAM_PER_LAYER_BYTES = {"loop": 160, "unrolled": 432}
 PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}
 PREFILL_UNROLLED_PER_LAYER_BYTES = 640
 PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 320
+VERIFY_BYTES = 384  # tllm_model_verify, its descriptor and the engine's per-position accessors (--speculate)
 STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
@@ -104,6 +107,13 @@ def _prefill_bytes(step: LoweredStep, form: str, layers: int) -> int:
     return total
 
 
+def _verify_bytes(step: LoweredStep) -> int:
+    """Speculative decoding's verification pass: tllm_model_verify and its head's batched forms."""
+    if step.speculate is None:
+        return 0
+    return VERIFY_BYTES + max(call.args.VERIFY_CODE_BYTES for call in step.head_calls)
+
+
 def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0) -> CodeFlash | None:
     """The code-flash estimate of this step (after the stream and prefill
     passes) on this board (None on the host)."""
@@ -117,7 +127,7 @@ def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_byte
     plan = step.stream
     if plan is not None:
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
-    prefill = _prefill_bytes(step, form, layers)
+    prefill = _prefill_bytes(step, form, layers) + _verify_bytes(step)
     tables = STREAM_CHUNK_BYTES * plan.n_chunks + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
     return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,
                      region.name, unroll_layers, prefill)

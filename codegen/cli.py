@@ -352,7 +352,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
             "text": tok.decode(o.generated_ids), "firmware_text": o.text, "stop_reason": o.stop_reason,
             "instructions_per_token": o.instructions_per_token, "prefill_instructions": o.prefill_instructions,
             "canary_ok": o.canary_ok, "passes": o.passes, "tokens_per_pass": o.tokens_per_pass,
-            "pass_tokens": o.pass_tokens,
+            "pass_tokens": o.pass_tokens, "pass_positions": o.pass_positions,
         }))
     else:
         click.echo(o.text)
@@ -414,7 +414,8 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     if as_json:
         click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
                                "text": text, "stop_reason": gen.stop_reason, "passes": gen.passes,
-                               "tokens_per_pass": gen.tokens_per_pass, "pass_tokens": gen.pass_tokens}))
+                               "tokens_per_pass": gen.tokens_per_pass, "pass_tokens": gen.pass_tokens,
+                               "pass_positions": list(gen.pass_positions)}))
     else:
         click.echo(text if chat else prompt + text)
 

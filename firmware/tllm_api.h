@@ -92,6 +92,8 @@ typedef struct {
     uint32_t pass;        /* the pass over the weights that produced it (0: the prompt's last) */
     uint32_t pass_tokens; /* how many tokens that pass produced: 1, or with speculative decoding
                              (compile --speculate) the accepted guesses plus the model's own */
+    uint32_t pass_positions; /* positions that pass ran through the weights: 1, or the guesses it
+                                verified plus the last token */
 } tllm_token;
 
 /* Called once per generated token; return 0 to go on, non-zero to stop

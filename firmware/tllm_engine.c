@@ -171,6 +171,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
     const tllm_speculation *spec = tllm_model.speculation;
     uint32_t n_guess = 0;     /* guesses the pending verification pass checks */
     uint32_t pass_tokens = 0; /* tokens the current pass produced */
+    uint32_t pass_positions = 0; /* positions it ran through the weights */
     uint32_t queued = 0;      /* of them, still to emit after the current one */
     st->t_start = now();
     st->t_prefill = st->t_start; /* max_new_tokens 0: no prefill ran, prefill_cost 0 (it used to wrap) */
@@ -205,6 +206,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             st->n_generated++;
             st->passes++;
             pass_tokens = 1;
+            pass_positions = 1;
             st->phase = TLLM_EMIT;
             break;
         case TLLM_EMIT: {
@@ -217,6 +219,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
                 tok.cost = t - t_token;
                 tok.pass = st->passes - 1u;
                 tok.pass_tokens = pass_tokens;
+                tok.pass_positions = pass_positions;
                 stop_asked = callback(&tok, user) != 0;
             }
             if (is_eos(st->token)) st->stop_reason = TLLM_STOP_EOS;
@@ -250,6 +253,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             pass_tokens = accept_pass(st, spec, logits, tokens, n_guess);
             tllm_mark();
             st->passes++;
+            pass_positions = n_guess + 1u;
             queued = pass_tokens - 1u;
             st->pos++;
             st->token = tokens[st->pos];

@@ -5,8 +5,8 @@
  * Console lines (parsed by codegen/protocol.py; the text itself is printed by
  * the board from the vocabulary in flash):
  *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n>
- *   @TLLM pass <index> tokens=<n>   (speculative builds: before a pass's first token, how many
- *                                     tokens it produced; the last may deliver fewer)
+ *   @TLLM pass <index> tokens=<n> positions=<p>   (speculative builds: before a pass's first token,
+ *     how many tokens it produced, the last pass may deliver fewer, and how many positions it ran)
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
  *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n>
  *   @TLLM canary arena=<ok|BROKEN> stack=<ok|BROKEN> stack_peak=<n> stack_bytes=<n> regions=<name>:<ok|BROKEN>,...
@@ -148,6 +148,8 @@ static int print_token(const tllm_token *tok, void *user) {
         put_u64(tok->pass);
         puts_(" tokens=");
         put_u64(tok->pass_tokens);
+        puts_(" positions=");
+        put_u64(tok->pass_positions);
         puts_("\n");
         next_pass = tok->pass + 1u;
     }

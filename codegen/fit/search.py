@@ -429,25 +429,27 @@ def fit_speculation(planner: Planner, plain: Fitted, base: LoweredStep, src: Ste
         if not ks:
             return dataclasses.replace(plain, speculate_why=why)
     floor = -(-plain.plan.max_seq * AUTO_CONTEXT_TENTHS // 10) if req.max_seq == AUTO else 0
-    err = None
+    err, short = None, "the verification's buffers do not fit beside the context"
     for k in ks:
         try:
             res = fit_stream(planner, base, src, req, P, req.max_seq, k)
         except UserError as e:
             err = err or e
             continue
-        if (res.code is not None and not res.code.fits) or res.plan.max_seq < floor:
+        if res.code is not None and not res.code.fits:
+            short = "tllm_model_verify's code does not fit the code flash"
+            continue
+        if res.plan.max_seq < floor:
             continue
         note = why if k == ks[0] else f"lookup:{k} (the faster k={ks[0]} does not fit beside the context)"
         step = dataclasses.replace(res.step, speculate=dataclasses.replace(res.step.speculate, choice=note))
         return dataclasses.replace(res, step=step, prefill_why=plain.prefill_why, speculate_why=note, plain=plain)
     if auto:
-        return dataclasses.replace(plain, speculate_why="off: the verification's buffers do not fit beside the "
-                                                        "context")
+        return dataclasses.replace(plain, speculate_why=f"off: {short}")
     if err is not None:
         raise err
-    raise UserError(f"--speculate lookup:{ks[0]}: the verification's buffers do not fit beside the context "
-                    f"({plain.plan.max_seq} tokens): use a smaller k, --max-seq auto, or --speculate off")
+    raise UserError(f"--speculate lookup:{ks[0]}: {short} ({plain.plan.max_seq} tokens): use a smaller k, "
+                    "--max-seq auto, or --speculate off")
 
 
 def speculation_cost(fitted: Fitted) -> dict | None:

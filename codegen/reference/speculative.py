@@ -72,6 +72,7 @@ class SpeculativeGeneration:
     # last pass (its one token) first; the last pass may deliver fewer (the
     # generation stopped inside it).
     pass_tokens: list[int]
+    pass_positions: list[int] = ()  # positions each pass ran through the weights: 1, or its guesses + 1
     guessed: int = 0  # guesses verified over the whole generation
     accepted: int = 0  # of them, kept
 
@@ -111,31 +112,57 @@ def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_
     executor.reset()
     sampler = Sampler(sampling, top_k)
     tokens = list(prompt_ids)
-    prompt, out, passes = list(prompt_ids), [], []
+    prompt, out, passes, positions = list(prompt_ids), [], [], []
     guessed = accepted = 0
     if max_new_tokens <= 0:
-        return SpeculativeGeneration(prompt, out, "max_tokens", passes)
+        return SpeculativeGeneration(prompt, out, "max_tokens", passes, [])
     logits = None
     for pos, tok in enumerate(prompt):
         logits = executor.step(tok, pos, need_logits=pos == len(prompt) - 1)
-    pending = [sampler.sample(logits)]
+    pending, n_pos = [sampler.sample(logits)], 1
     while True:
         passes.append(len(pending))
+        positions.append(n_pos)
         for tok in pending:  # EMIT, token by token, with plain decoding's stops
             tokens.append(tok)
             out.append(tok)
             pos = len(tokens) - 1
             if tok in eos_ids:
-                return SpeculativeGeneration(prompt, out, "eos", passes, guessed, accepted)
+                return SpeculativeGeneration(prompt, out, "eos", passes, positions, guessed, accepted)
             if len(out) >= max_new_tokens:
-                return SpeculativeGeneration(prompt, out, "max_tokens", passes, guessed, accepted)
+                return SpeculativeGeneration(prompt, out, "max_tokens", passes, positions, guessed, accepted)
             if pos + 1 >= max_seq:  # the token buffer holds max_seq ids
-                return SpeculativeGeneration(prompt, out, "context", passes, guessed, accepted)
+                return SpeculativeGeneration(prompt, out, "context", passes, positions, guessed, accepted)
         k_eff = min(k, max_new_tokens - len(out) - 1, max_seq - 2 - pos)
         guesses = lookup_draft(tokens, k_eff) if k_eff > 0 else []
         if not guesses:
-            pending = [sampler.sample(executor.step(tokens[pos], pos))]
+            pending, n_pos = [sampler.sample(executor.step(tokens[pos], pos))], 1
             continue
-        pending = accept(sampler, verify(executor, [tokens[pos]] + guesses, pos), guesses)
+        pending, n_pos = accept(sampler, verify(executor, [tokens[pos]] + guesses, pos), guesses), len(guesses) + 1
         guessed += len(guesses)
         accepted += len(pending) - 1
+
+
+def greedy_passes(tokens: Sequence[int], n_prompt: int, k: int) -> tuple[list[int], list[int]]:
+    """The passes greedy speculative decoding makes, from plain decoding's
+    output alone (tokens: the prompt, then the generated tokens): a guess is
+    kept exactly when it is the token plain decoding produced there, so
+    (tokens per pass, positions per pass) follow without the model, for any
+    k.  The guesses never reach past the last generated token: exact where
+    the generation stopped at the token limit or the context's end; after an
+    EOS the engine may also guess past it, so there the last pass's count may
+    differ (never the number of passes)."""
+    tokens = list(tokens)
+    end = len(tokens)
+    pos = n_prompt  # the first generated token: the prompt's pass
+    produced, positions = [1], [1]
+    while pos + 1 < end:
+        k_eff = min(k, end - pos - 2)  # tokens still to come after this pass's own next one
+        guesses = lookup_draft(tokens[:pos + 1], k_eff) if k_eff > 0 else []
+        j = 0
+        while j < len(guesses) and guesses[j] == tokens[pos + 1 + j]:
+            j += 1
+        produced.append(j + 1)
+        positions.append(len(guesses) + 1 if guesses else 1)
+        pos += j + 1
+    return produced, positions

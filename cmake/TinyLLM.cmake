@@ -96,6 +96,7 @@ if(NOT TARGET tinyllm_runtime)
     "${TINYLLM_RUNTIME_DIR}/tllm_kernels.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_kernels_m7.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_kernels_gguf.c"
+    "${TINYLLM_RUNTIME_DIR}/tllm_kernels_gguf_m7.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_sampler.c"
     "${TINYLLM_RUNTIME_DIR}/tllm_engine.c")
   add_library(tinyllm::runtime ALIAS tinyllm_runtime)

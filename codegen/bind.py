@@ -14,7 +14,7 @@ import numpy as np
 
 from .kernels.refs import BufferRef, FcS4PcRef, GGUFRef, Q4Ref, VectorRef, refs_of
 from .ir import ModelConfig
-from .lower.blob import WeightsBlob, gguf_blob_kind
+from .lower.blob import WeightsBlob
 from .lower.records import KernelCall, LoweredStep, PrefillPlan, SpeculatePlan, StreamPlan, planned_count
 from .plan.memory import MemoryPlan
 from .quant.formats import QuantizedGraph
@@ -100,7 +100,7 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
         if isinstance(obj, Q4Ref):
             return q4ref(obj)
         if isinstance(obj, GGUFRef):
-            return dataclasses.replace(obj, offset=blob.entry(obj.name, gguf_blob_kind(obj.qtype)).offset)
+            return dataclasses.replace(obj, offset=blob.entry(obj.name, obj.blob_kind).offset)
         if isinstance(obj, VectorRef):
             e = blob.entry(obj.name, "f32")
             return VectorRef(obj.name, e.nbytes // 4, e.offset)

@@ -99,7 +99,7 @@ QSPI_KERNEL_CLOCKS = ("hclk3", "pll1_q", "pll2_r", "per_ck")  # D1CCIPR.QSPISEL 
 class QspiFlash:
     """The QUADSPI link to the weights flash, as bringup.c programs it (the
     fields become board_config.h defines) and as the timing model prices it.
-    Each limit's source is in `note`; h750_model.py holds the chips' and the
+    Each limit's source is in `note`; families/stm32h750/peripherals.py holds the chips' and the
     H750's tables the Unicorn model checks these values against."""
 
     chip: str
@@ -136,6 +136,60 @@ class QspiFlash:
                 + self.dummy_cycles + self.cs_high_cycles)
 
 
+FMC_KERNEL_CLOCKS = ("hclk3", "pll1_q", "pll2_r", "per_ck")  # D1CCIPR.FMCSEL 0..3 (RM0433)
+SDRAM_BANK_ADDRESS = {1: 0xC0000000, 2: 0xD0000000}  # FMC SDRAM banks with BCR1.BMAP at reset (RM0433)
+
+
+@dataclass(frozen=True)
+class Sdram:
+    """The external SDRAM on the FMC, in physical terms: the part's geometry
+    and timings (from its datasheet), its wiring (bank, data width, pins) and
+    the FMC clock (families/stm32h750/registers.py derives the register
+    encodings into board_config.h; the Unicorn model checks bring-up against
+    the same fields).  The region it backs is a memory_regions entry with use
+    "kv": the KV cache goes there only when `--kv-region` asks."""
+
+    chip: str
+    region: str  # the memory_regions entry it backs
+    fmc_bank: int  # 1: SDNE0/SDCKE0 at 0xC0000000, 2: SDNE1/SDCKE1 at 0xD0000000
+    data_bits: int  # the data lines wired (8, 16 or 32)
+    column_bits: int
+    row_bits: int
+    internal_banks: int
+    cas_latency: int  # SDCLK cycles
+    kernel_hz: int  # the FMC kernel clock once bringup.c has set the clocks (revision V)
+    kernel_hz_min: int  # the slowest it runs at (revision Y): the refresh count must hold there too
+    sdclk_div: int  # SDCLK = kernel clock / this (SDCR.SDCLK: 2 or 3)
+    t_rcd_ns: float
+    t_rp_ns: float
+    t_ras_ns: float
+    t_rc_ns: float
+    t_wr_ns: float
+    t_xsr_ns: float
+    t_mrd_cycles: int
+    refresh_ms: float  # every row refreshed within this
+    refresh_rows: int
+    powerup_us: int  # after the clock starts, before the first command (the part's power-up wait)
+    pins: tuple[str, ...]  # "PD0" ...: the FMC pins, all on alternate function `af`
+    af: int = 12
+    kernel_clock: str = "hclk3"  # D1CCIPR.FMCSEL
+    note: str = ""
+
+    @property
+    def bytes(self) -> int:
+        """What the wiring addresses: columns x rows x internal banks x data width."""
+        return (1 << (self.column_bits + self.row_bits)) * self.internal_banks * self.data_bits // 8
+
+    @property
+    def sdclk_hz(self) -> float:
+        return self.kernel_hz / self.sdclk_div
+
+    @property
+    def bytes_per_s(self) -> float:
+        """The data rate of a burst: one word of the wired width per SDCLK."""
+        return self.sdclk_hz * self.data_bits / 8
+
+
 @dataclass(frozen=True)
 class FlashTool:
     tool: str
@@ -161,25 +215,28 @@ class Board:
     extra_cflags: tuple[str, ...]
     extra_ldflags: tuple[str, ...]
     libs: tuple[str, ...]
-    sources: tuple[str, ...]  # the board's C sources/headers, own dir first, then common_dir
+    sources: tuple[str, ...]  # the board's C sources/headers, own dir first, then its family's
     weights: Storage
     request: Storage
     run: RunSpec
     memory: BoardMemory
     stack_bytes: int
-    common_dir: str | None = None
+    family: str | None = None  # boards/<family>/ and families/<family>/: what boards of one chip share
     linker_script: str | None = None
     arena_section: str | None = None
     emulator: Emulator | None = None
     uart: Uart | None = None
     qspi_flash: QspiFlash | None = None
+    sdram: Sdram | None = None
     flash: FlashTool | None = None
     clock: str = ""
     config: tuple[ConfigValue, ...] = ()  # board_config.h's board-specific defines
 
-    def config_header(self) -> tuple[ConfigValue, ...]:
+    def config_header(self, family_values: tuple[ConfigValue, ...] = ()) -> tuple[ConfigValue, ...]:
         """Every define of the generated board_config.h: those derived from the
-        typed fields (stated once, in board.json) and then the board's own."""
+        typed fields (stated once, in board.json), the family's register values
+        (families.config_values derives them from the same fields), then the
+        board's own."""
         derived = []
         if self.uart is not None:
             derived += [ConfigValue("TLLM_UART_BASE", f"0x{self.uart.base:08X}u", self.uart.instance),
@@ -189,16 +246,7 @@ class Board:
             derived.append(ConfigValue("TLLM_REQUEST_ADDR", f"0x{self.request.address:08X}u", self.request.note))
         if self.request.max_bytes is not None:
             derived.append(ConfigValue("TLLM_REQUEST_MAX", f"{self.request.max_bytes}u", "bytes of the request block"))
-        q = self.qspi_flash
-        if q is not None:
-            derived += [ConfigValue("TLLM_QSPI_KERNEL_SEL", f"{QSPI_KERNEL_CLOCKS.index(q.kernel_clock)}u",
-                                    f"D1CCIPR.QSPISEL: {q.kernel_clock}, {q.kernel_hz / 1e6:g} MHz"),
-                        ConfigValue("TLLM_QSPI_PRESCALER", f"{q.prescaler - 1}u",
-                                    f"QUADSPI clock {q.kernel_hz / 1e6:g} MHz / {q.prescaler} = {q.clock_hz / 1e6:g} MHz"),
-                        ConfigValue("TLLM_QSPI_READ_INSTR", f"0x{q.read_instr:02X}u", f"{q.chip} memory-mapped read"),
-                        ConfigValue("TLLM_QSPI_DCYC", f"{q.dummy_cycles}u", "dummy cycles of the read"),
-                        ConfigValue("TLLM_QSPI_CSHT", f"{q.cs_high_cycles - 1}u",
-                                    f"chip select high {q.cs_high_cycles} cycles between commands")]
+        derived += family_values
         if self.emulator is not None:
             derived.append(ConfigValue("TLLM_INSTR_PER_TICK", f"{self.emulator.instructions_per_tick}u",
                                        "emulated instructions per timer tick (QEMU -icount shift=0)"))
@@ -233,12 +281,12 @@ class Board:
     @property
     def search_dirs(self) -> tuple[Path, ...]:
         """Where a board's files are found, most specific first: its own
-        folder, its family's (common_dir: the two STM32H750 boards), the
+        folder, its family's (boards/stm32h750: the two STM32H750 boards), the
         Cortex-M code every Arm board shares (boards/cortex-m: the reset
         handler), then what every board may use (boards/common)."""
         dirs = [self.directory]
-        if self.common_dir is not None:
-            dirs.append(boards_dir() / self.common_dir)
+        if self.family is not None:
+            dirs.append(boards_dir() / self.family)
         if self.is_arm:
             dirs.append(boards_dir() / "cortex-m")
         dirs.append(boards_dir() / "common")
@@ -346,6 +394,61 @@ def _regions(path: Path, raw: Any, placement: Any, stack_region: Any, name: str)
     return BoardMemory(name, tuple(regions), order, stack)
 
 
+_SDRAM_RANGES = {"fmc_bank": (1, 2), "data_bits": (8, 32), "column_bits": (8, 11), "row_bits": (11, 13),
+                 "internal_banks": (2, 4), "cas_latency": (1, 3), "sdclk_div": (2, 3), "t_mrd_cycles": (1, 16)}
+_SDRAM_NS = ("t_rcd_ns", "t_rp_ns", "t_ras_ns", "t_rc_ns", "t_wr_ns", "t_xsr_ns", "refresh_ms")
+
+
+def _number(path: Path, key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        _fail(path, key, f"expected a positive number, got {v!r}")
+    return v
+
+
+def _sdram(path: Path, v: Any) -> Sdram:
+    """board.json "sdram": every field required but note, af and kernel_clock; each range is the FMC's."""
+    k = "sdram"
+    q = _object(path, k, v, _keys(Sdram), _keys(Sdram) - {"note", "af", "kernel_clock"})
+    ints = {f: _int(path, f"{k}.{f}", q[f], lo) for f, (lo, _hi) in _SDRAM_RANGES.items()}
+    for f, (lo, hi) in _SDRAM_RANGES.items():
+        if ints[f] > hi:
+            _fail(path, f"{k}.{f}", f"must be at most {hi}, got {ints[f]}")
+    if ints["data_bits"] not in (8, 16, 32):
+        _fail(path, f"{k}.data_bits", f"must be 8, 16 or 32, got {ints['data_bits']}")
+    if ints["internal_banks"] not in (2, 4):
+        _fail(path, f"{k}.internal_banks", f"must be 2 or 4, got {ints['internal_banks']}")
+    pins = _strs(path, f"{k}.pins", q["pins"])
+    bad = next((p for p in pins if len(p) < 3 or p[0] != "P" or not "A" <= p[1] <= "K" or not p[2:].isdigit()
+                or int(p[2:]) > 15), None)
+    if bad is not None or not pins:
+        _fail(path, f"{k}.pins", f"{bad!r} is not a pin like PD0 (ports A..K, pins 0..15)")
+    return Sdram(_str(path, f"{k}.chip", q["chip"]), _str(path, f"{k}.region", q["region"]),
+                 kernel_hz=_int(path, f"{k}.kernel_hz", q["kernel_hz"], 1),
+                 kernel_hz_min=_int(path, f"{k}.kernel_hz_min", q["kernel_hz_min"], 1),
+                 refresh_rows=_int(path, f"{k}.refresh_rows", q["refresh_rows"], 1),
+                 powerup_us=_int(path, f"{k}.powerup_us", q["powerup_us"], 1), pins=pins,
+                 af=_int(path, f"{k}.af", q.get("af", 12), 0),
+                 kernel_clock=_str(path, f"{k}.kernel_clock", q.get("kernel_clock", "hclk3"), FMC_KERNEL_CLOCKS),
+                 note=_str(path, f"{k}.note", q.get("note", "")),
+                 **ints, **{f: _number(path, f"{k}.{f}", q[f]) for f in _SDRAM_NS})
+
+
+def _check_sdram_region(path: Path, sdram: Sdram, mem: BoardMemory) -> None:
+    """The SDRAM backs one "kv" region of sdram speed, at its bank's address, as large as its wiring addresses."""
+    region = next((r for r in mem.regions if r.name == sdram.region), None)
+    if region is None or region.use != "kv" or region.speed != "sdram":
+        _fail(path, "sdram.region", f"{sdram.region!r} is not a memory_regions entry with use \"kv\" and "
+                                    "speed \"sdram\"")
+    if region.address != SDRAM_BANK_ADDRESS[sdram.fmc_bank]:
+        _fail(path, "sdram.fmc_bank", f"FMC SDRAM bank {sdram.fmc_bank} is at 0x{SDRAM_BANK_ADDRESS[sdram.fmc_bank]:08X}, "
+                                      f"region {region.name} at 0x{region.address:08X}")
+    if region.size != sdram.bytes:
+        _fail(path, "sdram.row_bits", f"columns, rows, banks and data width address {sdram.bytes:,} B but region "
+                                      f"{region.name} is {region.size:,} B")
+    if sdram.kernel_hz_min > sdram.kernel_hz:
+        _fail(path, "sdram.kernel_hz_min", f"{sdram.kernel_hz_min} is above kernel_hz {sdram.kernel_hz}")
+
+
 _TOP_KEYS = {f.name for f in fields(Board)} - {"memory", "config_header"} | {
     "memory_regions", "placement", "stack_region", "config"}
 _REQUIRED = {"name", "description", "cpu", "optimize", "libs", "sources", "weights", "request", "run", "stack_bytes"}
@@ -395,6 +498,7 @@ def parse_board(path: Path, doc: Any) -> Board:
                 _fail(path, f"{k}.{f}", f"must be 1, 2 or 4, got {getattr(qspi, f)}")
         if qspi.ddr:
             _fail(path, f"{k}.ddr", "DDR needs DTR read commands that bringup.c does not issue yet")
+    sdram = _sdram(path, d["sdram"]) if "sdram" in d else None
     flash = None
     if "flash" in d:
         f = _object(path, "flash", d["flash"], _keys(FlashTool), {"tool", "openocd"})
@@ -422,12 +526,14 @@ def parse_board(path: Path, doc: Any) -> Board:
                     _str(path, "run.note", run.get("note", ""))),
         memory=_regions(path, d.get("memory_regions"), d.get("placement"), d.get("stack_region"), name),
         stack_bytes=_int(path, "stack_bytes", d["stack_bytes"], 256),
-        common_dir=_str(path, "common_dir", d["common_dir"]) if "common_dir" in d else None,
+        family=_str(path, "family", d["family"]) if "family" in d else None,
         linker_script=_str(path, "linker_script", d["linker_script"]) if "linker_script" in d else None,
         arena_section=_str(path, "arena_section", d["arena_section"]) if "arena_section" in d else None,
-        emulator=emulator, uart=uart, qspi_flash=qspi, flash=flash, clock=_str(path, "clock", d.get("clock", "")),
+        emulator=emulator, uart=uart, qspi_flash=qspi, sdram=sdram, flash=flash, clock=_str(path, "clock", d.get("clock", "")),
         config=tuple(config),
     )
+    if board.family is not None and not (boards_dir() / board.family).is_dir():
+        _fail(path, "family", f"no folder boards/{board.family}/ (the family's shared C)")
     names = [c.name for c in board.config_header()]
     if len(set(names)) != len(names):
         _fail(path, "config", "a define is given twice (uart/request/emulator fields generate their own)")
@@ -437,6 +543,8 @@ def parse_board(path: Path, doc: Any) -> Board:
         _fail(path, "weights.address", "external weights need an address")
     if board.is_arm and not any(r.use == "code" and r.kind == "flash" for r in board.memory.regions):
         _fail(path, "memory_regions", "a Cortex-M board needs a flash region with use \"code\" (vectors, code, rodata)")
+    if sdram is not None:
+        _check_sdram_region(path, sdram, board.memory)
     if board.linker_script is not None and not board.file(board.linker_script).is_file():
         _fail(path, "linker_script", f"{board.linker_script} is in none of {', '.join(str(d) for d in board.search_dirs)}")
     for s in board.sources:

@@ -197,10 +197,10 @@ def inspect(model, tokenizer, as_json):
 
 
 _stream_option = click.option(
-    "--stream", type=click.Choice(["off", "all", "auto"]), default="off", show_default=True,
-    help="Weight streaming (DWUP, q4x4 matrices): all = every matrix through two stream buffers; auto = pin "
-         "what fits in the SRAM the plan leaves (copied once at boot), stream the rest (boards with external "
-         "weights; elsewhere off).")
+    "--stream", type=click.Choice(["off", "all", "auto"]), default="auto", show_default=True,
+    help="Weight streaming (DWUP, every tiled matrix: q4x4 and llama.cpp's blocks in tiles): all = every matrix "
+         "through two stream buffers; auto = on boards whose weights sit in external flash, pin what fits in the "
+         "SRAM the plan leaves (copied once at boot) and stream the rest; elsewhere (weights linked in) off.")
 _stream_chunk_option = click.option(
     "--stream-chunk", default=None, help="Bytes per stream chunk, e.g. 4K (default: the smallest within 0.5% of the timing model's best "
          "tokens/s on a QUADSPI board, 16K elsewhere; less when SRAM is short).")
@@ -212,14 +212,28 @@ _prefill_option = click.option(
 
 
 _speculate_option = click.option(
-    "--speculate", default="auto", show_default=True, metavar="auto|off|lookup[:k]|draft:MODEL[:k]",
+    "--speculate", default="off", show_default=True, metavar="off|auto|lookup[:k]|draft:MODEL[:k]",
     help="Speculative decoding: per pass over the weights, the model verifies up to k guessed tokens with the last "
          "one (P = k + 1 positions through every weight together, on the batched prefill's buffers) and keeps the "
          "ones it would have produced; greedy output is plain decoding's, sampling keeps its distribution. lookup: "
          "the guesses come from the context itself (prompt lookup: no weights), k by the timing model unless given "
          "(1..3, below --prefill-batch); auto: lookup where the timing model predicts more decode tokens/s on the "
          "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL is not "
-         "built yet.")
+         "built yet (refused). See docs/speculative.md.")
+
+
+_kv_region_option = click.option(
+    "--kv-region", type=click.Choice(["auto", "sram", "sdram"]), default="sram", show_default=True,
+    help="Where the KV cache goes: sram (the --ram-budget plan); sdram: the board's external SDRAM (the "
+         "STM32H750B-DK's 8 MB FMC SDRAM), outside the budget, for a longer context; auto: SRAM when the "
+         "context asked for fits there, else SDRAM. The report says where it went.")
+
+
+_classifier_option = click.option(
+    "--classifier-quant", type=click.Choice(["keep", "q4"]), default="keep", show_default=True,
+    help="A GGUF's kept classifier (SmolLM2: its tied Q8_0 embedding, 31% of the bytes a token reads): keep its "
+         "blocks (lossless), or q4: re-round it to Q4_0 blocks with scales calibrated on --calibration text "
+         "(half its bytes; `eval --classifier-quant q4` measures the cost).")
 
 
 @cli.command("compile")
@@ -237,8 +251,11 @@ _speculate_option = click.option(
 @_speculate_option
 @click.option("--unroll-layers", is_flag=True,
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
+@_classifier_option
+@_kv_region_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers):
+                weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers, classifier_quant,
+                kv_region):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
@@ -251,7 +268,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
-                   prefill_batch=parse_batch(prefill_batch), speculate=speculate)
+                   prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
+                   kv_region=kv_region)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -259,6 +277,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
                f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B (arena {p.arena_bytes:,} B, "
                f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}, "
                f"prefill {compiled.program.prefill_batch} prompt tokens per pass over the weights")
+    if p.external_bytes:
+        click.echo(f"KV cache {p.kv_cache_bytes:,} B in {', '.join(p.kv_cache_regions)} (outside the RAM budget)")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
     if compiled.speculate_note:
@@ -317,11 +337,14 @@ def flash_cmd(out, dry_run, openocd):
 @click.option("--emulator", type=click.Choice(["auto", "renode"]), default="auto", show_default=True,
               help="auto: the board's runner (host, QEMU, Unicorn); renode: an STM32H750 build under Renode "
               "(`renode` or `renode-run` on PATH).")
+@click.option("--check", "check", is_flag=True,
+              help="Also run the reference (rebuilt from OUT's weights blob) on the same request: exit 1 with one "
+                   "line at the first token that differs.")
 @click.option("--renode-check", is_flag=True,
               help="STM32H750 builds: add this request and the tokens it gave to OUT/renode/tllm.robot, so "
               "`renode-test` checks that Renode gives the same.")
 def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout, transport, serial_url, chat, emulator,
-        renode_check):
+        check, renode_check):
     """Run the built firmware on a prompt: host build, QEMU (mps2-an500), Unicorn (STM32H750 boards), or a
     flashed board (--serial)."""
     from .build.out import load_out_tokenizer, read_manifest
@@ -331,7 +354,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
     tok = load_out_tokenizer(out, read_manifest(out))
     if renode_check:
         from .board import load_board
-        from .run_renode import renode_board
+        from .families.stm32h750.renode import renode_board
 
         renode_board(load_board(read_manifest(out)["board"]))  # an STM32H750 build, before running
     ids = _prompt_ids(tok, prompt, chat)
@@ -339,7 +362,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
                       transport=transport, serial_url=serial_url, emulator=emulator)
     o = fw.output
     if renode_check:
-        from .run_renode import write_check
+        from .run.renode import write_check
 
         runner = "a board" if serial_url else "Renode" if emulator == "renode" else fw.result.command[0]
         robot = write_check(out, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), o.generated_ids,
@@ -364,6 +387,14 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
                     if o.passes and o.passes != len(per) else "")
             click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} {unit}/token, "
                        f"prefill {o.prefill_instructions:,}{spec}{where}]", err=True)
+    if check:
+        from .run.check import check_tokens
+
+        diff = check_tokens(out, tok, ids, max_new_tokens, SamplingOptions(temperature, top_p, seed), o.generated_ids)
+        if diff is not None:
+            click.echo(diff, err=True)
+            sys.exit(1)
+        click.echo(f"--check: the {len(o.generated_ids)} tokens are the reference's", err=True)
 
 
 @cli.command()
@@ -432,16 +463,19 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_prefill_option
 @_speculate_option
 @click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
+@_kv_region_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, speculate, unroll_layers, as_json):
+             prefill_batch, speculate, unroll_layers, kv_region, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
+    from dataclasses import replace
+
     from .compile import parse_size
     from .lower.prefill import parse_batch
     from .compile import plan_model
 
-    opts = _compile_options(board, group_size, kv_bits, max_seq, ram_budget)
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kv_region=kv_region)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
                            unroll_layers, speculate)
@@ -544,10 +578,13 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="KV cache precisions (repeatable; default: 8, 4).")
 @click.option("--calibration", type=_TextFile(), default=None,
               help="Calibration text for clip/awq (default: a built-in sample); keep it apart from --data.")
+@click.option("--classifier-quant", "classifier_quants", multiple=True, type=click.Choice(["keep", "q4"]),
+              help="With gguf: the kept classifier as it is, or re-rounded to Q4_0 (repeatable; default: keep).")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="tokenizer.bin for llama2.c checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calibration, tokenizer, as_json):
+def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calibration, classifier_quants, tokenizer,
+             as_json):
     """Perplexity and top-1 agreement: float vs the quantized reference (the firmware's exact logits)."""
     from .compress.eval import (QuantConfig, encode_documents, evaluate, format_table, make_quantizer,
                                 read_documents)
@@ -562,8 +599,9 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
     methods = weight_quants or (resolve_weight_quant(m, "auto"),)
     for w in methods:
         resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
-    configs = [QuantConfig(w, int(g), int(k)) for w in methods
+    configs = [QuantConfig(w, int(g), int(k), c) for w in methods
                for g in (group_sizes or GROUP_CHOICES) for k in (kv_bits or KV_CHOICES)
+               for c in ((classifier_quants or ("keep",)) if w == "gguf" else ("keep",))
                if w != "gguf" or g == "32"]  # llama.cpp's blocks are 32 weights
     if not configs:
         raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")

@@ -19,8 +19,8 @@ from .bind import Program, bind, verify_program
 from .board import Board, load_board
 from .emit import EmittedTree, emit_tree
 from .errors import UserError, first_line
-from .fit.search import (AUTO, FitRequest, Planner, check_code, check_weights, model_context, speculate_note,
-                         speculation_cost)
+from .fit.search import (AUTO, KV_REGIONS, FitRequest, Planner, check_code, check_weights, model_context,
+                         speculate_note, speculation_cost)
 from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
@@ -29,8 +29,10 @@ from .lower.records import StepSource, source_of
 from .lower.speculate import parse_speculate
 from .lower.step import lower_step
 from .plan.memory import MemoryPlan
+from .plan.regions import check_kv_region
 from .plan.report import plan_json, plan_text
 from .quant.calibrated import calibration_documents, quantize_calibrated
+from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.per_channel import calibration_tokens, quantize_per_channel
@@ -38,7 +40,7 @@ from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
 from .reference.executor import rope_tables
 from .reference.sampler import sampler_problem
-from .plan.traffic import step_traffic
+from .plan.traffic import kv_read, step_traffic
 from .timing import predicted_for
 from .verify import verify_graph
 from .vocab import check_vocab_fits, vocabulary_of
@@ -63,13 +65,20 @@ class CompileOptions:
     # otherwise "rtn"), gguf (quant/gguf_keep.py), rtn | clip | awq (INT4, quant/calibrated.py, uses `calibration`)
     weight_quant: str = "auto"
     sampler: str = "full"  # "greedy": argmax only, no logits vector or sampler scratch in RAM (plan/lifetimes.py)
-    stream: str = "off"  # weight streaming (lower/stream.py): off | all | auto (pin what fits, stream the rest)
+    # weight streaming (lower/stream.py): off | all | auto (boards whose weights are external: pin what fits,
+    # stream the rest; elsewhere off)
+    stream: str = "auto"
     stream_chunk: int | None = None  # bytes per stream chunk (None: 16 KiB, less when SRAM is short)
     unroll_layers: bool = False  # print each layer's calls instead of the loop over LAYERS (emit/layer_table.py)
     prefill_batch: str | int = "auto"  # prompt tokens per weight pass (lower/prefill.py): auto (fit's) or 1..4
-    # speculative decoding (lower/speculate.py): auto (lookup where the timing model predicts a gain and the
-    # plan fits beside the context, else off), off, lookup (k by the timing model), lookup:k
-    speculate: str = "auto"
+    # a kept GGUF's classifier: keep its blocks (lossless), or "q4": re-rounded to Q4_0 (quant/classifier_q4.py)
+    classifier_quant: str = "keep"
+    # where the KV cache goes (fit/search.py): sram (the RAM budget, as always), sdram (a board's external RAM,
+    # outside the budget), auto (SRAM when the context fits there, else SDRAM)
+    kv_region: str = "sram"
+    # speculative decoding (lower/speculate.py): off (plain decoding, the default), lookup (k by the timing
+    # model), lookup:k, or auto (lookup where the timing model predicts a gain and the plan fits, else off)
+    speculate: str = "off"
 
 
 @dataclass(frozen=True)
@@ -159,11 +168,17 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
         return quantize_per_channel(graph, tokens, opts.kv_bits)
     if opts.quant != "group":
         raise UserError(f"--quant {opts.quant} is not known: choose group or per-channel")
-    if opts.weight_quant == "gguf":  # lossless: the file's own blocks, portable kernels (quant/gguf_keep.py)
-        if opts.kernels == "cortex-m7":
-            raise UserError("--weight-quant gguf runs llama.cpp's blocks on the portable kernels (with SMLAD "
-                            "block sums): drop --kernels cortex-m7, or re-round with --weight-quant rtn")
-        return quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits)
+    if opts.classifier_quant not in CLASSIFIER_QUANTS:
+        raise UserError(f"--classifier-quant {opts.classifier_quant} is not known: choose {', '.join(CLASSIFIER_QUANTS)}")
+    if opts.classifier_quant != "keep" and opts.weight_quant != "gguf":
+        raise UserError("--classifier-quant q4 re-rounds a GGUF file's kept classifier; this build re-rounds every "
+                        "matrix already (--weight-quant): drop one of them")
+    if opts.weight_quant == "gguf":  # lossless: the file's own blocks (quant/gguf_keep.py), tiled for the M7
+        qg = quantize_gguf(graph, model.blocks, opts.group_size, opts.kv_bits, resolve_kernels(opts, board))
+        if opts.classifier_quant == "q4":
+            docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
+            qg = requantize_classifier(qg, docs)
+        return qg
     if opts.weight_quant != "rtn":
         docs = calibration_documents(require_tokenizer(model), opts.calibration, graph.config.max_seq)
         return quantize_calibrated(graph, docs, opts.weight_quant, opts.group_size, opts.kv_bits,
@@ -173,7 +188,7 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
 
 def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | None) -> FitRequest:
     return FitRequest(board, opts.ram_budget, opts.max_seq, opts.stream, opts.stream_chunk, opts.prefill_batch,
-                      vocab, opts.unroll_layers, parse_speculate(opts.speculate))
+                      vocab, opts.unroll_layers, opts.kv_region, parse_speculate(opts.speculate))
 
 
 def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program) -> dict:
@@ -185,6 +200,10 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program)
         options.update(stream=opts.stream, stream_chunk=program.stream.options.chunk_bytes)
     if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
         options.update(unroll_layers=True)
+    if opts.classifier_quant != "keep":
+        options.update(classifier_quant=opts.classifier_quant)
+    if opts.kv_region != "sram":  # only when asked: the defaults' manifests stay as they were
+        options.update(kv_region=opts.kv_region)
     if program.speculate is not None:  # only when on: plain trees keep their manifests' options
         options.update(speculate=f"{program.speculate.draft}:{program.speculate.k}")
     return options
@@ -194,6 +213,7 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
     board = load_board(opts.board)
+    check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
@@ -234,6 +254,7 @@ def speculate_k_for(qg: QuantizedGraph, opts: CompileOptions, sampler: str, budg
 
 
 def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:
+    check_kv_region(load_board(opts.board), opts.kv_region, KV_REGIONS)  # before the model is read
     return compile_model(load_model(Path(model_path), tokenizer), opts)
 
 
@@ -330,25 +351,26 @@ def write_tree(tree: EmittedTree, out: Path) -> None:
 
 
 def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: Board) -> StepSource:
-    """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized.
-    The kernel set decides the activation scratch (a GGUF's kept blocks run the portable kernels)."""
+    """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized
+    (the kernel set decides the layouts and the activation scratch)."""
     method = "per-channel" if quant == "per-channel" else resolve_weight_quant(model, "auto")
-    kernels = "portable" if method == "gguf" else resolve_kernels(opts, board)
+    kernels = resolve_kernels(opts, board)
     kept = tuple(sorted(kept_formats(model.blocks).items())) if method == "gguf" else ()
     return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept)
 
 
 def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,
                stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool,
-               speculate: str = "auto") -> tuple[dict, str]:
+               speculate: str = "off") -> tuple[dict, str]:
     """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
     spec = parse_speculate(speculate)
     board = load_board(opts.board)
+    check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
     req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers,
-                     spec)
+                     opts.kv_region, spec)
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
@@ -359,7 +381,8 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
     saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
     traffic = step_traffic(res.step)
     pred = predicted_for(traffic.workload(), board, prefill_batch=res.prefill_batch,
-                         chunk_bytes=res.stream.chunk_bytes if res.stream else None)
+                         chunk_bytes=res.stream.chunk_bytes if res.stream else None,
+                         kv=kv_read(res.plan, res.step.config))
     doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
     doc["traffic"] = traffic.json()
     return (doc,

@@ -4,8 +4,10 @@
 Each region states what the planner needs to decide placement without
 knowing the chip: address, size, speed class (tcm/sram/flash/qspi/sdram),
 whether the board's copy engine reaches it, whether the D-cache covers it,
-kind (ram/flash) and use (arena | code | weights | none).  Only "arena"
-regions receive run-time buffers.  "placement" lists, per placement class,
+kind (ram/flash) and use (arena | kv | code | weights | none).  Only "arena"
+regions receive run-time buffers by default; a "kv" region (the DK's FMC
+SDRAM) receives the KV cache, and only when `--kv-region` asks for it: it
+is never part of the RAM budget, which counts the on-chip SRAM alone.  "placement" lists, per placement class,
 the arena regions to try in order; the planner falls back along that list
 when the preferred region is full.
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 SPEEDS = ("tcm", "sram", "flash", "qspi", "sdram")
 KINDS = ("ram", "flash")
-USES = ("arena", "code", "weights", "none")
+USES = ("arena", "kv", "code", "weights", "none")
 # Placement classes a BufferRequest may ask for (see lifetimes.placement_of).
 PLACEMENTS = ("hot", "bulk", "dma")
 HOST_RAM_BYTES = 1 << 40  # "unbounded": the budget is what limits the host
@@ -56,6 +58,11 @@ class BoardMemory:
     def sram_bytes(self) -> int:
         """All RAM the planner may use: the ceiling for --ram-budget."""
         return sum(r.size for r in self.arena_regions)
+
+    @property
+    def kv_regions(self) -> tuple[Region, ...]:
+        """Regions the KV cache may be sent to on request (--kv-region): external RAM."""
+        return tuple(r for r in self.regions if r.use == "kv")
 
     def region(self, name: str) -> Region:
         for r in self.regions:

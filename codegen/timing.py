@@ -25,13 +25,23 @@ into time is a named assumption below with where it comes from.  Four modes:
   which is again the pessimistic choice.
 
 Energy per token = run-mode supply current x supply voltage x time (the
-core runs, or waits in a polling loop, for the whole token in every mode)."""
+core runs, or waits in a polling loop, for the whole token in every mode).
+
+With the KV cache in the DK's SDRAM (--kv-region sdram) attention's reads of
+it are priced too (`kv_read_seconds`): at the token with the whole context
+behind it, every 32-byte line of K and V is a D-cache miss to the FMC (the
+cache is 16 KiB, the cache megabytes), paying its burst on the SDRAM's data
+lines, the CAS latency and the AXI path, and every new SDRAM row its
+precharge and activate; added to each mode, not overlapped with compute
+(the pessimistic reading, as for the other non-matvec work).  The floor is
+the bytes over the SDRAM's data rate (bus width x SDCLK, board.json).  The
+same reads from AXI SRAM are priced beside it."""
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
 
-from .board import Board, QspiFlash, board_names, load_board
+from .board import Board, QspiFlash, Sdram, board_names, load_board
 from .quant.formats import q4x4_bytes_of
 
 # Core clock: bringup.c's PLL1 setting on revision V silicon (VOS0), the
@@ -60,6 +70,37 @@ RUN_UA_PER_MHZ = 278
 SUPPLY_V = 3.3  # VDD on both boards (the core runs from the internal LDO)
 DEFAULT_CHUNK_BYTES = 16 * 1024  # two of them: 32 KiB of the 128 KiB DTCM
 MODES = ("in_place", "in_place_prefetch", "dwup", "flash_bound")
+# A D-cache line fill from AXI SRAM: 32 bytes on the 64-bit AXI bus at half
+# the core clock (4 beats, 8 core cycles) plus the bus matrix's few cycles;
+# an assumption of the right order, to be calibrated with DWT on a board.
+AXI_SRAM_LINE_CYCLES = 12
+
+
+@dataclass(frozen=True)
+class KvRead:
+    """The KV cache one decoded token reads: every position of the context
+    behind it (`positions`, max_seq: the last and dearest token), all
+    layers, K and V with their scales."""
+
+    bytes_per_position: int
+    positions: int
+    region: str  # where it lives: "sdram" (priced on the FMC) or "sram"
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes_per_position * self.positions
+
+
+def kv_read_seconds(s: Sdram, kv: KvRead, core_hz: float = CORE_HZ) -> dict[str, float]:
+    """Seconds attention's KV reads take at this token: from SDRAM (see the
+    module docstring), its floor (bytes / data rate), and from AXI SRAM."""
+    lines = math.ceil(kv.nbytes / DCACHE_LINE_BYTES)
+    beats = DCACHE_LINE_BYTES / (s.data_bits / 8)
+    row_bytes = (1 << s.column_bits) * s.data_bits // 8
+    row_cycles = math.ceil(s.t_rp_ns * s.sdclk_hz / 1e9) + math.ceil(s.t_rcd_ns * s.sdclk_hz / 1e9)
+    sdram = (lines * ((beats + s.cas_latency) / s.sdclk_hz + MISS_LATENCY_CYCLES / core_hz)
+             + math.ceil(kv.nbytes / row_bytes) * row_cycles / s.sdclk_hz)
+    return {"sdram": sdram, "floor": kv.nbytes / s.bytes_per_s, "sram": lines * AXI_SRAM_LINE_CYCLES / core_hz}
 
 
 @dataclass(frozen=True)
@@ -176,16 +217,20 @@ def mode_seconds(q: QspiFlash, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYT
 
 
 def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fills: int = 1,
-            core_hz: float = CORE_HZ, prefill_batch: int = 1) -> dict:
+            core_hz: float = CORE_HZ, prefill_batch: int = 1, kv: KvRead | None = None) -> dict:
     """ms/token, tokens/s and mJ/token per mode for one board, for a decoded
     token ("modes") and a prompt token before the last ("prefill": no
     classifier, no sampling; Workload.prefill), with the inputs and
-    assumptions they rest on (JSON-ready)."""
+    assumptions they rest on (JSON-ready).  kv: a KV cache in SDRAM, whose
+    reads at the last position are added to every mode ("attention_kv")."""
     q = board.qspi_flash
     if q is None:
         raise ValueError(f"{board.name} has no QUADSPI flash to stream from")
     watts = run_watts(core_hz)
     secs = mode_seconds(q, w, chunk_bytes, fills, core_hz)
+    kv_secs = kv_read_seconds(board.sdram, kv, core_hz) if kv is not None and kv.region == "sdram" else None
+    if kv_secs is not None:
+        secs = {m: t + (kv_secs["sdram"] if m != "flash_bound" else 0.0) for m, t in secs.items()}
 
     def figures(seconds: dict[str, float]) -> dict:
         # tokens/s None: nothing bounds it (no flash read for the flash bound)
@@ -197,7 +242,12 @@ def predict(board: Board, w: Workload, chunk_bytes: int = DEFAULT_CHUNK_BYTES, f
     prefill = figures(mode_seconds(q, w.prefill(prefill_batch), chunk_bytes, fills, core_hz))
     compute = compute_seconds(w.instructions, core_hz)
     transfer = link_seconds(q, w.weight_bytes, w.streams)
-    return {
+    extra = {} if kv_secs is None else {"attention_kv": {
+        "region": kv.region, "positions": kv.positions, "bytes": kv.nbytes,
+        "sdram_ms": round(kv_secs["sdram"] * 1e3, 3), "sdram_floor_ms": round(kv_secs["floor"] * 1e3, 3),
+        "sram_ms": round(kv_secs["sram"] * 1e3, 3), "sdram_mb_per_s": round(board.sdram.bytes_per_s / 1e6, 3),
+        "note": "added to each mode at the last position; the prefill figures leave it out"}}
+    return extra | {
         "board": board.name, "workload": w.name, "source": w.source, "modes": modes,
         "prefill": dict(prefill, batch=prefill_batch),
         "weight_bytes": w.weight_bytes, "instructions": w.instructions,
@@ -334,12 +384,14 @@ def predicted(shape: Shape, group: int, board: Board | None = None, bench: dict 
 
 
 def predicted_for(w: Workload, board: Board | None = None, prefill_batch: int = 1,
-                  chunk_bytes: int | None = None) -> dict:
-    """predict() on this board if it streams from QUADSPI, else on every board that does."""
+                  chunk_bytes: int | None = None, kv: KvRead | None = None) -> dict:
+    """predict() on this board if it streams from QUADSPI, else on every board that does
+    (kv: the build's KV cache in this board's SDRAM)."""
     boards = [board] if board is not None and board.qspi_flash is not None else \
         [b for b in map(load_board, board_names()) if b.qspi_flash is not None]
     chunk = chunk_bytes or DEFAULT_CHUNK_BYTES  # the build's stream chunk, where it streams
-    return {b.name: predict(b, w, chunk_bytes=chunk, prefill_batch=prefill_batch) for b in boards}
+    return {b.name: predict(b, w, chunk_bytes=chunk, prefill_batch=prefill_batch,
+                            kv=kv if b is board else None) for b in boards}
 
 
 # Measured with `tinyllm-gen bench` on the stories15M shape (random weights,
@@ -364,6 +416,18 @@ MEASURED_MATMAT_PER_MAC = {1: 1.353, 2: 1.049, 3: 0.999, 4: 0.939}
 # the three block formats.  s4pc (the per-channel scheme) has no count of its
 # own here: the portable q4 kernel's rate stands in for it.  A layout or P
 # missing from its row is priced at its P = 1 rate.
+# q40x4/q41x4/q80x4: the same blocks in 4-row tiles (quant/formats.py,
+# firmware/tllm_kernels_gguf_m7.c, the M7 assembly), measured by `python -m
+# tinyllm_gen.bench.gguf_rates` (bench/micro_gguf.c: random blocks, the
+# assembly checked bit-exact against its portable twin in the same run) over
+# one SmolLM2-135M layer's seven matrices (576x576, 2 x 192x576, 576x576,
+# 2 x 1536x576, 576x1536; per shape the figures differ by < 0.005; MACs = P x
+# rows x cols).  The 49152x576 classifier, measured on its first 8192 rows
+# (its 30 MB of Q8_0 do not fit the emulator's 16 MiB; every row costs the
+# same), runs at the row's P = 1 rate for top-K chunks (q80x4 1.3333) and
+# 0.018 more for the greedy argmax (64 rows per chunk: q80x4 1.3508).  The
+# file layout's portable kernels measured the same way: Q4_0 2.2846, Q4_1
+# 2.4714, Q8_0 2.3353.
 KERNEL_RATES = {
     "q4x4": MEASURED_MATMAT_PER_MAC,
     "q4": {1: 14.755},
@@ -371,6 +435,9 @@ KERNEL_RATES = {
     "Q4_1": {1: 2.478, 2: 2.478 * 1.108, 3: 2.478 * 1.108, 4: 2.478 * 1.108},
     "Q8_0": {1: 2.340, 2: 2.340 * 1.108, 3: 2.340 * 1.108, 4: 2.340 * 1.108},
     "s4pc": {1: 14.755},
+    "q40x4": {1: 1.3166, 2: 1.0539, 3: 1.0084, 4: 0.9445},
+    "q41x4": {1: 1.4104, 2: 1.1477, 3: 1.1230, 4: 1.0617},
+    "q80x4": {1: 1.3326, 2: 1.1517, 3: 1.0084, 4: 0.9445},
 }
 
 
@@ -392,6 +459,11 @@ def predicted_text(pred: dict) -> str:
                      f"{m['dwup']['mj_per_token']:,.1f} mJ), flash bound {m['flash_bound']['ms_per_token']:,.1f} ms; "
                      f"a prompt token before the last (no classifier, {p['prefill']['batch']} per weight pass) "
                      f"{p['prefill']['dwup']['ms_per_token']:,.1f} ms (DWUP)")
+        if "attention_kv" in p:
+            a = p["attention_kv"]
+            lines.append(f"  {'':<14} attention's KV reads at position {a['positions']} ({a['bytes']:,} B) from "
+                         f"{a['region']}: {a['sdram_ms']:,.1f} ms (floor {a['sdram_floor_ms']:,.1f} ms at "
+                         f"{a['sdram_mb_per_s']:g} MB/s; from AXI SRAM {a['sram_ms']:,.1f} ms), in the figures above")
     return "\n".join(lines) + "\n"
 
 

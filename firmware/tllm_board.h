@@ -77,7 +77,7 @@ void tllm_board_fault(const char *why) __attribute__((noreturn));
  * - after tllm_board_copy_wait() returns, the CPU sees the copied bytes
  *   (cache maintenance, if any, is the board's job, done inside wait).
  * Host and QEMU: a memcpy in start, wait does nothing.  STM32H750: MDMA
- * channel 0, software-requested, completion polled (boards/stm32h750-common/
+ * channel 0, software-requested, completion polled (boards/stm32h750/
  * mdma.c). */
 void tllm_board_copy_start(void *dst, const void *src, uint32_t len);
 void tllm_board_copy_wait(void);

@@ -13,6 +13,7 @@
 
 #include "tllm_kernels.h"
 #include "tllm_kernels_gguf.h"
+#include "tllm_kernels_gguf_m7.h"
 #include "tllm_kernels_m7.h"
 #include "tllm_sampler.h"
 
@@ -67,6 +68,35 @@ static inline void tllm_topk_q41(const tllm_gguf_matrix *m, const int8_t *xq, co
 static inline void tllm_topk_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias,
                                  float *chunk, int32_t chunk_rows, tllm_topk *t) {
     tllm_topk_gguf(tllm_matvec_q80, sizeof(tllm_block_q8_0), m, xq, xs, bias, chunk, chunk_rows, t);
+}
+
+/* llama.cpp's blocks in 4-row tiles (tllm_kernels_gguf_m7.h): chunk_rows a
+ * multiple of the 4-row tile (each chunk is whole tiles but the last). */
+
+static inline void tllm_topk_ggufx4(tllm_ggufx4_matvec_fn mv, int32_t tile_bytes, const tllm_ggufx4_matrix *m,
+                                    const uint8_t *x16, const float *bias, float *chunk, int32_t chunk_rows,
+                                    tllm_topk *t) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_ggufx4_matrix part = {m->tiles + (r0 / 4) * tile_bytes, (uint16_t)n, m->cols};
+        mv(&part, x16, bias ? bias + r0 : 0, chunk);
+        tllm_topk_push(t, chunk, n, r0);
+    }
+}
+
+static inline void tllm_topk_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *chunk,
+                                   int32_t chunk_rows, tllm_topk *t) {
+    tllm_topk_ggufx4(tllm_matvec_q40x4, tllm_q40x4_tile_bytes(m), m, x16, bias, chunk, chunk_rows, t);
+}
+
+static inline void tllm_topk_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *chunk,
+                                   int32_t chunk_rows, tllm_topk *t) {
+    tllm_topk_ggufx4(tllm_matvec_q41x4, tllm_q41x4_tile_bytes(m), m, x16, bias, chunk, chunk_rows, t);
+}
+
+static inline void tllm_topk_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *chunk,
+                                   int32_t chunk_rows, tllm_topk *t) {
+    tllm_topk_ggufx4(tllm_matvec_q80x4, tllm_q80x4_tile_bytes(m), m, x16, bias, chunk, chunk_rows, t);
 }
 
 #endif

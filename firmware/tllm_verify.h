@@ -15,7 +15,8 @@
  * by the kernel registry), and each token's chunk then goes through the
  * same race or set as in tllm_argmax_* / tllm_topk_*.  chunk holds P x
  * chunk_rows floats (token p's rows at p * n for a chunk of n rows), plus
- * TLLM_TILE_SPILL for the q4x4 tile kernel.  Twins: the layout's matvec
+ * TLLM_TILE_SPILL for the q4x4 tile kernel (the tiled GGUF kernels write
+ * exactly their rows).  Twins: the layout's matvec
  * twin per token, then argmax / sampler.top_k_ids
  * (tests/kernel_registry/entries_verify.py). */
 #ifndef TLLM_VERIFY_H
@@ -25,6 +26,7 @@
 
 #include "tllm_kernels.h"
 #include "tllm_kernels_gguf.h"
+#include "tllm_kernels_gguf_m7.h"
 #include "tllm_kernels_m7.h"
 #include "tllm_math.h"
 #include "tllm_sampler.h"
@@ -159,6 +161,39 @@ static inline void tllm_topk_batch_q80(const tllm_gguf_matrix *m, const int8_t *
                                        uint16_t *id, int32_t cap, int32_t *held) {
     tllm_verify_gguf(tllm_matmat_q80, sizeof(tllm_block_q8_0), m, xq, xs, P, bias, chunk, chunk_rows, 0, 0, value,
                      id, cap, held);
+}
+
+/* ---- llama.cpp's blocks in 4-row tiles (q40x4 / q41x4 / q80x4, tllm_kernels_gguf_m7.h) ----
+ * One loop for the three layouts, the layout's batched kernel and tile size
+ * passed in (tllm_argmax_batch_ggufx4(tllm_matmat_q41x4, tllm_q41x4_tile_bytes,
+ * ...), as tllm_stream.h's ggufx4 loops); m may be a stream chunk's view whose
+ * first row is row0 of the whole matrix, as q4x4's above. */
+static inline void tllm_verify_ggufx4(tllm_ggufx4_matmat_fn mm, tllm_ggufx4_tile_bytes_fn tb,
+                                      const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                      float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best, float *best_v,
+                                      float *value, uint16_t *id, int32_t cap, int32_t *held) {
+    const int32_t tile_bytes = tb(m);
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_ggufx4_matrix part = {m->tiles + (r0 / 4) * tile_bytes, (uint16_t)n, m->cols};
+        mm(&part, xb, P, bias ? bias + r0 : 0, chunk);
+        if (best) tllm_verify_argmax_chunks(chunk, n, P, row0 + r0, best, best_v);
+        else tllm_verify_topk_chunks(chunk, n, P, row0 + r0, value, id, cap, held);
+    }
+}
+
+static inline void tllm_argmax_batch_ggufx4(tllm_ggufx4_matmat_fn mm, tllm_ggufx4_tile_bytes_fn tb,
+                                            const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P,
+                                            const float *bias, float *chunk, int32_t chunk_rows, int32_t row0,
+                                            int32_t *best, float *best_v) {
+    tllm_verify_ggufx4(mm, tb, m, xb, P, bias, chunk, chunk_rows, row0, best, best_v, 0, 0, 0, 0);
+}
+
+static inline void tllm_topk_batch_ggufx4(tllm_ggufx4_matmat_fn mm, tllm_ggufx4_tile_bytes_fn tb,
+                                          const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                          float *chunk, int32_t chunk_rows, int32_t row0, float *value, uint16_t *id,
+                                          int32_t cap, int32_t *held) {
+    tllm_verify_ggufx4(mm, tb, m, xb, P, bias, chunk, chunk_rows, row0, 0, 0, value, id, cap, held);
 }
 
 #endif

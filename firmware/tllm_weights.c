@@ -1,4 +1,4 @@
-/* Boot-time check of the weights blob (layout: codegen/blob.py): a
+/* Boot-time check of the weights blob (layout: codegen/lower/blob.py): a
  * missing, stale or corrupted weights file stops the firmware with a clear
  * message instead of generating garbage. */
 #include <string.h>
@@ -6,6 +6,7 @@
 #include "tllm_model.h"
 
 #include "tllm_abi.h"
+#include "tllm_board.h"
 
 #define BLOB_HEADER_BYTES TLLM_BLOB_HEADER_BYTES
 
@@ -33,3 +34,15 @@ int tllm_weights_check(const char **why) {
     if (sum != hdr[2] || sum != TLLM_WEIGHTS_CHECKSUM) { *why = "weights blob checksum mismatch"; return -1; }
     return 0;
 }
+
+/* Weight streaming's copy hooks (tllm_board.h) for firmware that brings no
+ * copy engine of its own (a user's firmware linking tinyllm::runtime): a
+ * synchronous memcpy, so a streamed or pinned model runs anywhere.  A
+ * board's own hooks replace these at link time (the H750's MDMA in
+ * boards/stm32h750/mdma.c; boards/common/copy_sync.c, which also
+ * checks the contract, on the host and QEMU). */
+__attribute__((weak)) void tllm_board_copy_start(void *dst, const void *src, uint32_t len) {
+    memcpy(dst, src, len);
+}
+
+__attribute__((weak)) void tllm_board_copy_wait(void) {}

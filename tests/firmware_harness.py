@@ -12,6 +12,7 @@ from tinyllm_gen.build.out import read_manifest
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
+from tinyllm_gen.lower.speculate import built_k
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.reference.speculative import generate_speculative
@@ -76,8 +77,7 @@ def speculate_k(out: Path) -> int:
     decoding).  Its greedy tokens are plain decoding's whatever k is; its sampled ones are
     reference/speculative.py's with this k (`compile --speculate auto` turns it on for the boards whose
     weights come over QUADSPI)."""
-    spec = read_manifest(out)["options"].get("speculate", "off")
-    return int(spec.split(":")[1]) if spec != "off" else 0
+    return built_k(read_manifest(out)["options"])
 
 
 def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], sampling: SamplingOptions,

@@ -57,21 +57,24 @@ def gguf_case(root: Path, case: str) -> Path:
     return path
 
 
-def build_gguf(root: Path, case: str, board: str, sampler: str = "full") -> tuple[Path, Path]:
+def build_gguf(root: Path, case: str, board: str, sampler: str = "full", **options) -> tuple[Path, Path]:
+    """Compile CASE for BOARD (CompileOptions' other fields in OPTIONS) and build it."""
     path = gguf_case(root, case)
-    out = root / f"out-{case}-{board}-{sampler}"
-    compiled = compile_path(path, CompileOptions(board=board, sampler=sampler))
+    tag = "-".join(f"{k}={v}" for k, v in sorted(options.items()))
+    out = root / f"out-{case}-{board}-{sampler}{'-' + tag if tag else ''}"
+    compiled = compile_path(path, CompileOptions(board=board, sampler=sampler, **options))
     assert compiled.qgraph.method == "gguf" and compiled.qgraph.gguf
     write_tree(compiled.tree, out)
     build(out)
     return path, out
 
 
-def assert_gguf_identical(path: Path, out: Path, sampling) -> list[int]:
+def assert_gguf_identical(path: Path, out: Path, sampling, **options) -> list[int]:
+    """The firmware in OUT gives QuantKernels' tokens for the model quantized with OPTIONS."""
     m = load_model(path)
     ids = m.tokenizer.encode("Once upon a time there was a cat")
     fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
-    qg = quantize(m, CompileOptions())
+    qg = quantize(m, CompileOptions(**options))
     ref = generate(Executor(m.graph, QuantKernels(qg, SHAPES_CONTEXT)), ids, N_NEW, SHAPES_CONTEXT,
                    m.graph.config.eos_ids, sampling).generated_ids
     assert len(ref) == N_NEW

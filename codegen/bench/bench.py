@@ -24,17 +24,19 @@ from ..build.cmake import build
 from ..build.out import image_path, read_manifest
 from ..resources import firmware_dir, package_file
 from ..errors import UserError
+from ..families import config_header
 from ..run.protocol import pack_request, parse_output
 from ..board import Board, load_board
 from ..emit.link_layout import static_link_layout
 from ..memory_map import Region
-from ..quant.formats import GGUF_BLOCK, GGUF_BLOCK_BYTES
+from ..quant.formats import GGUF_BLOCK, GGUF_BLOCK_BYTES, GGUF_TILED, gguf_tiled_bytes_of
 from ..reference.sampler import SamplingOptions
 from .counting import Snapshots, run_counted
 from ..compile import CompileOptions, compile_path, write_tree
 from .synthetic import SHAPES, write_random_llama
 
 MICRO_SOURCE = package_file("bench/micro.c")
+MICRO_GGUF_SOURCE = package_file("bench/micro_gguf.c")
 # Which op a function's instructions belong to (the decode breakdown).
 OP_OF_FUNCTION = {
     "tllm_matvec_q4": "matvec", "tllm_matvec_q4x4": "matvec", "tllm_matvec_q4x4_c": "matvec",
@@ -53,6 +55,13 @@ OP_OF_FUNCTION = {
     # llama.cpp's kept blocks (tllm_kernels_gguf.c)
     "tllm_matvec_q40": "matvec", "tllm_matvec_q41": "matvec", "tllm_matvec_q80": "matvec",
     "tllm_embed_q40": "embedding", "tllm_embed_q41": "embedding", "tllm_embed_q80": "embedding",
+    # the same blocks in 4-row tiles (tllm_kernels_gguf_m7.c): wrappers, assembly, portable twins
+    **{f"tllm_{k}_{f}{c}": op for f in GGUF_TILED.values() for k, op in (("matvec", "matvec"), ("matmat", "matmat"))
+       for c in ("", "_c")},
+    **{f"tllm_mv_{f}": "matvec" for f in GGUF_TILED.values()},
+    **{f"tllm_mm_{f}_p{p}": "matmat" for f in GGUF_TILED.values() for p in (2, 3, 4)},
+    **{f"tllm_embed_{f}": "embedding" for f in GGUF_TILED.values()},
+    "row_dot": "matvec",  # the tiled kernels' portable twin (gcc's clone: row_dot.isra.0)
     # --stream: the board's copy hooks (tllm_board.h), each chunk's wait and start; under QEMU the synchronous
     # hook's memcpy is the transfer itself, which the MDMA makes on the H750
     "tllm_board_copy_start": "stream wait+start", "tllm_board_copy_wait": "stream wait+start",
@@ -68,6 +77,10 @@ CMSIS_VARIANTS = ("cmsis_nn_s4", "cmsis_nn_s8")
 # llama.cpp's kept blocks (tllm_kernels_gguf.c), after every shape above, on the shapes whose columns are whole
 # 32-weight blocks: a mark before and after each (the block fill between them is not measured)
 GGUF_VARIANTS = ("matvec_q4_0", "matvec_q4_1", "matvec_q8_0")
+# llama.cpp's blocks in 4-row tiles (tllm_kernels_gguf_m7.c; bench/micro_gguf.c's mark order per shape and
+# format): the matvec, the batched matmat at P = 2..4, the greedy classifier (argmax, 64 rows per chunk) and,
+# for comparison, the portable kept-block matvec of the same matrix in the file's layout
+TILED_VARIANTS = ("matvec", "matmat_p2", "matmat_p3", "matmat_p4", "argmax", "kept_portable")
 LARGEST_BLOCK_BYTES = max(GGUF_BLOCK_BYTES.values())  # Q8_0's, per GGUF_BLOCK weights: sizes the one block buffer
 
 
@@ -221,39 +234,59 @@ def bench_kernels(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | No
     return figures
 
 
-def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> Snapshots:
-    """bench/micro.c built for these shapes and run counted under QEMU (its
-    console holds the batched outputs' hashes, "@BENCH out ...")."""
+def bench_gguf_tiled(shapes: list[tuple[int, int]]) -> list[KernelFigure]:
+    """Instruction counts of the tiled GGUF kernels (bench/micro_gguf.c) at
+    these shapes (columns a multiple of 32), per format and variant: kernel
+    names "<layout> <variant>" (q41x4 matmat_p4, ...), MACs P x rows x cols."""
+    snaps = run_micro_gguf(shapes)
+    overhead = snaps.total_between(0, 1)
+    figures = []
+    per = len(TILED_VARIANTS) + 1  # marks per (shape, format)
+    for s, (r, c) in enumerate(shapes):
+        for f, layout in enumerate(GGUF_TILED.values()):
+            first = 2 + (s * len(GGUF_TILED) + f) * per
+            for j, v in enumerate(TILED_VARIANTS):
+                batch = int(v[-1]) if v.startswith("matmat_p") else 1
+                n = snaps.total_between(first + j, first + j + 1) - overhead
+                figures.append(KernelFigure(f"{r}x{c}", f"{layout} {v}", n, batch * r * c))
+    return figures
+
+
+def run_micro_gguf(shapes: list[tuple[int, int]]) -> Snapshots:
+    """bench/micro_gguf.c built for these shapes and run counted under QEMU
+    (its console holds every output's hash, "@BENCH gguf ...")."""
     board = load_board("qemu-mps2-an500")
     for r, c in shapes:
-        if not (0 < r < 65536 and 0 < c < 65536):
-            raise UserError(f"kernel bench shape {r}x{c}: rows and columns must be 1..65535")
-    buffers = micro_buffers(shapes, group)
-    ram_origin, ram_bytes = _micro_ram(board, buffers, cmsis_nn is not None)
+        if not (0 < r < 65536 and 0 < c < 65536) or c % GGUF_BLOCK:
+            raise UserError(f"tiled GGUF bench shape {r}x{c}: rows 1..65535, columns a multiple of {GGUF_BLOCK}")
+    tiled = max(gguf_tiled_bytes_of(q, r, c) for q in GGUF_TILED for r, c in shapes)
+    rows, cols = max(r for r, _ in shapes), max(c for _, c in shapes)
+    # tiles, 4 tokens' x16 streams and 3 x16b streams, 9 output vectors of up to 4 tokens, stack and slack
+    need = tiled + 8 * (cols // GGUF_BLOCK * 72 * 4) + 4 * rows * 4 * 6 + 256 * 1024
+    external = board.memory.weights_region()
+    if need > external.size:
+        raise UserError(f"tiled GGUF bench needs {need:,} B, more than the emulator's {external.size:,} B: "
+                        "bench fewer rows (every row costs the same, so a row subset gives the rate)")
+    defines = ["TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes),
+               f"TLLM_BENCH_MAX_ROWS={rows}", f"TLLM_BENCH_MAX_COLS={cols}", f"TLLM_BENCH_TILED_BYTES={tiled}"]
+    sources = [str(MICRO_GGUF_SOURCE)] + [str(firmware_dir() / f) for f in
+                                          ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c",
+                                           "tllm_kernels_gguf_m7.c")]
+    return _build_and_count(board, sources, [], [], defines, (external.address, external.size))
+
+
+def _build_and_count(board: Board, sources: list[str], cmsis_sources: list[str], cmsis_includes: list[str],
+                     defines: list[str], ram: tuple[int, int]) -> Snapshots:
+    """Build a micro benchmark (its RAM at ram = (origin, bytes)) and run it counted."""
     with tempfile.TemporaryDirectory(prefix="tllm-micro-") as tmp:
         t = Path(tmp)
-        sources = [str(MICRO_SOURCE)] + [str(firmware_dir() / f) for f in
-                                         ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c")]
-        sources += [str(p) for p in board.source_paths()]
+        sources = sources + [str(p) for p in board.source_paths()]
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
-        ram = Region("ram", ram_origin, ram_bytes, "sram", "ram", True, False, "arena", "the benchmark's RAM")
-        (t / "linker.ld").write_text(lds.render(**static_link_layout(board, ram, 16384).variables()))
-        (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
-        defines = [f"TLLM_BENCH_GROUP={group}",
-                   "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]
-        if gguf_shapes(shapes):
-            defines.append("TLLM_BENCH_GGUF_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in gguf_shapes(shapes)))
-        defines += [f"{k}={v}" for k, v in buffers.items()]
-        cmsis_sources, cmsis_includes = [], []
-        if cmsis_nn is not None:
-            root = Path(cmsis_nn)
-            for sub in ("Source/FullyConnectedFunctions", "Source/NNSupportFunctions"):
-                # integer kernels only: the float ones need headers and an FP16 unit we do not use
-                cmsis_sources += sorted(str(p) for p in (root / sub).glob("*.c") if not p.stem.endswith(("_f16", "_f32")))
-            cmsis_includes = [str(root / "Include")]
-            defines.append("TLLM_BENCH_CMSIS_NN=1")
-        cmake = _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, t / "linker.ld")
-        (t / "CMakeLists.txt").write_text(cmake)
+        region = Region("ram", ram[0], ram[1], "sram", "ram", True, False, "arena", "the benchmark's RAM")
+        (t / "linker.ld").write_text(lds.render(**static_link_layout(board, region, 16384).variables()))
+        (t / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in config_header(board)))
+        (t / "CMakeLists.txt").write_text(_micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board,
+                                                       t / "linker.ld"))
         (t / "arm-none-eabi.cmake").write_text((firmware_dir() / "cmake" / "arm-none-eabi.cmake").read_text())
         for cmd in (["cmake", "-S", str(t), "-B", str(t / "b"), "-DCMAKE_TOOLCHAIN_FILE=" + str(t / "arm-none-eabi.cmake"),
                      "-DCMAKE_BUILD_TYPE=Release"], ["cmake", "--build", str(t / "b"), "-j", str(os.cpu_count() or 2)]):
@@ -264,6 +297,33 @@ def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None =
     if snaps.exit_code != 0:
         raise UserError(f"kernel bench failed (status {snaps.exit_code}): {snaps.console.strip()}")
     return snaps
+
+
+def run_micro(shapes: list[tuple[int, int]], group: int, cmsis_nn: Path | None = None) -> Snapshots:
+    """bench/micro.c built for these shapes and run counted under QEMU (its
+    console holds the batched outputs' hashes, "@BENCH out ...")."""
+    board = load_board("qemu-mps2-an500")
+    for r, c in shapes:
+        if not (0 < r < 65536 and 0 < c < 65536):
+            raise UserError(f"kernel bench shape {r}x{c}: rows and columns must be 1..65535")
+    buffers = micro_buffers(shapes, group)
+    ram = _micro_ram(board, buffers, cmsis_nn is not None)
+    sources = [str(MICRO_SOURCE)] + [str(firmware_dir() / f) for f in
+                                     ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c")]
+    defines = [f"TLLM_BENCH_GROUP={group}",
+               "TLLM_BENCH_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in shapes)]
+    if gguf_shapes(shapes):
+        defines.append("TLLM_BENCH_GGUF_SHAPES=" + ",".join(f"{{{r},{c}}}" for r, c in gguf_shapes(shapes)))
+    defines += [f"{k}={v}" for k, v in buffers.items()]
+    cmsis_sources, cmsis_includes = [], []
+    if cmsis_nn is not None:
+        root = Path(cmsis_nn)
+        for sub in ("Source/FullyConnectedFunctions", "Source/NNSupportFunctions"):
+            # integer kernels only: the float ones need headers and an FP16 unit we do not use
+            cmsis_sources += sorted(str(p) for p in (root / sub).glob("*.c") if not p.stem.endswith(("_f16", "_f32")))
+        cmsis_includes = [str(root / "Include")]
+        defines.append("TLLM_BENCH_CMSIS_NN=1")
+    return _build_and_count(board, sources, cmsis_sources, cmsis_includes, defines, ram)
 
 
 def _micro_cmake(sources, cmsis_sources, cmsis_includes, defines, board, linker) -> str:
@@ -317,6 +377,8 @@ def bench_all(out: Path | None, shape: str, group: int, position: int, cmsis_nn:
         manifest = read_manifest(out)
         cfg = json.loads((Path(out) / "report.json").read_text()).get("model_config") or _config_of(out)
         result.kernels = bench_kernels(matvec_shapes(cfg), manifest["options"]["group_size"], cmsis_nn)
+        # llama.cpp's blocks in 4-row tiles at the shapes whose columns are whole 32-weight blocks
+        result.kernels += bench_gguf_tiled(gguf_shapes(matvec_shapes(cfg)))
     return result
 
 

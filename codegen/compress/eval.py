@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..frontends import ImportedModel
 from ..reference.sequence import SeqFloatKernels, SeqQuantKernels, run_sequence
 from ..quant.calibrated import calibration_documents, quantize_calibrated
+from ..quant.classifier_q4 import requantize_classifier
 from ..quant.gguf_keep import quantize_gguf
 
 DOC_SEPARATOR = "\n\n"
@@ -119,10 +120,12 @@ class QuantConfig:
     weight_quant: str  # "gguf" (quant/gguf_keep.py) | "rtn" | "clip" | "awq" (quant/calibrated.py)
     group_size: int
     kv_bits: int
+    classifier_quant: str = "keep"  # gguf only: "q4" re-rounds the kept classifier (quant/classifier_q4.py)
 
     @property
     def name(self) -> str:
-        return f"{self.weight_quant}-g{self.group_size}-kv{self.kv_bits}"
+        cls = "" if self.classifier_quant == "keep" else f"-classifier-{self.classifier_quant}"
+        return f"{self.weight_quant}-g{self.group_size}-kv{self.kv_bits}{cls}"
 
 
 def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Sequence[QuantConfig],
@@ -137,6 +140,7 @@ def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Seque
         qs = score(g, SeqQuantKernels(quantizer(cfg), ctx), docs, reference=fp, progress=progress)
         result["configs"][cfg.name] = {
             "weight_quant": cfg.weight_quant, "group_size": cfg.group_size, "kv_bits": cfg.kv_bits,
+            "classifier_quant": cfg.classifier_quant,
             "ce": qs.ce, "ppl": qs.ppl, "ppl_delta_pct": 100.0 * (qs.ppl / fp.ppl - 1.0),
             "top1_agreement": qs.agree / max(1, qs.tokens)}
     return result
@@ -144,10 +148,10 @@ def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Seque
 
 def format_table(result: dict) -> str:
     lines = [f"{result['documents']} documents, {result['tokens']:,} scored tokens",
-             f"{'configuration':<22} {'CE (nats)':>10} {'ppl':>8} {'Δppl':>8} {'top-1 =fp32':>12}",
-             f"{'fp32':<22} {result['fp32']['ce']:>10.5f} {result['fp32']['ppl']:>8.4f} {'':>8} {'':>12}"]
+             f"{'configuration':<30} {'CE (nats)':>10} {'ppl':>8} {'Δppl':>8} {'top-1 =fp32':>12}",
+             f"{'fp32':<30} {result['fp32']['ce']:>10.5f} {result['fp32']['ppl']:>8.4f} {'':>8} {'':>12}"]
     for name, r in result["configs"].items():
-        lines.append(f"{name:<22} {r['ce']:>10.5f} {r['ppl']:>8.4f} {r['ppl_delta_pct']:>+7.2f}% "
+        lines.append(f"{name:<30} {r['ce']:>10.5f} {r['ppl']:>8.4f} {r['ppl_delta_pct']:>+7.2f}% "
                      f"{100 * r['top1_agreement']:>11.2f}%")
     return "\n".join(lines)
 
@@ -171,10 +175,12 @@ def make_quantizer_from_docs(model: ImportedModel, docs):
     cache: dict = {}
 
     def quantizer(cfg: QuantConfig):
-        key = (cfg.weight_quant, cfg.group_size)
+        key = (cfg.weight_quant, cfg.group_size, cfg.classifier_quant)
         if key not in cache and cfg.weight_quant == "gguf":  # the GGUF's own blocks (quant/gguf_keep.py)
-
-            cache[key] = quantize_gguf(model.graph, model.blocks, cfg.group_size, 8)
+            qg = quantize_gguf(model.graph, model.blocks, cfg.group_size, 8)
+            if cfg.classifier_quant == "q4":
+                qg = requantize_classifier(qg, docs() if callable(docs) else docs)
+            cache[key] = qg
         if key not in cache:
             d = [] if cfg.weight_quant == "rtn" else (docs() if callable(docs) else docs)
             cache[key] = quantize_calibrated(model.graph, d, cfg.weight_quant, cfg.group_size, 8)

@@ -24,10 +24,16 @@ def c_matrix(m: Q4Ref, pinned: dict | None = None) -> str:
             f"(const float *)TLLM_W({c_hex(m.scales_offset)}), {m.rows}, {m.cols}, {m.group}}};")
 
 
-def c_gguf_matrix(m: GGUFRef) -> str:
-    """The const descriptor of one matrix kept in a GGUF block format (tllm_kernels_gguf.h)."""
-    return (f"static const tllm_gguf_matrix {matrix_name(m.name)} = {{TLLM_W({c_hex(m.offset)}), {m.rows}, {m.cols}}};"
-            f" /* {m.qtype} */")
+def c_gguf_matrix(m: GGUFRef, pinned: dict | None = None) -> str:
+    """The const descriptor of one matrix kept in a GGUF block format: the
+    file's rows (tllm_kernels_gguf.h) or its 4-row tiles (tllm_kernels_gguf_m7.h),
+    a pinned one in the SRAM copy (TLLM_P)."""
+    if not m.tiled:
+        return (f"static const tllm_gguf_matrix {matrix_name(m.name)} = {{TLLM_W({c_hex(m.offset)}), {m.rows}, "
+                f"{m.cols}}}; /* {m.qtype} */")
+    at = f"TLLM_P({c_hex(pinned[m.name])})" if pinned and m.name in pinned else f"TLLM_W({c_hex(m.offset)})"
+    return (f"static const tllm_ggufx4_matrix {matrix_name(m.name)} = {{{at}, {m.rows}, {m.cols}}}; "
+            f"/* {m.qtype} in 4-row tiles */")
 
 
 def c_fc(fc: FcS4PcRef) -> str:

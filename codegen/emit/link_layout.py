@@ -41,7 +41,7 @@ def arena_regions(plan: MemoryPlan, board: Board) -> list[dict]:
         sec = _section(board, r.name)
         out.append({"name": r.name, "arena_bytes": r.arena_bytes, "lower_bound_bytes": r.lower_bound_bytes,
                     "canary_offset": r.arena_bytes - CANARY_BYTES, "size": r.size, "address": f"0x{r.address:08x}",
-                    "reserved_bytes": r.reserved_bytes,
+                    "reserved_bytes": r.reserved_bytes, "external": r.external,
                     "attribute": f'__attribute__((section("{sec}")))' if sec else ""})
     return out
 
@@ -71,6 +71,7 @@ class LinkArena:
     bytes: int
     start: str
     end: str
+    in_budget: bool = True  # False: an arena in external RAM (--kv-region sdram), outside the RAM budget
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,14 @@ class LinkLayout:
     weights_bytes: int
     arenas: tuple[LinkArena, ...]
 
+    @property
+    def budget_arenas(self) -> tuple[LinkArena, ...]:
+        """The arenas the RAM budget counts (on-chip)."""
+        return tuple(a for a in self.arenas if a.in_budget)
+
     def variables(self) -> dict:
-        """The template's variables (the fields by name)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The template's variables (the fields by name, and budget_arenas)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"budget_arenas": self.budget_arenas}
 
 
 def link_layout(regions: tuple[Region, ...], stack_region: str, *, stack_bytes: int, runtime_static_bytes: int,
@@ -119,7 +125,8 @@ def plan_link_layout(plan: MemoryPlan, board: Board, weights_bytes: int) -> Link
     """The layout of a compiled model: the board's regions, the plan's arenas."""
     mem = board_memory(board)
     arenas = tuple(LinkArena(_section(board, r["name"]), ident(r["name"]), r["arena_bytes"],
-                             f"__tllm_arena_{r['name']}_start__", f"__tllm_arena_{r['name']}_end__")
+                             f"__tllm_arena_{r['name']}_start__", f"__tllm_arena_{r['name']}_end__",
+                             not r["external"])
                    for r in arena_regions(plan, board))
     return link_layout(mem.regions, mem.stack_region, stack_bytes=plan.stack_bytes,
                        runtime_static_bytes=plan.runtime_static_bytes, budget_bytes=plan.budget_bytes,

@@ -5,6 +5,7 @@ here); compile.py writes the tree atomically.  Output is a pure function of
 its inputs: no timestamps, sorted iteration, and a manifest of hashes."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from .. import __version__
 from ..abi import ABI_VERSION  # ABI_VERSION: the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..bind import Program
 from ..board import Board
+from ..families import config_header, family_files
 from ..frontends.tokenizer import Tokenizer
 from ..kernels import FcS4PerChannel
 from ..kernels.c_names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
@@ -27,7 +29,7 @@ from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
-from ..plan.traffic import traffic_of
+from ..plan.traffic import kv_read, traffic_of
 from ..quant.kv import kv_layout
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
@@ -36,24 +38,19 @@ from ..vocab import vocabulary_of
 from .filters import FILTERS
 from .layer_table import c_layer_table, step_form
 from .link_layout import arena_regions, linker_variables
-from .stream_tables import head_chunk, pin_table, pinned_at, schedule_json, schedule_of
-
-
-def renode_files_for(board: Board, request_capacity: int) -> dict[str, bytes]:
-    from ..run_renode import renode_files, supports
-
-    return renode_files(board, request_capacity) if supports(board) else {}
+from .stream_tables import head_run, pin_table, pinned_at, schedule_json, stream_runs
 
 
 # OUT/runtime: the C runtime as cmake/TinyLLM.cmake builds it (tinyllm::runtime and the
 # model-bound files), plus the console protocol the OUT's own firmware adds to its board code
 # (CONSOLE_SOURCES: not part of the library a user's firmware links).
 CONSOLE_SOURCES = ("tllm_main.c", "tllm_frame.c")
-RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c", "tllm_cmsis.c", "tllm_sampler.c", "tllm_engine.c",
-                   "tllm_weights.c") + CONSOLE_SOURCES
+RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c", "tllm_kernels_gguf_m7.c", "tllm_cmsis.c",
+                   "tllm_sampler.c", "tllm_engine.c", "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
-                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_model_api.h", "tllm_request.h",
-                   "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h", "tllm_draft.h", "tllm_verify.h")
+                   "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_kernels_gguf_m7.h", "tllm_cmsis.h", "tllm_model_api.h",
+                   "tllm_request.h", "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h", "tllm_draft.h",
+                   "tllm_verify.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -110,12 +107,11 @@ def _stream_context(program: Program, pinned: dict) -> dict:
         return {"stream": None, "pinned_at": {}}
     streamed = bool(plan.buffer_bytes)
     return {"pinned_at": pinned, "stream": {
-        "chunks": [{"src": ch.src, "len": ch.copy_bytes, "what": f"{ch.label} rows {ch.row0}+{ch.rows}"}
-                   for ch in schedule_of(program)],
+        "runs": stream_runs(program),
         "pins": [{"src": p.src, "len": p.copy_bytes, "dst": p.dst, "name": p.name} for p in pin_table(program)],
         "buf0": BUFFERS[0] if streamed else "", "buf1": BUFFERS[1] if streamed else "", "streamed": streamed,
         "pinned": PINNED if plan.pinned else "", "buffer_bytes": plan.buffer_bytes, "mode": plan.options.mode,
-        "head_chunk": head_chunk(program)}}
+        "head_run": head_run(program)}}
 
 
 # A run's guest-instruction bound (run/firmware.py): far above what the kernels take (the portable q4 kernel,
@@ -147,7 +143,8 @@ def report_doc(program: Program, board: Board) -> dict:
     doc["traffic"] = traffic.json()
     doc["instruction_bound"] = run_bound(program, traffic)
     doc["predicted"] = predicted_for(traffic.workload(), board, program.prefill_batch,
-                                     program.stream.options.chunk_bytes if program.stream else None)
+                                     program.stream.options.chunk_bytes if program.stream else None,
+                                     kv_read(plan, program.config))
     if program.stream is not None:
         doc["stream_schedule"] = schedule_json(program)
     pre = program.prefill
@@ -186,7 +183,8 @@ def _weights_context(program: Program) -> dict:
     pinned = pinned_at(program)  # entry -> offset in stream.pinned (copied at boot)
     vector_refs = [{"name": e.name, "offset": pinned.get(e.name, e.offset), "count": e.nbytes // 4,
                     "base": "TLLM_P" if e.name in pinned else "TLLM_W"} for e in vectors]
-    return {"matrices": matrices, "gguf_matrices": [m for m in all_matrices if isinstance(m, GGUFRef)],
+    gguf = [m for m in all_matrices if isinstance(m, GGUFRef)]
+    return {"matrices": matrices, "gguf_matrices": gguf, "gguf_tiled": any(m.tiled for m in gguf),
             "vectors": vector_refs, "fc_layers": fc_layers, **_stream_context(program, pinned)}
 
 
@@ -225,8 +223,11 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,
         "weights_file": "../weights.bin",
-        "gnu_stack_note": board.toolchain == "host", "board": board, "board_config": board.config_header(),
-        "arena_regions": arena_regions(plan, board), "kv4": program.kv_bits == 4,
+        "gnu_stack_note": board.toolchain == "host", "board": board,
+        "board_config": config_header(board, sdram_used=plan.external_bytes > 0),  # bringup.c starts the SDRAM
+        "arena_regions": arena_regions(plan, board),
+        "budget_arena_regions": [r for r in arena_regions(plan, board) if not r["external"]],
+        "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
         "speculate_k": program.speculate.k if program.speculate is not None else 0,
@@ -268,6 +269,11 @@ def _tokenizer_files(tokenizer: Tokenizer) -> tuple[str, str, dict[str, bytes]]:
     return kind, tok_name, files
 
 
+def config_doc(c) -> dict:
+    """A ModelConfig as JSON (ir.ModelConfig(**doc) with eos_ids as a tuple reads it back)."""
+    return {f.name: list(v) if isinstance(v := getattr(c, f.name), tuple) else v for f in dataclasses.fields(c)}
+
+
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
               unroll_layers: bool = False) -> EmittedTree:
     """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py)."""
@@ -290,7 +296,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
     files.update(_copied_files(board))
     files["board/board_config.h"] = render("board_config.h.j2")
-    files.update(renode_files_for(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
+    files.update(family_files(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
     if board.linker_script:
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board.file(board.linker_script).read_text())
@@ -314,6 +320,9 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "board": board.name,
         "options": {k: options[k] for k in sorted(options)},
         "model_sha256": program.blob.sha256,
+        # what `run --check` rebuilds the reference from (lower/blob.read_blob): the architecture and the blob's table
+        "config": config_doc(c),
+        "blob_entries": [[e.name, e.kind, e.offset, e.nbytes] for e in program.blob.entries],
         "files": {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)},
     }
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()

@@ -8,9 +8,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..bind import Program
-from ..kernels import StreamedEmbedQ4x4
+from ..kernels import StreamedEmbed
 from ..kernels.chunks import LINE, line_up
-from ..quant.formats import q4x4_bytes_of
+from ..kernels.refs import blob_offset
+from ..kernels.sizes import matrix_bytes
+from ..quant.formats import GGUF_TILED
+
+# the blob entries the stream may pin: tiled matrices and float vectors
+PINNABLE_KINDS = ("q4x4", "f32") + tuple("ggufx4." + q.lower() for q in GGUF_TILED)
 
 
 
@@ -46,7 +51,7 @@ def schedule_of(program: Program) -> list[ScheduledChunk]:
             for ch in a.stream_chunks():
                 k = len(out)
                 out.append(ScheduledChunk(k, i, call.label if call.layer is None else f"layer {call.layer} {call.label}",
-                                          a.matrix.name, a.matrix.packed_offset + ch.offset, ch.nbytes,
+                                          a.matrix.name, blob_offset(a.matrix) + ch.offset, ch.nbytes,
                                           ch.copy_bytes, ch.row0, ch.rows, k % 2))
     total = len(program.blob.data)
     for ch in out:
@@ -54,9 +59,9 @@ def schedule_of(program: Program) -> list[ScheduledChunk]:
             raise AssertionError(f"chunk {ch.index} reads past the blob ({ch.src + ch.copy_bytes} > {total})")
     for call in program.calls:  # the embedding's last tile, rounded up to a line, too
         a = call.args
-        if isinstance(a, StreamedEmbedQ4x4):
+        if isinstance(a, StreamedEmbed):
             m = a.table
-            last = m.packed_offset + q4x4_bytes_of(m.rows, m.cols, m.group) - a.tile_bytes
+            last = blob_offset(m) + matrix_bytes(m) - a.tile_bytes
             if last + a.copy_bytes > total:
                 raise AssertionError(f"the embedding's last tile reads past the blob ({last + a.copy_bytes} > {total})")
     return out
@@ -72,12 +77,37 @@ def head_chunk(program: Program) -> int:
     return n
 
 
+def stream_runs(program: Program) -> list[dict]:
+    """The C table (tllm_stream_run): one run per streamed call, its chunks
+    back to back and equal but the last (kernels/chunks.chunks_of cuts them so)."""
+    runs = []
+    for i, call in enumerate(program.calls):
+        chunks = call.args.stream_chunks()
+        if not chunks:
+            continue
+        for a, b in zip(chunks, chunks[1:]):
+            assert b.offset == a.offset + a.nbytes and (b is chunks[-1] or b.nbytes == a.nbytes), call.label
+        where = call.label if call.layer is None else f"layer {call.layer} {call.label}"
+        runs.append({"src": blob_offset(call.args.matrix) + chunks[0].offset, "stride": chunks[0].nbytes,
+                     "len": chunks[0].copy_bytes, "last_len": chunks[-1].copy_bytes, "count": len(chunks),
+                     "call": i, "what": f"{where}: {len(chunks)} x {call.args.streamed_rows() or chunks[0].rows} rows"})
+    return runs
+
+
+def head_run(program: Program) -> int:
+    """Index of the head's first run (the run count when the head streams nothing)."""
+    runs = stream_runs(program)
+    n = sum(r["call"] < program.head_start for r in runs)
+    assert all(r["call"] >= program.head_start for r in runs[n:]), "runs are in call order: body, then head"
+    return n
+
+
 def pin_table(program: Program) -> list[Pin]:
     plan = program.stream
     if plan is None:
         return []
     total = len(program.blob.data)
-    by_name = {e.name: e for e in program.blob.entries if e.kind in ("q4x4", "f32")}
+    by_name = {e.name: e for e in program.blob.entries if e.kind in PINNABLE_KINDS}
     out, dst = [], 0
     for name, slot in plan.pinned:
         e = by_name[name]

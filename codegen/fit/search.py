@@ -17,6 +17,10 @@ From the outside in:
   until the plan with the pinned buffer fits;
 * context (`--max-seq auto`): the largest that fits (`largest_fitting_seq`:
   interpolation on the bytes over, then bisection);
+* where the KV cache goes (`--kv-region`, on a board with SDRAM): sram (the
+  default: the 512 KiB plan as it always was), sdram (the KV cache alone in
+  the SDRAM region, outside the RAM budget), or auto: SRAM when the context
+  asked for fits there (with --max-seq auto, the SRAM figure), else SDRAM;
 * speculation (`--speculate auto|lookup[:k]`, after the rest): the guesses
   per pass k <= P - 1 that the timing model predicts the most decode
   tokens/s for (timing.choose_k, at the measured acceptance of the
@@ -57,6 +61,7 @@ CHUNK_FALLBACK = (16 * 1024, 8 * 1024, 4 * 1024, 2 * 1024, 1024)
 CHUNK_CANDIDATES = (1024, 2048, 4096, 8192, 16 * 1024, 32 * 1024)
 CHUNK_TOLERANCE = 0.005  # a chunk within 0.5% of the best predicted tokens/s is as good: the smallest such wins
 PIN_ROUNDS = 8  # the pinned buffer changes the placement: shrink the SRAM offered this many times at most
+KV_REGIONS = ("auto", "sram", "sdram")
 SPECULATE_MARGIN = 0.05  # --speculate auto: on only where the timing model predicts 5% more decode tokens/s
 
 
@@ -72,6 +77,7 @@ class FitRequest:
     prefill_batch: str | int = "auto"  # "auto" or 1..MAX_BATCH
     vocab: tuple[int, int] | None = None  # (tokens, text bytes) the board prints; None: unknown (no tokenizer)
     unroll_layers: bool = False  # compile --unroll-layers (the code flash)
+    kv_region: str = "sram"  # sram | sdram | auto (KV_REGIONS)
     speculate: tuple[str, int | None] = ("off", None)  # (off | auto | lookup, k or None), lower/speculate.py
 
 
@@ -102,12 +108,25 @@ class Fitted:
 
 
 class Planner:
-    """Plans of candidate steps on one board and budget; each step's
-    lifetimes are derived once, whatever the contexts tried."""
+    """Plans of candidate steps on one board and budget, the KV cache in SRAM
+    or (kv_region) in that external region; each step's lifetimes are
+    derived once, whatever the contexts tried."""
 
-    def __init__(self, board: Board, budget: int):
+    def __init__(self, board: Board, budget: int, kv_region: str | None = None, _lifetimes: dict | None = None):
         self.board, self.budget, self.mem, self.stack = board, budget, board.memory, board.stack_bytes
-        self._lifetimes: dict[int, tuple[LoweredStep, Lifetimes]] = {}
+        self.kv_region = kv_region
+        self._lifetimes: dict[int, tuple[LoweredStep, Lifetimes]] = {} if _lifetimes is None else _lifetimes
+
+    def with_kv(self, kv_region: str | None) -> "Planner":
+        """The same board and budget with the KV cache in `kv_region` (None: SRAM); lifetimes shared."""
+        if kv_region == self.kv_region:
+            return self
+        return Planner(self.board, self.budget, kv_region, self._lifetimes)
+
+    @property
+    def sdram(self) -> str | None:
+        """The board's external region the KV cache may go to, if it has one."""
+        return self.mem.kv_regions[0].name if self.mem.kv_regions else None
 
     def lifetimes(self, step: LoweredStep) -> Lifetimes:
         hit = self._lifetimes.get(id(step))
@@ -117,7 +136,7 @@ class Planner:
 
     def plan(self, step: LoweredStep, max_seq: int, budget: int | None = None) -> MemoryPlan:
         return plan_lifetimes(self.lifetimes(step), max_seq, self.budget if budget is None else budget, self.stack,
-                              self.mem, step.kv_bits)
+                              self.mem, step.kv_bits, self.kv_region)
 
     def largest_fitting_seq(self, step: LoweredStep, upper: int) -> int | None:
         """The largest context in [MIN_SEQ, upper] whose plan fits (fitting is
@@ -195,6 +214,8 @@ class Planner:
                 best4 = self.largest_fitting_seq(kv4, plan.max_seq)
                 if best4:
                     out.append(f"--kv-bits 4 --max-seq {best4}")
+        if self.kv_region is None and self.sdram is not None and self.with_kv(self.sdram).plan(step, plan.max_seq).fits:
+            out.append("--kv-region sdram")
         best = self.largest_fitting_seq(step, plan.max_seq)
         if best:
             out.append(f"--max-seq {best}")
@@ -202,7 +223,9 @@ class Planner:
 
     def explain_over(self, step: LoweredStep, plan: MemoryPlan) -> str:
         kv = f"KV cache int{plan.kv_bits} at {plan.max_seq} tokens is {plan.kv_cache_bytes:,} B"
-        act = plan.arena_bytes - plan.kv_cache_bytes - CANARY_BYTES * len(plan.regions)
+        on_chip = {r.name for r in plan.regions if not r.external}
+        kv_on_chip = sum(b.size for b in plan.buffers if b.request.kind == "kv" and b.region in on_chip)
+        act = plan.arena_bytes - kv_on_chip - CANARY_BYTES * len(on_chip)
         opts = self.fixes(step, plan)
         fix = ("fits with " + (", ".join(opts[:-1]) + " or " + opts[-1] if len(opts) > 1 else opts[0]) if opts else
                f"even --max-seq {MIN_SEQ} does not fit: raise --ram-budget or use a smaller model")
@@ -214,7 +237,12 @@ def _over_bytes(plan: MemoryPlan) -> int:
     """Bytes over the budget (negative: under): what the context's KV cache
     uses up, linearly.  A region that is full first only makes the
     interpolation's guess wrong, which the neighbour check and bisection
-    then correct."""
+    then correct.  With the KV cache in external RAM the SRAM total hardly
+    moves with the context: the external region's bytes over are what
+    grows."""
+    external = [r for r in plan.regions if r.external]
+    if external:
+        return max(plan.total_bytes - plan.budget_bytes, max(r.used_bytes - r.size for r in external))
     return plan.total_bytes - plan.budget_bytes
 
 
@@ -234,8 +262,20 @@ class SeqNote:
         other = 4 if step.kv_bits == 8 else 8
         alt = p.largest_fitting_seq(with_kv_bits(step, other), step.config.max_seq)
         alt_text = f"{alt} tokens" if alt else "nothing"
-        return (f"--max-seq auto: {self.chosen} tokens with int{step.kv_bits} KV in {p.budget:,} B "
-                f"(int{other} KV would fit {alt_text}; the model's context is {step.config.max_seq})")
+        where = f"in {p.budget:,} B" if p.kv_region is None else f"in {p.kv_region} (the rest in {p.budget:,} B)"
+        return (f"--max-seq auto: {self.chosen} tokens with int{step.kv_bits} KV {where} "
+                f"(int{other} KV would fit {alt_text}; the model's context is {step.config.max_seq})"
+                + self.region_text())
+
+    def region_text(self) -> str:
+        """On a board with SDRAM, the context with the KV cache in the other place."""
+        p = self.planner
+        if p.sdram is None:
+            return ""
+        other = p.with_kv(None if p.kv_region else p.sdram)
+        alt = other.largest_fitting_seq(self.step, self.step.config.max_seq)
+        name = "--kv-region sram" if p.kv_region else "--kv-region sdram"
+        return f"; with {name} (this prefill batch and stream): {alt if alt else 'nothing'} tokens"
 
 
 def model_context(config, requested: int | None) -> int:
@@ -249,11 +289,26 @@ def model_context(config, requested: int | None) -> int:
     return requested
 
 
+def kv_planner(planner: Planner, step: LoweredStep, choice: str, requested_seq: int | str | None) -> Planner:
+    """--kv-region: sram as it always was; sdram; auto: SRAM when the context
+    asked for fits there (--max-seq auto: whenever anything does), else SDRAM."""
+    if choice == "sram" or planner.sdram is None:
+        return planner.with_kv(None)
+    if choice == "sdram":
+        return planner.with_kv(planner.sdram)
+    sram = planner.with_kv(None)
+    if requested_seq == AUTO:
+        return sram if sram.plan(step, MIN_SEQ).fits else planner.with_kv(planner.sdram)
+    seq = model_context(step.config, requested_seq)
+    return sram if seq < MIN_SEQ or sram.plan(step, seq).fits else planner.with_kv(planner.sdram)
+
+
 def plan_step(planner: Planner, step: LoweredStep, src: StepSource, req: FitRequest,
               requested_seq: int | str | None) -> Fitted:
-    """One candidate: pick the context, plan, and size the flash it needs."""
+    """One candidate: pick where the KV cache goes and the context, plan, and size the flash it needs."""
     board = req.board
     check_budget(board.memory, req.budget)
+    planner = kv_planner(planner, step, req.kv_region, requested_seq)
     if requested_seq == AUTO:
         seq = planner.auto_max_seq(step, step.config.max_seq)
         note = SeqNote(planner, step, seq)
@@ -316,11 +371,14 @@ def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitReq
     mode, board = req.stream, req.board
     if mode not in MODES:
         raise UserError(f"--stream {mode} is not known: choose {', '.join(MODES)}")
-    if mode != "off" and src.method == "per-channel":
-        raise UserError(f"--stream {mode} streams the group scheme's q4x4 matrices; --quant per-channel reads its "
+    if mode == "all" and src.method == "per-channel":
+        raise UserError(f"--stream {mode} streams the group scheme's tiled matrices; --quant per-channel reads its "
                         "layers in place: drop one of them")
     context = base.config.max_seq
-    if mode == "off" or (mode == AUTO and board.weights.storage != "external"):
+    # auto streams where there is something to stream from external flash: tiled matrices (the Cortex-M7
+    # kernels; the per-channel scheme and the portable kernels read their layouts in place)
+    streams = board.weights.storage == "external" and base.kernels == "cortex-m7" and src.method != "per-channel"
+    if mode == "off" or (mode == AUTO and not streams):
         return plan_step(planner, passes(base, None, context, batch, k), src, req, requested_seq)
     sizes = (req.stream_chunk,) if req.stream_chunk else chunk_sizes(base, board)
     err = None
@@ -343,8 +401,9 @@ def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitReq
         if not pins:
             break
         pinned = dataclasses.replace(opts, pinned=pins)
-        try:
-            return plan_step(planner, passes(base, pinned, seq, batch, k), src, req, seq)
+        try:  # planned at the context chosen: what --max-seq auto said of it still holds
+            return dataclasses.replace(plan_step(planner, passes(base, pinned, seq, batch, k), src, req, seq),
+                                       seq_note=planned.seq_note)
         except UserError:
             left = left * 7 // 8
     return planned

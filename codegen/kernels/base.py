@@ -127,6 +127,22 @@ class Kernel(ABC):
         """The matrices it reads per token (vectors are found generically: plan/traffic.py)."""
         return ()
 
+    def code_key(self) -> tuple:
+        """What shares code in the image: calls of one key count their CODE_BYTES once (plan/codesize.py)."""
+        return (type(self),)
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        """(code key, bytes) of the code this call needs: its own, and a wrapped kernel's."""
+        return ((self.code_key(), self.CODE_BYTES),)
+
+    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        """The same for its batched form (tllm_model_prefill)."""
+        return ((self.code_key(), self.BATCHED_CODE_BYTES),)
+
+    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        """The same for a head call's form in the verification pass (tllm_model_verify, --speculate)."""
+        return ((("verify",) + self.code_key(), self.VERIFY_CODE_BYTES),)
+
     def verify_outputs(self) -> tuple["VerifyOutput", ...]:
         """What its form in the verification pass (speculative decoding,
         lower/speculate.py) writes per position beyond its own buffers: the

@@ -91,7 +91,8 @@ def buf(ref: BufferRef) -> CArg:
 
 
 def matrix(ref: Q4Ref | GGUFRef) -> CArg:
-    ctype = ("const tllm_gguf_matrix *" if isinstance(ref, GGUFRef) else
+    ctype = ("const tllm_ggufx4_matrix *" if isinstance(ref, GGUFRef) and ref.tiled else
+             "const tllm_gguf_matrix *" if isinstance(ref, GGUFRef) else
              "const tllm_q4x4_matrix *" if ref.layout == "q4x4" else "const tllm_q4_matrix *")
     return CArg("&" + matrix_name(ref.name), WEIGHT, ref, ctype, ref.name)
 

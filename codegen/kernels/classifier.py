@@ -19,13 +19,14 @@ from typing import ClassVar
 
 from .base import BatchContext, Chunk, Kernel, PinCandidate, VerifyOutput, WeightRead
 from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, shape, vec
-from .chunks import chunks_of
-from .matvec import Matvec, MatvecQ4x4, streamed_note
+from .chunks import chunks_of, stream_kernel
+from .matvec import Matvec, MatvecGGUFx4, MatvecQ4x4, streamed_note
 from .refs import BufferRef, GGUFRef, Q4Ref
 
-CHUNK_ROWS = 64  # classifier rows per chunk (a multiple of the q4x4 tile)
+CHUNK_ROWS = 64  # classifier rows per chunk (a multiple of the 4-row tile)
+TILED = (MatvecQ4x4, MatvecGGUFx4)  # the layouts the weight stream cuts into chunks
 VERIFY_BEST, VERIFY_BEST_V, VERIFY_HELD = "verify.best", "verify.best_v", "verify.held"
-ROW0 = fixed("0")  # a whole matrix: the q4x4 batch kernels' first row (a stream chunk's in tllm_stream.h)
+ROW0 = fixed("0")  # a whole matrix: the tiled batch kernels' first row (a stream chunk's in tllm_stream.h)
 
 
 def chunk_rows_for(vocab_size: int) -> int:
@@ -38,20 +39,172 @@ def _what(mv: Matvec, rows: int, keeps: str) -> str:
     return f"{mv.layout_name} classifier {m.rows}x{m.cols} g{m.group}, {keeps} over {rows}-row chunks"
 
 
-@dataclass(frozen=True)
-class ArgmaxClassifier(Kernel):
-    """Greedy-only builds: the token, without a [vocab] logits vector."""
+def _verify_kernel(mv: Matvec, op: str) -> tuple[str, list]:
+    """The verification pass's batched classifier for `op` (argmax, topk;
+    tllm_verify.h) in place, and its leading arguments: the matrix and the
+    batch's activations, the tiled GGUF layouts' kernels first (one loop
+    for the three, as tllm_stream.h's), a tiled matrix's first row after."""
+    if isinstance(mv, MatvecGGUFx4):
+        s = mv.layout
+        return f"tllm_{op}_batch_ggufx4", [fixed(f"tllm_matmat_{s}"), fixed(f"tllm_{s}_tile_bytes")] + mv.batch_inputs()
+    return f"tllm_{op}_batch_{mv.layout}", mv.batch_inputs()
 
-    CODE_BYTES: ClassVar[int] = 256  # the argmax over chunks (measured)
-    VERIFY_CODE_BYTES: ClassVar[int] = 512  # tllm_argmax_batch_* (tllm_verify.h) inlined
-    matvec: Matvec
+
+def _verify_tail(mv: Matvec, chunk_rows: int) -> list:
+    """What every batched classifier takes after its matrix and activations."""
+    return [fixed("n"), vec(mv.bias), buf(mv.out), shape(chunk_rows)] + ([ROW0] if isinstance(mv, TILED) else [])
+
+
+@dataclass(frozen=True)
+class StreamedArgmax(Kernel):
+    """The greedy classifier over the stream: per chunk, argmax_rows rows at
+    a time into the logits chunk, one running first maximum over all."""
+
+    VERIFY_CODE_BYTES: ClassVar[int] = 768  # tllm_stream_argmax_batch_* inlined
+    argmax: ArgmaxClassifier
     chunk_rows: int
-    best: BufferRef | None = None  # int32_t[P]: each position's token in the verification pass (lower/speculate.py)
-    best_v: BufferRef | None = None  # float[P]: its logit, the race's state
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref | GGUFRef:
+        return self.argmax.matrix
+
+    def c_call(self) -> CCall:
+        mv = self.argmax.matvec
+        fn, kernels = stream_kernel(mv.matrix, "argmax")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), vec(mv.bias), buf(mv.out),
+                          shape(self.argmax.chunk_rows)), "greedy_token = ")
+
+    def describe(self) -> tuple[str, BufferRef]:
+        what, out = self.argmax.describe()
+        return what + streamed_note(self.chunks, self.chunk_rows), out
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        """The verification pass over the stream (tllm_stream_argmax_batch_*)."""
+        a = self.argmax
+        mv = a.matvec
+        fn, kernels = stream_kernel(mv.matrix, "argmax_batch")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), fixed("n"), vec(mv.bias),
+                          buf(mv.out), shape(a.chunk_rows), buf(a.best), buf(a.best_v)))
+
+    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
+        return self.argmax.verify_outputs()
+
+    def with_verify_outputs(self, refs: dict) -> "StreamedArgmax":
+        return dataclasses.replace(self, argmax=self.argmax.with_verify_outputs(refs))
+
+    def tile_output(self) -> BufferRef | None:
+        return self.argmax.tile_output()
+
+    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return ((("verify stream",) + self.argmax.code_key(), self.VERIFY_CODE_BYTES),)
+
+    def stream_chunks(self) -> tuple[Chunk, ...]:
+        return self.chunks
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.argmax.weight_reads()
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return self.argmax.code_parts()
+
+
+@dataclass(frozen=True)
+class StreamedTopK(Kernel):
+    """The top-K classifier over the stream: per chunk, chunk_rows rows at a
+    time into the logits chunk, each pushed into the running K-entry set."""
+
+    VERIFY_CODE_BYTES: ClassVar[int] = 768  # tllm_stream_topk_batch_* inlined
+    topk: TopKClassifier
+    chunk_rows: int
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def matrix(self) -> Q4Ref | GGUFRef:
+        return self.topk.matrix
+
+    def c_call(self) -> CCall:
+        mv = self.topk.matvec
+        fn, kernels = stream_kernel(mv.matrix, "topk")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), vec(mv.bias), buf(mv.out),
+                          shape(self.topk.chunk_rows), fixed("&topk_set")))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        what, out = self.topk.describe()
+        return what + streamed_note(self.chunks, self.chunk_rows), out
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        """The verification pass over the stream (tllm_stream_topk_batch_*)."""
+        t = self.topk
+        mv = t.matvec
+        fn, kernels = stream_kernel(mv.matrix, "topk_batch")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), fixed("n"), vec(mv.bias),
+                          buf(mv.out), shape(t.chunk_rows), *t.set_args()))
+
+    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
+        return self.topk.verify_outputs()
+
+    def with_verify_outputs(self, refs: dict) -> "StreamedTopK":
+        return dataclasses.replace(self, topk=self.topk.with_verify_outputs(refs))
+
+    def tile_output(self) -> BufferRef | None:
+        return self.topk.tile_output()
+
+    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return ((("verify stream",) + self.topk.code_key(), self.VERIFY_CODE_BYTES),)
+
+    def stream_chunks(self) -> tuple[Chunk, ...]:
+        return self.chunks
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.topk.weight_reads()
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return self.topk.code_parts()
+
+
+class _ChunkedClassifier(Kernel):
+    """What the argmax and the top-K classifier share: the matvec they run
+    chunk by chunk, its reads, its pin, and their streamed form (STREAMED)."""
 
     @property
     def matrix(self) -> Q4Ref | GGUFRef:
         return self.matvec.matrix
+
+    def streamed(self, chunk_bytes: int) -> "Kernel | None":
+        if not isinstance(self.matvec, TILED):
+            return None
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return self.STREAMED(self, rows, chunks)
+
+    def pin_candidate(self) -> PinCandidate | None:
+        return self.matvec.pin_candidate() if isinstance(self.matvec, TILED) else None
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return self.matvec.weight_reads()
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return ((self.code_key(), self.CODE_BYTES),) + self.matvec.code_parts()
+
+    def tile_output(self) -> BufferRef | None:
+        return self.matvec.tile_output()
+
+
+@dataclass(frozen=True)
+class ArgmaxClassifier(_ChunkedClassifier):
+    """Greedy-only builds: the token, without a [vocab] logits vector."""
+
+    CODE_BYTES: ClassVar[int] = 256  # the argmax over chunks (measured)
+    VERIFY_CODE_BYTES: ClassVar[int] = 512  # tllm_argmax_batch_* (tllm_verify.h) inlined
+    STREAMED: ClassVar[type] = StreamedArgmax
+    matvec: Matvec
+    chunk_rows: int
+    best: BufferRef | None = None  # int32_t[P]: each position's token in the verification pass (lower/speculate.py)
+    best_v: BufferRef | None = None  # float[P]: its logit, the race's state
 
     def c_call(self) -> CCall:
         return CCall(f"tllm_argmax_{self.matvec.layout}", tuple(self.matvec.c_args() + [shape(self.chunk_rows)]),
@@ -59,11 +212,8 @@ class ArgmaxClassifier(Kernel):
 
     def batched(self, ctx: BatchContext) -> CCall:
         """The verification pass: every position's first maximum (tllm_argmax_batch_*)."""
-        mv = self.matvec
-        row0 = [ROW0] if mv.layout == "q4x4" else []
-        return CCall(f"tllm_argmax_batch_{mv.layout}", tuple(
-            mv.batch_inputs() + [fixed("n"), vec(mv.bias), buf(mv.out), shape(self.chunk_rows)] + row0
-            + [buf(self.best), buf(self.best_v)]))
+        fn, head = _verify_kernel(self.matvec, "argmax")
+        return CCall(fn, tuple(head + _verify_tail(self.matvec, self.chunk_rows) + [buf(self.best), buf(self.best_v)]))
 
     def verify_outputs(self) -> tuple[VerifyOutput, ...]:
         return VerifyOutput(VERIFY_BEST, "int32_t"), VerifyOutput(VERIFY_BEST_V, "float")
@@ -71,41 +221,23 @@ class ArgmaxClassifier(Kernel):
     def with_verify_outputs(self, refs: dict) -> "ArgmaxClassifier":
         return dataclasses.replace(self, best=refs[VERIFY_BEST], best_v=refs[VERIFY_BEST_V])
 
-    def tile_output(self) -> BufferRef | None:
-        return self.matvec.tile_output()
-
     def describe(self) -> tuple[str, BufferRef]:
         return _what(self.matvec, self.chunk_rows, "argmax"), self.matvec.out
 
-    def streamed(self, chunk_bytes: int) -> "StreamedArgmaxQ4x4 | None":
-        if not isinstance(self.matvec, MatvecQ4x4):
-            return None
-        rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedArgmaxQ4x4(self, rows, chunks)
-
-    def pin_candidate(self) -> PinCandidate | None:
-        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return self.matvec.weight_reads()
-
 
 @dataclass(frozen=True)
-class TopKClassifier(Kernel):
+class TopKClassifier(_ChunkedClassifier):
     """`--sampler topk:K` builds: each chunk pushed into the running K-entry
     set held in `value` / `ids`."""
 
     VERIFY_CODE_BYTES: ClassVar[int] = 512  # tllm_topk_batch_* (tllm_verify.h) inlined
+    STREAMED: ClassVar[type] = StreamedTopK
     matvec: Matvec
     chunk_rows: int
     k: int  # entries of the set (K <= vocab, lowering checks)
     value: BufferRef  # float[k] (the verification pass: position p's set at p x k)
     ids: BufferRef  # uint16_t[k]
     held: BufferRef | None = None  # int32_t[P]: each position's entries in the verification pass
-
-    @property
-    def matrix(self) -> Q4Ref | GGUFRef:
-        return self.matvec.matrix
 
     def c_call(self) -> CCall:
         return CCall(f"tllm_topk_{self.matvec.layout}",
@@ -117,11 +249,8 @@ class TopKClassifier(Kernel):
 
     def batched(self, ctx: BatchContext) -> CCall:
         """The verification pass: every position's K-entry set (tllm_topk_batch_*)."""
-        mv = self.matvec
-        row0 = [ROW0] if mv.layout == "q4x4" else []
-        return CCall(f"tllm_topk_batch_{mv.layout}", tuple(
-            mv.batch_inputs() + [fixed("n"), vec(mv.bias), buf(mv.out), shape(self.chunk_rows)] + row0
-            + self.set_args()))
+        fn, head = _verify_kernel(self.matvec, "topk")
+        return CCall(fn, tuple(head + _verify_tail(self.matvec, self.chunk_rows) + self.set_args()))
 
     def verify_outputs(self) -> tuple[VerifyOutput, ...]:
         return (VerifyOutput(VERIFY_HELD, "int32_t"),)
@@ -129,120 +258,5 @@ class TopKClassifier(Kernel):
     def with_verify_outputs(self, refs: dict) -> "TopKClassifier":
         return dataclasses.replace(self, held=refs[VERIFY_HELD])
 
-    def tile_output(self) -> BufferRef | None:
-        return self.matvec.tile_output()
-
     def describe(self) -> tuple[str, BufferRef]:
         return _what(self.matvec, self.chunk_rows, f"top-{self.k} set"), self.value
-
-    def streamed(self, chunk_bytes: int) -> "StreamedTopKQ4x4 | None":
-        if not isinstance(self.matvec, MatvecQ4x4):
-            return None
-        rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedTopKQ4x4(self, rows, chunks)
-
-    def pin_candidate(self) -> PinCandidate | None:
-        return self.matvec.pin_candidate() if isinstance(self.matvec, MatvecQ4x4) else None
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return self.matvec.weight_reads()
-
-
-@dataclass(frozen=True)
-class StreamedArgmaxQ4x4(Kernel):
-    """The greedy classifier over the stream: per chunk, argmax_rows rows at
-    a time into the logits chunk, one running first maximum over all."""
-
-    CODE_BYTES: ClassVar[int] = 256
-    VERIFY_CODE_BYTES: ClassVar[int] = 768  # tllm_stream_argmax_batch_q4x4 inlined
-    argmax: ArgmaxClassifier
-    chunk_rows: int
-    chunks: tuple[Chunk, ...]
-
-    @property
-    def matrix(self) -> Q4Ref:
-        return self.argmax.matrix
-
-    def c_call(self) -> CCall:
-        mv = self.argmax.matvec
-        return CCall("tllm_stream_argmax_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
-                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
-                                                 vec(mv.bias), buf(mv.out), shape(self.argmax.chunk_rows)),
-                     "greedy_token = ")
-
-    def describe(self) -> tuple[str, BufferRef]:
-        what, out = self.argmax.describe()
-        return what + streamed_note(self.chunks, self.chunk_rows), out
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        """The verification pass over the stream (tllm_stream_argmax_batch_q4x4)."""
-        a = self.argmax
-        mv = a.matvec
-        return CCall("tllm_stream_argmax_batch_q4x4", (
-            fixed("&weight_stream"), matrix(mv.matrix), chunk_rows_param(mv.matrix, self.chunk_rows),
-            buf(mv.x_stream), fixed("n"), vec(mv.bias), buf(mv.out), shape(a.chunk_rows), buf(a.best),
-            buf(a.best_v)), "")
-
-    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
-        return self.argmax.verify_outputs()
-
-    def with_verify_outputs(self, refs: dict) -> "StreamedArgmaxQ4x4":
-        return dataclasses.replace(self, argmax=self.argmax.with_verify_outputs(refs))
-
-    def tile_output(self) -> BufferRef | None:
-        return self.argmax.tile_output()
-
-    def stream_chunks(self) -> tuple[Chunk, ...]:
-        return self.chunks
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return self.argmax.weight_reads()
-
-
-@dataclass(frozen=True)
-class StreamedTopKQ4x4(Kernel):
-    """The top-K classifier over the stream: per chunk, chunk_rows rows at a
-    time into the logits chunk, each pushed into the running K-entry set."""
-
-    VERIFY_CODE_BYTES: ClassVar[int] = 768  # tllm_stream_topk_batch_q4x4 inlined
-    topk: TopKClassifier
-    chunk_rows: int
-    chunks: tuple[Chunk, ...]
-
-    @property
-    def matrix(self) -> Q4Ref:
-        return self.topk.matrix
-
-    def c_call(self) -> CCall:
-        mv = self.topk.matvec
-        return CCall("tllm_stream_topk_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
-                                               chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
-                                               vec(mv.bias), buf(mv.out), shape(self.topk.chunk_rows),
-                                               fixed("&topk_set")))
-
-    def describe(self) -> tuple[str, BufferRef]:
-        what, out = self.topk.describe()
-        return what + streamed_note(self.chunks, self.chunk_rows), out
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        """The verification pass over the stream (tllm_stream_topk_batch_q4x4)."""
-        t = self.topk
-        mv = t.matvec
-        return CCall("tllm_stream_topk_batch_q4x4", tuple(
-            [fixed("&weight_stream"), matrix(mv.matrix), chunk_rows_param(mv.matrix, self.chunk_rows),
-             buf(mv.x_stream), fixed("n"), vec(mv.bias), buf(mv.out), shape(t.chunk_rows)] + t.set_args()))
-
-    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
-        return self.topk.verify_outputs()
-
-    def with_verify_outputs(self, refs: dict) -> "StreamedTopKQ4x4":
-        return dataclasses.replace(self, topk=self.topk.with_verify_outputs(refs))
-
-    def tile_output(self) -> BufferRef | None:
-        return self.topk.tile_output()
-
-    def stream_chunks(self) -> tuple[Chunk, ...]:
-        return self.chunks
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return self.topk.weight_reads()

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from .base import BatchContext, Chunk, Kernel, PinCandidate, WeightRead
 from .c_text import CCall, buf, chunk_rows_param, fixed, matrix, vec
-from .chunks import chunks_of, whole_matrix_bytes
+from .chunks import chunks_of, stream_kernel, whole_matrix_bytes
 from .refs import BufferRef, GGUFRef, Q4Ref, VectorRef
 from .sizes import layout_of, matrix_bytes
 
@@ -28,22 +28,15 @@ def full_read(m: Q4Ref | GGUFRef) -> tuple[WeightRead, ...]:
     return (WeightRead(m.name, layout_of(m), matrix_bytes(m), m.rows * m.cols),)
 
 
-@dataclass(frozen=True)
-class MatvecQ4(Kernel):
-    """tllm_matvec_q4: packed nibbles, int8 activations (portable)."""
+class _Int8Matvec(Kernel):
+    """A matrix against int8 activations with one float scale per group
+    (QuantizeI8's q8/qs): the q4 layout and the kept GGUF blocks share the
+    call, the batched call and the reads; each names its layout."""
 
     BATCHED_CODE_BYTES: ClassVar[int] = 2_048  # the portable batched kernels and tllm_model_prefill (measured)
-    matrix: Q4Ref
-    xq: BufferRef
-    xs: BufferRef
-    bias: VectorRef | None
-    out: BufferRef
 
-    layout: ClassVar[str] = "q4"
-
-    @property
-    def layout_name(self) -> str:
-        return "q4"
+    def code_key(self) -> tuple:
+        return (_Int8Matvec,)  # one portable batched runtime for both layouts
 
     def c_args(self) -> list:
         return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
@@ -53,10 +46,6 @@ class MatvecQ4(Kernel):
 
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return full_read(self.matrix)
-
-    def describe(self) -> tuple[str, BufferRef]:
-        m = self.matrix
-        return f"q4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
 
     def batch_inputs(self) -> list:
         """The matrix and the batch's activations (token p's at p x one token's)."""
@@ -68,11 +57,28 @@ class MatvecQ4(Kernel):
 
 
 @dataclass(frozen=True)
-class MatvecGGUF(Kernel):
+class MatvecQ4(_Int8Matvec):
+    """tllm_matvec_q4: packed nibbles, int8 activations (portable)."""
+
+    matrix: Q4Ref
+    xq: BufferRef
+    xs: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+    layout: ClassVar[str] = "q4"
+    layout_name: ClassVar[str] = "q4"
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        return f"q4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
+
+
+@dataclass(frozen=True)
+class MatvecGGUF(_Int8Matvec):
     """W4A8 / W8A8 over a GGUF block matrix with the int8 activations of
     QuantizeI8 (group 32 = one block): tllm_matvec_q40/q41/q80."""
 
-    BATCHED_CODE_BYTES: ClassVar[int] = 2_048
     matrix: GGUFRef
     xq: BufferRef
     xs: BufferRef
@@ -87,26 +93,9 @@ class MatvecGGUF(Kernel):
     def layout_name(self) -> str:
         return self.matrix.qtype
 
-    def c_args(self) -> list:
-        return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
-
-    def c_call(self) -> CCall:
-        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return full_read(self.matrix)
-
     def describe(self) -> tuple[str, BufferRef]:
         m = self.matrix
         return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks){_bias(self.bias)}", self.out
-
-    def batch_inputs(self) -> list:
-        """The matrix and the batch's activations (token p's at p x one token's)."""
-        return [matrix(self.matrix), buf(self.xq), buf(self.xs)]
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
-                                                                               buf(self.out)]))
 
 
 @dataclass(frozen=True)
@@ -121,10 +110,7 @@ class MatvecQ4x4(Kernel):
     out: BufferRef
 
     layout: ClassVar[str] = "q4x4"
-
-    @property
-    def layout_name(self) -> str:
-        return "q4x4"
+    layout_name: ClassVar[str] = "q4x4"
 
     def c_args(self) -> list:
         return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]
@@ -146,35 +132,103 @@ class MatvecQ4x4(Kernel):
     def batched(self, ctx: BatchContext) -> CCall:
         return CCall("tllm_matmat_q4x4", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias), buf(self.out)]))
 
-    def streamed(self, chunk_bytes: int) -> "StreamedMatvecQ4x4":
+    def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
         rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedMatvecQ4x4(self, rows, chunks)
+        return StreamedMatvec(self, rows, chunks)
 
     def pin_candidate(self) -> PinCandidate:
         return PinCandidate(self.matrix.name, "q4x4", whole_matrix_bytes(self.matrix), 1.0)
+
+    def code_key(self) -> tuple:
+        return (type(self),)
 
     def tile_output(self) -> BufferRef:
         return self.out
 
 
 @dataclass(frozen=True)
-class StreamedMatvecQ4x4(Kernel):
-    """A q4x4 matvec (a linear or the fused gate/up matrix) over the stream:
+class MatvecGGUFx4(Kernel):
+    """llama.cpp's blocks in 4-row tiles (q40x4 / q41x4 / q80x4, the same
+    bytes as the file, moved) against the x16 stream of group 32:
+    tllm_matvec_q41x4 etc. (Cortex-M7 SMLAD, tllm_kernels_gguf_m7.h)."""
+
+    matrix: GGUFRef  # layout "tiled"
+    x_stream: BufferRef
+    bias: VectorRef | None
+    out: BufferRef
+
+    @property
+    def layout(self) -> str:
+        return self.matrix.suffix
+
+    @property
+    def layout_name(self) -> str:
+        return self.matrix.suffix
+
+    def code_key(self) -> tuple:
+        return (type(self), self.matrix.qtype)  # each layout's kernels are their own code
+
+    # one layout's matvec and its tile helpers; its batched kernels (P = 2..4 assembly); measured: the
+    # arm-none-eabi-size of the kept functions of a SmolLM2 build, per layout
+    CODE_BYTES: ClassVar[int] = 1_536
+    BATCHED_CODE_BYTES: ClassVar[int] = 2_560
+
+    def c_args(self) -> list:
+        return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return full_read(self.matrix)
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks in 4-row tiles){_bias(self.bias)}", self.out
+
+    def batch_inputs(self) -> list:
+        """The matrix and the batch's x16b stream."""
+        return [matrix(self.matrix), buf(self.x_stream)]
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
+                                                                               buf(self.out)]))
+
+    def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return StreamedMatvec(self, rows, chunks)
+
+    def pin_candidate(self) -> PinCandidate:
+        return PinCandidate(self.matrix.name, self.matrix.blob_kind, whole_matrix_bytes(self.matrix), 1.0)
+
+
+TiledMatvec = MatvecQ4x4 | MatvecGGUFx4
+
+
+@dataclass(frozen=True)
+class StreamedMatvec(Kernel):
+    """A tiled matvec (a linear or the fused gate/up matrix) over the stream:
     chunk k's rows computed from the stream buffer chunk k landed in."""
 
-    matvec: MatvecQ4x4
+    matvec: TiledMatvec
     chunk_rows: int  # rows per chunk (a multiple of 4); the last chunk may be shorter
     chunks: tuple[Chunk, ...]
 
     @property
-    def matrix(self) -> Q4Ref:
+    def matrix(self) -> Q4Ref | GGUFRef:
         return self.matvec.matrix
+
+    def code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return self.matvec.code_parts()
+
+    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return self.matvec.batched_code_parts()
 
     def c_call(self) -> CCall:
         mv = self.matvec
-        return CCall("tllm_stream_matvec_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
-                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
-                                                 vec(mv.bias), buf(mv.out)))
+        fn, kernels = stream_kernel(mv.matrix, "matvec")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), vec(mv.bias), buf(mv.out)))
 
     def describe(self) -> tuple[str, BufferRef]:
         what, out = self.matvec.describe()
@@ -182,9 +236,10 @@ class StreamedMatvecQ4x4(Kernel):
 
     def batched(self, ctx: BatchContext) -> CCall:
         mv = self.matvec
-        return CCall("tllm_stream_matmat_q4x4", (fixed("&weight_stream"), matrix(mv.matrix),
-                                                 chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream),
-                                                 fixed("n"), vec(mv.bias), buf(ctx.chunk_out), buf(mv.out)))
+        fn, kernels = stream_kernel(mv.matrix, "matmat")
+        return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
+                          chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), fixed("n"), vec(mv.bias),
+                          buf(ctx.chunk_out), buf(mv.out)))
 
     def stream_chunks(self) -> tuple[Chunk, ...]:
         return self.chunks
@@ -195,12 +250,12 @@ class StreamedMatvecQ4x4(Kernel):
     def streamed_rows(self) -> int:
         return self.chunk_rows
 
-    def tile_output(self) -> BufferRef:
-        return self.matvec.out
+    def tile_output(self) -> BufferRef | None:
+        return self.matvec.tile_output()
 
 
 def streamed_note(chunks: tuple[Chunk, ...], rows: int) -> str:
     return f", streamed in {len(chunks)} chunk{'s' if len(chunks) > 1 else ''} of {rows} rows"
 
 
-Matvec = MatvecQ4 | MatvecQ4x4 | MatvecGGUF
+Matvec = MatvecQ4 | MatvecQ4x4 | MatvecGGUF | MatvecGGUFx4

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..quant.formats import GGUF_BLOCK
+from ..quant.formats import GGUF_BLOCK, GGUF_TILED
 
 
 @dataclass(frozen=True)
@@ -40,22 +40,34 @@ class Q4Ref:
 @dataclass(frozen=True)
 class GGUFRef:
     """A matrix kept in one of llama.cpp's block formats (quant/formats.py
-    GGUFMatrix): its blocks exactly as in the GGUF file."""
+    GGUFMatrix): its blocks exactly as in the GGUF file, in the file's row
+    order ("blocks", the portable kernels) or in 4-row tiles ("tiled":
+    q40x4/q41x4/q80x4, the Cortex-M7 kernels; the same bytes, moved)."""
 
     name: str
     qtype: str  # "Q4_0" | "Q4_1" | "Q8_0"
     rows: int
     cols: int
     offset: int = -1
+    layout: str = "blocks"  # "blocks" | "tiled"
 
     @property
     def group(self) -> int:
         return GGUF_BLOCK
 
     @property
+    def tiled(self) -> bool:
+        return self.layout == "tiled"
+
+    @property
     def suffix(self) -> str:
-        """The C kernels' name part: tllm_matvec_q41 etc."""
-        return self.qtype.lower().replace("_", "")
+        """The C kernels' name part: tllm_matvec_q41, or tllm_matvec_q41x4 for the tiled layout."""
+        return GGUF_TILED[self.qtype] if self.tiled else self.qtype.lower().replace("_", "")
+
+    @property
+    def blob_kind(self) -> str:
+        """Its entry's kind in the weights blob (lower/blob.py)."""
+        return ("ggufx4." if self.tiled else "gguf.") + self.qtype.lower()
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,11 @@ class FcS4PcRef:
 
 
 MatrixRef = Q4Ref | GGUFRef
+
+
+def blob_offset(m: MatrixRef) -> int:
+    """Where a bound matrix starts in the weights blob."""
+    return m.packed_offset if isinstance(m, Q4Ref) else m.offset
 
 
 def refs_of(obj, kind: type) -> Iterator:

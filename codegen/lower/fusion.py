@@ -7,20 +7,27 @@ reference needs to know nothing about them.
 
 * norm + quantize: an RMSNorm whose output only linear layers read writes
   their int16 activation stream directly (tllm_rmsnorm_x16).
-* gate/up in one pass: the FFN's gate and up projections become one q4x4
+* gate/up in one pass: the FFN's gate and up projections become one tiled
   matrix whose 4-row tiles hold (gate 2t, gate 2t+1, up 2t, up 2t+1), so one
   matvec pass over the activations computes both; SiLU(gate) * up is then
   computed per pair and quantized straight into the down projection's
   stream (tllm_silu_mul_pairs_x16): neither gate, up nor their product is
-  stored as a float vector.
+  stored as a float vector.  A re-rounded pair becomes one q4x4 matrix; a
+  pair whose llama.cpp blocks are kept, one tiled matrix of their common
+  format (its rows interleaved the same way: the file's blocks, moved); a
+  pair of one kept and one re-rounded matrix, or of two formats, is not fused.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
-from ..quant.formats import Q4Tensor
+from ..quant.formats import GGUFMatrix, Q4Tensor
+
+
+FUSED_SUFFIX = "+up"  # a fused gate/up matrix is named after its gate: "layers.3.w_gate+up"
 
 
 def m7_fusions_apply(kernels: str, method: str) -> bool:
@@ -54,14 +61,16 @@ class GateUp:
     @property
     def combined(self) -> str:
         """Name of the interleaved matrix in the blob."""
-        return self.w_gate + "+up"
+        return self.w_gate + FUSED_SUFFIX
 
 
-def fused_gate_up(g, kernels: str, method: str) -> dict[str, GateUp]:
+def fused_gate_up(g, kernels: str, method: str, kept: Mapping[str, str] | None = None) -> dict[str, GateUp]:
     """gate value -> GateUp, for every silu_mul(linear(x, w_gate), linear(x, w_up))
-    whose three values nothing else reads (and the act only linears read)."""
+    whose three values nothing else reads (and the act only linears read).
+    kept: weight name -> GGUF qtype of the matrices whose blocks are kept."""
     if not m7_fusions_apply(kernels, method):
         return {}
+    kept = kept or {}
     readers = _readers(g)
     producer = {n.output: n for n in g.nodes}
     out: dict[str, GateUp] = {}
@@ -79,18 +88,27 @@ def fused_gate_up(g, kernels: str, method: str) -> dict[str, GateUp]:
             continue
         if not readers.get(n.output) or any(r.op != "linear" or r.inputs[0] != n.output for r in readers[n.output]):
             continue
+        if kept.get(gate.inputs[1]) != kept.get(up.inputs[1]):
+            continue  # one kept and one re-rounded, or two formats: one layout cannot hold both
         out[gate.output] = GateUp(gate.output, up.output, n.output, gate.inputs[1], up.inputs[1])
     return out
 
 
-def interleave_gate_up(gate: Q4Tensor, up: Q4Tensor, name: str) -> Q4Tensor:
-    """Rows (gate 2t, gate 2t+1, up 2t, up 2t+1) for t = 0, 1, ...: one q4x4
-    tile per pair of outputs."""
-    rows = gate.rows
-    order_q = np.empty((2 * rows, gate.cols), gate.q.dtype)
-    order_s = np.empty((2 * rows, gate.scales.shape[1]), gate.scales.dtype)
+def interleaved_rows(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Rows (gate 2t, gate 2t+1, up 2t, up 2t+1) for t = 0, 1, ...: one
+    4-row tile per pair of outputs (the array's other dimensions as they are)."""
+    out = np.empty((2 * gate.shape[0],) + gate.shape[1:], gate.dtype)
     for src, offset in ((gate, 0), (up, 2)):
         for j in (0, 1):
-            order_q[offset + j::4] = src.q[j::2]
-            order_s[offset + j::4] = src.scales[j::2]
-    return Q4Tensor(name=name, q=order_q, scales=order_s, group_size=gate.group_size)
+            out[offset + j::4] = src[j::2]
+    return out
+
+
+def interleave_gate_up(gate: Q4Tensor, up: Q4Tensor, name: str) -> Q4Tensor:
+    return Q4Tensor(name=name, q=interleaved_rows(gate.q, up.q), scales=interleaved_rows(gate.scales, up.scales),
+                    group_size=gate.group_size)
+
+
+def interleave_gate_up_blocks(gate: GGUFMatrix, up: GGUFMatrix, name: str) -> GGUFMatrix:
+    """The kept blocks' rows in the same order (a row's blocks move whole)."""
+    return GGUFMatrix(name, gate.qtype, interleaved_rows(gate.data, up.data), gate.cols)

@@ -95,6 +95,7 @@ class StreamPlan:
     buffer_bytes: int  # each of the two stream buffers (0: nothing streamed)
     pinned: tuple[tuple[str, int], ...]  # (entry name, slot bytes) in slot order
     n_chunks: int
+    n_runs: int = 0  # streamed matrices: one run of chunks each in the firmware's table (tllm_stream.h)
 
     @property
     def pinned_bytes(self) -> int:

@@ -110,3 +110,10 @@ def parse_speculate(text: str) -> tuple[str, int | None]:
         raise UserError(f"--speculate {t}: a draft model is not built yet; use --speculate lookup[:k] or off")
     raise UserError(f"--speculate {t} is not known: choose auto, off, lookup[:k] (k in 1..{SPECULATE_MAX_K}) "
                     "or draft:MODEL[:k]")
+
+
+def built_k(options: dict) -> int:
+    """The lookup guesses per pass a build verifies, from its manifest's
+    options ("speculate": "lookup:k", written only when speculation is on;
+    0: plain decoding)."""
+    return parse_speculate(options.get("speculate", "off"))[1] or 0

@@ -34,7 +34,7 @@ from ..abi import GEN_STATE_BYTES, REQUEST_HEADER_BYTES
 from ..errors import UserError
 from ..ir import ModelConfig, Node
 from ..kernels import (Add, ArgmaxClassifier, Attention, EmbedGGUF, EmbedQ4, FcS4PerChannel, Kernel, MatvecGGUF,
-                       MatvecQ4, MatvecQ4x4, QuantizeI8, QuantizeStaticS8, QuantizeX16, RmsNorm, RmsNormX16, Rope,
+                       MatvecGGUFx4, MatvecQ4, MatvecQ4x4, QuantizeI8, QuantizeStaticS8, QuantizeX16, RmsNorm, RmsNormX16, Rope,
                        SiluMul, SiluMulPairsX16, TopKClassifier)
 from ..kernels.classifier import chunk_rows_for
 from ..kernels.refs import BufferRef, FcS4PcRef, GGUFRef, Q4Ref, VectorRef
@@ -74,15 +74,14 @@ class _Lowering:
         self.m7 = src.kernels == "cortex-m7"
         self.per_channel = src.method == "per-channel"
         self.kept = src.kept_types  # weight name -> GGUF qtype: llama.cpp blocks kept (quant/gguf_keep.py)
-        assert not (self.kept and (self.m7 or self.per_channel)), \
-            "GGUF block formats run the portable kernels with group-wise int8"
+        assert not (self.kept and self.per_channel), "GGUF block formats run with group-wise int8 activations"
         self.decls: dict[str, BufferDecl] = {}
         self.value_buf: dict[str, BufferRef] = {}
         self.last_read = {v: i for i, node in enumerate(self.g.nodes) for v in node.inputs}
         self.calls: list[KernelCall] = []
         self.quantized: set[str] = set()
         self.fused_norms = fused_norm_outputs(self.g, src.kernels, src.method)
-        self.gate_up = fused_gate_up(self.g, src.kernels, src.method)
+        self.gate_up = fused_gate_up(self.g, src.kernels, src.method, self.kept)
         self.fused_up = {f.up for f in self.gate_up.values()}
         self.fused_act = {f.act for f in self.gate_up.values()}
 
@@ -136,7 +135,7 @@ class _Lowering:
             return None
         rows, cols = ((self.c.vocab_size, self.c.dim) if node.op == "embedding" else
                       (self.width(node.output), self.width(node.inputs[0])))
-        return GGUFRef(node.inputs[1], qtype, rows, cols)
+        return GGUFRef(node.inputs[1], qtype, rows, cols, layout="tiled" if self.m7 else "blocks")  # M7: 4-row tiles
 
     def eps_name(self, node: Node) -> str:
         """Every norm of a model shares its eps: one named constant in the C (bit-equal, or a literal)."""
@@ -212,11 +211,16 @@ class _Lowering:
             self.quantized.add(src_v)
             self.emit(QuantizeX16(self.val(src_v), self.width(src_v), self.src.group_size, self.x16(src_v)),
                       node, label=f"quantize {src_v}")
-        hidden = self.width(pair.gate)
+        hidden, cols = self.width(pair.gate), self.width(src_v)
         gu = self.new(pair.gate + ".gu", "float", 2 * hidden, "activation")
         self.value_buf[node.output] = gu
-        combined = Q4Ref(pair.combined, 2 * hidden, self.width(src_v), self.src.group_size, layout="q4x4")
-        self.emit(MatvecQ4x4(combined, self.buf(src_v + ".x16"), None, gu), node, label="ffn.w_gate+w_up")
+        qtype = self.kept.get(pair.w_gate)
+        x16 = self.buf(src_v + ".x16")
+        if qtype:  # the kept blocks of both, interleaved and tiled (lower/fusion.py)
+            mv = MatvecGGUFx4(GGUFRef(pair.combined, qtype, 2 * hidden, cols, layout="tiled"), x16, None, gu)
+        else:
+            mv = MatvecQ4x4(Q4Ref(pair.combined, 2 * hidden, cols, self.src.group_size, layout="q4x4"), x16, None, gu)
+        self.emit(mv, node, label="ffn.w_gate+w_up")
 
     def per_channel_linear(self, node: Node) -> None:
         src_v, st = node.inputs[0], self.src.static.get(node.output)
@@ -249,9 +253,13 @@ class _Lowering:
         bias = VectorRef(node.inputs[2], self.width(node.output)) if len(node.inputs) > 2 else None
         out = self.linear_out(node)
         kept_w = self.gguf(node)
-        mv = (MatvecQ4x4(self.q4(node), self.buf(src_v + ".x16"), bias, out) if self.m7 else
-              MatvecGGUF(kept_w, self.buf(src_v + ".q8"), self.buf(src_v + ".qs"), bias, out) if kept_w else
-              MatvecQ4(self.q4(node), self.buf(src_v + ".q8"), self.buf(src_v + ".qs"), bias, out))
+        if self.m7:
+            x16 = self.buf(src_v + ".x16")
+            mv = MatvecGGUFx4(kept_w, x16, bias, out) if kept_w else MatvecQ4x4(self.q4(node), x16, bias, out)
+        elif kept_w:
+            mv = MatvecGGUF(kept_w, self.buf(src_v + ".q8"), self.buf(src_v + ".qs"), bias, out)
+        else:
+            mv = MatvecQ4(self.q4(node), self.buf(src_v + ".q8"), self.buf(src_v + ".qs"), bias, out)
         if node.output == self.g.output and self.sampler == "greedy":
             mv = ArgmaxClassifier(mv, logits_rows(self.c, self.sampler))
         elif node.output == self.g.output and top_k_of(self.sampler):

@@ -95,13 +95,14 @@ def stream_step(step: LoweredStep, opts: StreamOptions | None, max_seq: int) -> 
         raise UserError("--stream streams the q4x4 (Cortex-M7) matrices: use --kernels cortex-m7 "
                         "(the default on Cortex-M7 boards)")
     pinned = opts.pinned
-    calls, n_chunks, biggest = [], 0, 0
+    calls, n_chunks, n_runs, biggest = [], 0, 0, 0
     for call in step.calls:
         a = call.args
         p = a.pin_candidate()
         new = a.streamed(opts.chunk_bytes) if p is not None and p.name not in pinned else None
         if new is not None:
             n_chunks += len(new.stream_chunks())
+            n_runs += bool(new.stream_chunks())
             biggest = max(biggest, new.stream_buffer_bytes())
         calls.append(KernelCall(new or a, call.layer, call.label))
     decls = list(step.decls)
@@ -114,5 +115,5 @@ def stream_step(step: LoweredStep, opts: StreamOptions | None, max_seq: int) -> 
     slots = tuple((n, slot_bytes(names[n].nbytes)) for n in sorted(pinned, key=lambda n: (-names[n].nbytes, n)))
     if slots:
         decls.append(BufferDecl(PINNED, "uint8_t", sum(b for _, b in slots), "pinned", "always", "bulk", LINE))
-    plan = StreamPlan(opts, biggest, slots, n_chunks)
+    plan = StreamPlan(opts, biggest, slots, n_chunks, n_runs)
     return dataclasses.replace(step, calls=tuple(calls), decls=tuple(decls), stream=plan)

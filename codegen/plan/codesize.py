@@ -11,8 +11,9 @@ arm-none-eabi-size's sections):
   + GREEDY when --sampler greedy          the streamed argmax
   + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream)
   + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
-  + VERIFY + the head's verification forms with --speculate: tllm_model_verify (the layers are tllm_model_prefill's)
-  + 8 x stream chunks + 12 x pinned       the stream tables (tllm_stream.h), exact
+  + VERIFY + the head's verification forms (kernels/) with --speculate: tllm_model_verify (its layers are
+                                          tllm_model_prefill's)
+  + 20 x streamed matrices + 12 x pinned  the stream tables (tllm_stream.h, one run of chunks per matrix), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
 The runtime's constants are here, each kernel's own on its class in the
@@ -33,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..kernels import Attention, StreamedMatvecQ4x4
+from ..kernels import Attention
 from ..lower.records import LoweredStep
 
 # (+1,920 B each with speculative decoding's engine, draft and guessed-position samplers, compiled into every build)
@@ -48,7 +49,7 @@ PREFILL_STREAM_BYTES = {"loop": 1_536, "unrolled": 2_560}
 PREFILL_UNROLLED_PER_LAYER_BYTES = 640
 PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 320
 VERIFY_BYTES = 384  # tllm_model_verify, its descriptor and the engine's per-position accessors (--speculate)
-STREAM_CHUNK_BYTES = 8  # sizeof(tllm_stream_chunk): src, len
+STREAM_RUN_BYTES = 20  # sizeof(tllm_stream_run): src, stride, len, last_len, count (one run per streamed matrix)
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
 ERROR_BOUND_BYTES = 4 * 1024  # estimate - built, checked by the test above
@@ -83,9 +84,8 @@ def code_region(board):
 
 
 def _kernel_bytes(step: LoweredStep) -> int:
-    """The kernels' own constants (kernels/): each kind of call counted once."""
-    kinds = {type(call.args) for call in step.calls}
-    total = sum(k.CODE_BYTES for k in kinds)
+    """The kernels' own constants (kernels/): each piece of code counted once."""
+    total = sum(dict(part for call in step.calls for part in call.args.code_parts()).values())
     if step.kv_bits == 4:
         total += Attention.KV4_CODE_BYTES
     return total
@@ -97,9 +97,7 @@ def _prefill_bytes(step: LoweredStep, form: str, layers: int) -> int:
     if step.prefill_batch == 1:
         return 0
     streamed = step.stream is not None
-    calls = [call.args.matvec if isinstance(call.args, StreamedMatvecQ4x4) else call.args
-             for call in step.body_calls]
-    kernels = max(a.BATCHED_CODE_BYTES for a in calls)
+    kernels = sum(dict(part for call in step.body_calls for part in call.args.batched_code_parts()).values())
     total = kernels + (PREFILL_STREAM_BYTES[form] if streamed else 0)
     if form == "unrolled":
         total += (PREFILL_UNROLLED_PER_LAYER_BYTES + (PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES if streamed
@@ -111,7 +109,7 @@ def _verify_bytes(step: LoweredStep) -> int:
     """Speculative decoding's verification pass: tllm_model_verify and its head's batched forms."""
     if step.speculate is None:
         return 0
-    return VERIFY_BYTES + max(call.args.VERIFY_CODE_BYTES for call in step.head_calls)
+    return VERIFY_BYTES + sum(dict(part for call in step.head_calls for part in call.args.verify_code_parts()).values())
 
 
 def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0) -> CodeFlash | None:
@@ -128,7 +126,7 @@ def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_byte
     if plan is not None:
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
     prefill = _prefill_bytes(step, form, layers) + _verify_bytes(step)
-    tables = STREAM_CHUNK_BYTES * plan.n_chunks + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
+    tables = STREAM_RUN_BYTES * plan.n_runs + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
     return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,
                      region.name, unroll_layers, prefill)
 
@@ -144,7 +142,7 @@ def check_code_flash(est: CodeFlash | None, board_name: str, streaming: bool) ->
     if est.vocab_bytes:
         parts.append(f"vocabulary {est.vocab_bytes:,} B")
     if streaming and est.stream_table_bytes >= over:
-        fix = "a larger --stream-chunk (fewer table entries) or --stream off"
+        fix = "--stream off (the stream table holds a run per streamed matrix and a slot per pinned entry)"
     elif est.prefill_bytes >= over:
         fix = f"--prefill-batch 1 (the batched prefill's kernels are about {est.prefill_bytes:,} B)"
     elif est.unrolled:

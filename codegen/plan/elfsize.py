@@ -32,7 +32,7 @@ def elf_usage(elf: Path, board, plan_doc: dict) -> dict:
         rname = region.name if region else "?"
         rows.append({"name": name, "size": size, "address": f"0x{addr:08x}", "region": rname,
                      "planned": planned.get(name)})
-        if region is not None and region.use == "arena":
+        if region is not None and region.use in ("arena", "kv"):
             ram[rname] = ram.get(rname, 0) + size
         elif region is not None and region.use == "code":
             flash += size

@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 import json
 
+from .report import kv_region_line
+
 COLORS = {"kv": "#4e79a7", "activation": "#f28e2b", "scratch": "#e15759", "logits": "#76b7b2",
           "sampler": "#59a14f", "tokens": "#edc948", "state": "#b07aa1", "reserved": "#bab0ac"}
 COL_W, COL_GAP, TOP, H = 150, 40, 40, 480
@@ -64,7 +66,8 @@ def report_md(doc: dict, elf: dict | None = None) -> str:
              f"the board has {_kib(doc['board_sram_bytes'])} of plannable SRAM.", "",
              f"Context {doc['max_seq']} tokens, KV cache int{doc['kv_bits']}: {_kib(doc['kv_cache_bytes'])}. "
              f"Stack {_kib(doc['stack_bytes'])} and runtime statics reserve {_kib(doc['runtime_static_bytes'])} "
-             f"in `{doc['stack_region']}`.", "",
+             f"in `{doc['stack_region']}`."
+             + (f" {kv_region_line(doc)}." if kv_region_line(doc) else ""), "",
              "![memory map](memory_map.svg)", "", "## Regions", "",
              "| region | address | size | used | arena | lower bound | ratio |" + (" ELF bytes |" if elf else ""),
              "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if elf else "")]

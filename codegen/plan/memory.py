@@ -4,12 +4,20 @@ budget.  Which context, stream chunk, pins and prefill batch to plan is
 the searches' business (fit/search.py); this module places what it is
 given and says what is over.
 
-Budget = arenas of every region (each ends with CANARY_BYTES of guard words)
-+ stack + a reserve for the runtime's own .data/.bss.  Stack and reserve
-live in the board's stack_region (DTCM on the STM32H750), so they come off
-that region's capacity too."""
+Budget = arenas of every on-chip region (each ends with CANARY_BYTES of
+guard words) + stack + a reserve for the runtime's own .data/.bss.  Stack
+and reserve live in the board's stack_region (DTCM on the STM32H750), so
+they come off that region's capacity too.
+
+With `kv_region` (`--kv-region sdram`: a region of use "kv", the DK's FMC
+SDRAM) the KV cache, and only it, is placed there: it is the one buffer
+whose bytes grow with the context and which attention streams through once
+per token, so it is what external RAM buys context with; everything else
+stays in SRAM.  That region is checked against its own size and is not part
+of the RAM budget, which keeps counting the on-chip SRAM alone."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..memory_map import BoardMemory
@@ -47,6 +55,7 @@ class RegionPlan:
     lower_bound_bytes: int  # peak live bytes of this region's buffers + canary
     reserved_bytes: int  # stack + runtime statics when this is the stack region
     speed: str
+    external: bool = False  # a "kv" region (SDRAM): outside the RAM budget
 
     @property
     def used_bytes(self) -> int:
@@ -77,6 +86,8 @@ class MemoryPlan:
     kv_bits: int = 8
     sram_bytes: int = 0  # the board's plannable RAM (ceiling for --ram-budget)
     stack_region: str = "ram"
+    external_bytes: int = 0  # arena bytes in external RAM (--kv-region sdram), outside the budget
+    kv_region_option: str = ""  # --kv-region as resolved ("sram" | "sdram") on a board with SDRAM; "" elsewhere
 
     @property
     def total_bytes(self) -> int:
@@ -89,6 +100,12 @@ class MemoryPlan:
     @property
     def kv_cache_bytes(self) -> int:
         return sum(b.size for b in self.buffers if b.request.kind == "kv")
+
+    @property
+    def kv_cache_regions(self) -> tuple[str, ...]:
+        """Where the KV cache went, in the plan's region order."""
+        used = {b.region for b in self.buffers if b.request.kind == "kv"}
+        return tuple(r.name for r in self.regions if r.name in used)
 
     def buffer(self, name: str) -> PlacedBuffer:
         for b in self.buffers:
@@ -103,38 +120,56 @@ class MemoryPlan:
         raise KeyError(name)
 
 
+KV_PLACEMENT = "kv_region"  # the placement class of the KV cache sent to external RAM
+
+
+def _kv_to(buffers, region: str | None):
+    """The requests with the KV cache's placement class naming `region`'s own (None: unchanged)."""
+    if region is None:
+        return buffers
+    return tuple(dataclasses.replace(b, placement=KV_PLACEMENT) if b.kind == "kv" else b for b in buffers)
+
+
 def plan_lifetimes(life: Lifetimes, max_seq: int, budget: int, stack: int, mem: BoardMemory,
-                   kv_bits: int) -> MemoryPlan:
+                   kv_bits: int, kv_region: str | None = None) -> MemoryPlan:
     """Place a step's buffers (their lifetimes, lifetimes_of) at this
-    context in the board's regions: the plan, fitting or not (`fits`)."""
+    context in the board's regions: the plan, fitting or not (`fits`).
+    kv_region: a "kv" region's name, where the KV cache goes (None: SRAM)."""
     lt = life.at(max_seq)
+    lt = dataclasses.replace(lt, buffers=_kv_to(lt.buffers, kv_region))
     reserve = stack + RUNTIME_STATIC_BYTES
     capacity = {r.name: r.size - CANARY_BYTES - (reserve if r.name == mem.stack_region else 0)
                 for r in mem.arena_regions}
-    where = place_regions(lt.buffers, capacity, mem.placement)
+    order = dict(mem.placement)
+    if kv_region is not None:
+        capacity[kv_region] = mem.region(kv_region).size - CANARY_BYTES
+        order[KV_PLACEMENT] = (kv_region,)
+    where = place_regions(lt.buffers, capacity, order)
     bad = overlapping_pairs_regions(lt.buffers, where)
     if bad:  # the placer's invariant; a failure here is a bug, not user error
         raise AssertionError(f"planner overlapped live buffers: {bad[:3]}")
     placed = tuple(sorted((PlacedBuffer(b, where[b.name][1], where[b.name][0]) for b in lt.buffers),
                           key=lambda p: (p.region, p.offset, p.name)))
     regions = []
-    for r in mem.arena_regions:
+    for r in mem.regions:
         mine = [p for p in placed if p.region == r.name]
-        if not mine and r.name != mem.stack_region:
+        if not mine and (r.use != "arena" or r.name != mem.stack_region):
             continue
         top = max((p.offset + p.size for p in mine), default=0)
         peak, _ = peak_live_bytes([p.request for p in mine])
         regions.append(RegionPlan(r.name, r.address, r.size, top + CANARY_BYTES if mine else 0,
                                   peak + CANARY_BYTES if mine else 0,
-                                  reserve if r.name == mem.stack_region else 0, r.speed))
+                                  reserve if r.name == mem.stack_region else 0, r.speed, r.use != "arena"))
+    on_chip = [r for r in regions if not r.external]
     _, at = peak_live_bytes(lt.buffers)
     return MemoryPlan(
         buffers=placed, lifetimes=lt, max_seq=max_seq,
-        arena_bytes=sum(r.arena_bytes for r in regions),
-        lower_bound_bytes=sum(r.lower_bound_bytes for r in regions), peak_time=at,
+        arena_bytes=sum(r.arena_bytes for r in on_chip),
+        lower_bound_bytes=sum(r.lower_bound_bytes for r in on_chip), peak_time=at,
         stack_bytes=stack, runtime_static_bytes=RUNTIME_STATIC_BYTES, budget_bytes=budget,
         regions=tuple(regions), board=mem.board, kv_bits=kv_bits, sram_bytes=mem.sram_bytes,
-        stack_region=mem.stack_region,
+        stack_region=mem.stack_region, external_bytes=sum(r.arena_bytes for r in regions if r.external),
+        kv_region_option=("sdram" if kv_region else "sram") if mem.kv_regions else "",
     )
 
 

@@ -34,7 +34,7 @@ def plan_json(plan: MemoryPlan) -> dict:
             {"name": r.name, "address": f"0x{r.address:08x}", "size": r.size, "speed": r.speed,
              "arena_bytes": r.arena_bytes, "lower_bound_bytes": r.lower_bound_bytes,
              "reserved_bytes": r.reserved_bytes, "used_bytes": r.used_bytes,
-             "arena_over_lower_bound": round(r.ratio, 4), "fits": r.fits}
+             "arena_over_lower_bound": round(r.ratio, 4), "fits": r.fits} | ({"external": True} if r.external else {})
             for r in plan.regions
         ],
         "buffers": [
@@ -44,7 +44,18 @@ def plan_json(plan: MemoryPlan) -> dict:
             for b in plan.buffers
         ],
     }
+    if plan.kv_region_option:  # a board with SDRAM: where the KV cache went (other boards' reports stay as they were)
+        doc.update(kv_region=plan.kv_region_option, kv_cache_regions=list(plan.kv_cache_regions),
+                   external_bytes=plan.external_bytes)
     return doc
+
+
+def kv_region_line(doc: dict) -> str | None:
+    """Where the KV cache went, for the text reports; None on a board without SDRAM."""
+    if "kv_cache_regions" not in doc:
+        return None
+    outside = f", {doc['external_bytes']:,} B outside the RAM budget" if doc["external_bytes"] else ""
+    return f"KV cache in {', '.join(doc['kv_cache_regions'])} (--kv-region {doc['kv_region']}{outside})"
 
 
 def _kib(n: int) -> str:
@@ -58,7 +69,9 @@ def plan_text(plan: MemoryPlan) -> str:
         f"  total         {_kib(plan.total_bytes)}  {'fits' if plan.fits else 'DOES NOT FIT'}",
         f"  arena         {_kib(plan.arena_bytes)}  lower bound {_kib(plan.lower_bound_bytes)}"
         f"  ratio {plan.arena_bytes / plan.lower_bound_bytes:.2f}",
-        f"  kv cache      {_kib(plan.kv_cache_bytes)} at max_seq {plan.max_seq}",
+        f"  kv cache      {_kib(plan.kv_cache_bytes)} at max_seq {plan.max_seq}"
+        + (f" in {', '.join(plan.kv_cache_regions)} (--kv-region {plan.kv_region_option})"
+           if plan.kv_region_option else ""),
         f"  stack         {_kib(plan.stack_bytes)} in {plan.stack_region}",
         f"  runtime static reserve {_kib(plan.runtime_static_bytes)}",
         "",
@@ -115,6 +128,8 @@ def summary_text(plan_doc: dict, size: dict | None) -> str:
     lines += [f"    stack               {kib(plan_doc['stack_bytes'])}",
               f"    runtime statics     {kib(plan_doc['runtime_static_bytes'])} (reserve)",
               f"  context (max_seq)     {plan_doc['max_seq']:>9}"]
+    if kv_region_line(plan_doc):
+        lines.append(f"  {kv_region_line(plan_doc)}")
     if "weights_bytes" in plan_doc:
         lines.append(f"  weights (flash)       {kib(plan_doc['weights_bytes'])}")
     if size:

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..abi import MAX_BATCH
-from ..kernels import EmbedGGUF, EmbedQ4, StreamedEmbedQ4x4, WeightRead
+from ..kernels import EmbedGGUF, EmbedQ4, StreamedEmbed, WeightRead
 from ..kernels.refs import VectorRef, refs_of
 from ..lower.records import KernelCall, LoweredStep, StreamPlan
-from ..timing import MEASURED_OTHER_PER_MAC, Workload, kernel_rate
+from ..quant.kv import kv_layout
+from ..timing import MEASURED_OTHER_PER_MAC, KvRead, Workload, kernel_rate
 
 ROLES = ("layers", "classifier", "embedding", "vectors")
-EMBEDDINGS = (EmbedQ4, EmbedGGUF, StreamedEmbedQ4x4)
+EMBEDDINGS = (EmbedQ4, EmbedGGUF, StreamedEmbed)
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,11 @@ def traffic_of(calls: Sequence[KernelCall], head_start: int, stream: StreamPlan 
     rope_row = 2 * 4 * (head_dim // 2)  # this position's cos and sin
     rope = 0 if {"rope.cos", "rope.sin"} <= pinned else rope_row
     return Traffic(tuple(reads), sum(vectors.values()) + rope)
+
+
+def kv_read(plan, config) -> KvRead | None:
+    """The KV cache attention reads at the last position, when the plan put it in external RAM (else None:
+    SRAM reads are in the instruction counts' cycles already)."""
+    if not plan.external_bytes:
+        return None
+    return KvRead(kv_layout(config, plan.kv_bits).bytes_per_token(config.n_layers), plan.max_seq, "sdram")

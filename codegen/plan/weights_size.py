@@ -17,7 +17,7 @@ from ..lower.blob import blob_layout, gguf_blob_kind
 from ..lower.fusion import fused_gate_up
 from ..ir import expected_weight_shapes
 from ..lower.records import StepSource
-from ..quant.formats import gguf_row_bytes, n_groups, q4_row_bytes, q4x4_bytes_of
+from ..quant.formats import gguf_row_bytes, gguf_tiled_bytes_of, n_groups, q4_row_bytes, q4x4_bytes_of
 
 
 def blob_items(src: StepSource, max_seq: int, vocab: tuple[int, int] | None = None) -> list[tuple[str, str, int]]:
@@ -31,7 +31,8 @@ def blob_items(src: StepSource, max_seq: int, vocab: tuple[int, int] | None = No
     per_channel = src.method == "per-channel"
     group = src.group_size if not per_channel else 0  # 0: one group (scale) per row
     q4x4 = src.kernels == "cortex-m7" and not per_channel
-    pairs = {f.w_gate: f for f in fused_gate_up(g, src.kernels, src.method).values()}
+    pairs = {f.w_gate: f for f in fused_gate_up(g, src.kernels, src.method, kept).values()}
+    tiled = src.kernels == "cortex-m7"  # kept blocks in 4-row tiles for the M7 kernels
     in_pairs = {w for f in pairs.values() for w in (f.w_gate, f.w_up)}
     items = []
     for name in sorted(n for n in matrices if n not in kept):
@@ -48,7 +49,17 @@ def blob_items(src: StepSource, max_seq: int, vocab: tuple[int, int] | None = No
             items.append((name, "q4.scales", rows * n_groups(cols, group or cols) * 4))
     for name in sorted(kept):
         rows, cols = matrices[name]
-        items.append((name, gguf_blob_kind(kept[name]), rows * gguf_row_bytes(kept[name], cols)))
+        qtype = kept[name]
+        if name in pairs:
+            f = pairs[name]
+            items.append((f.combined, gguf_blob_kind(qtype, True),
+                          gguf_tiled_bytes_of(qtype, rows + matrices[f.w_up][0], cols)))
+        elif name in in_pairs:
+            continue
+        elif tiled:
+            items.append((name, gguf_blob_kind(qtype, True), gguf_tiled_bytes_of(qtype, rows, cols)))
+        else:
+            items.append((name, gguf_blob_kind(qtype), rows * gguf_row_bytes(qtype, cols)))
     if per_channel:  # int32 bias, multipliers, shifts per linear, keyed by its output value
         for node in sorted((n for n in g.nodes if n.op == "linear"), key=lambda n: n.output):
             rows = matrices[node.inputs[1]][0]

@@ -13,8 +13,10 @@ Q4 weights (`Q4Tensor`), used for every matrix including the embedding:
   the packed nibbles of the tensor.
 
 GGUF blocks (`GGUFMatrix`, --weight-quant gguf): a GGUF file's Q4_0 / Q4_1 /
-Q8_0 matrices kept byte for byte in llama.cpp's own layout; stated at the
-end of this file.
+Q8_0 matrices kept byte for byte in llama.cpp's own layout; stated near the
+end of this file, and after it the same blocks in 4-row tiles for the
+Cortex-M7 kernels ("q40x4" / "q41x4" / "q80x4": the file's integers and fp16
+scales, moved, and the float order every GGUF kernel keeps).
 
 KV cache: int8 per (position, kv-head) with one float32 scale each, same
 rounding as the activations (exact.quantize_rows_i8); int4 KV (group-wise
@@ -313,3 +315,123 @@ def dequantize_gguf(qtype: str, data: np.ndarray, cols: int) -> np.ndarray:
         return dr * q.astype(np.float32) + np.repeat(m, GGUF_BLOCK, axis=1)
     return dr * q.astype(np.float32)
 
+
+
+# --- "q40x4" / "q41x4" / "q80x4": llama.cpp's blocks in 4-row tiles ---------
+# The Cortex-M7 layout of a kept GGUF matrix (firmware/tllm_kernels_gguf_m7.h):
+# the file's integers q, its fp16 d (and Q4_1's fp16 m) bit for bit, only
+# moved, so that one activation load serves the 4 rows of a tile (as q4x4).
+#
+# Rows are taken four at a time (tile t = rows 4t .. 4t+3).  A last tile with
+# fewer rows is padded with rows whose bytes are all 0 (q = 0, d = m = +0.0):
+# the kernels compute them and never store them.  A tile is cols / 32
+# tile-blocks, one per block b of 32 inputs, each holding the 4 rows' blocks
+# b (4 x the file's block, so a matrix of whole tiles has the file's size):
+#
+#   Q4_0 (72 B) / Q4_1 (80 B): for each quarter k = 0..3 of the block (inputs
+#     8k .. 8k+7), one little-endian uint32 per row s = 0..3, at byte 16k + 4s,
+#     whose nibble j (bits 4j .. 4j+3) holds q[8k + 2j] and nibble 4 + j (bits
+#     16 + 4j ..) q[8k + 2j + 1], j = 0..3 (q4x4's order: `w >> 4j & 0x000F000F`
+#     is the lane pair (q[8k+2j], q[8k+2j+1]) for one SMLAD with the x16 word
+#     (x[8k+2j], x[8k+2j+1])).  Then at byte 64 the scales: Q4_0 the 4 rows'
+#     fp16 d (row s at 64 + 2s); Q4_1 per row s the pair (fp16 d, fp16 m) at
+#     64 + 4s.
+#   Q8_0 (136 B): for each quarter k, per row s, 8 bytes at 32k + 8s: the
+#     int8 q[8k + i] for i = 0, 2, 1, 3, 4, 6, 5, 7 (so SXTB16 of the first
+#     word gives the lanes (q[8k], q[8k+1]), of its ROR #8 (q[8k+2], q[8k+3]),
+#     and so on).  Then at byte 128 the 4 rows' fp16 d (row s at 128 + 2s).
+#
+# Every tile-block is a multiple of 4 bytes and the kernels load words and
+# doublewords, so a tile stream starts 4-byte aligned.  A row range of whole
+# tiles is one contiguous byte range (a stream chunk, a classifier chunk).
+#
+# Activations: the x16 stream of group 32 (per block: 32 int16 x, int32
+# 8 * sum(x), float32 scale sx; tllm_quantize_x16 and its fused producers
+# write it with exactly tllm_quantize_i8's integers and scales), and for P >= 2
+# tokens its x16b form.  The float part, the kept build's (exact.matvec_gguf,
+# tllm_kernels_gguf.c), per row r and token: for the blocks b = 0 .. cols/32 - 1
+# in order, with isum = sum(q * x) and xsum = sum(x) exact int32 and d, m the
+# fp16 fields converted exactly to float32,
+#   Q4_0: t = (d * sx) * (float)(isum - 8 * xsum)
+#   Q4_1: t = (d * sx) * (float)isum;  t = t + (m * sx) * (float)xsum
+#   Q8_0: t = (d * sx) * (float)isum
+#   acc = acc + t   (acc starts at +0.0);   out[r] = acc, then out[r] + bias[r].
+# xsum comes once per vector and block from the stream (8 * sum: exact in
+# float32, 1/8 of it exactly xsum) and serves every row; the integer sums
+# may be formed in any order (they are exact), the float operations may not.
+GGUF_TILE = 4
+GGUF_TILED = {"Q4_0": "q40x4", "Q4_1": "q41x4", "Q8_0": "q80x4"}  # layout name (and C suffix) per kept format
+GGUF_TILE_BLOCK_BYTES = {q: GGUF_TILE * b for q, b in GGUF_BLOCK_BYTES.items()}  # 72, 80, 136 (C: _Static_assert)
+_Q8_LANE_ORDER = np.array([0, 2, 1, 3, 4, 6, 5, 7])  # byte i of a row's 8 bytes holds q[8k + _Q8_LANE_ORDER[i]]
+_Q4_SHIFTS = (4 * np.arange(4)[:, None] + 16 * np.arange(2)[None, :]).astype(np.uint32)  # [j, e]: q[8k+2j+e]'s bit
+
+
+def gguf_tiles(rows: int) -> int:
+    return -(-rows // GGUF_TILE)
+
+
+def gguf_tile_bytes(qtype: str, cols: int) -> int:
+    """Bytes of one 4-row tile (C: tllm_<layout>_tile_bytes)."""
+    return cols // GGUF_BLOCK * GGUF_TILE_BLOCK_BYTES[qtype]
+
+
+def gguf_tiled_bytes_of(qtype: str, rows: int, cols: int) -> int:
+    """Size of pack_gguf_tiled's output: whole tiles, the last one padded."""
+    return gguf_tiles(rows) * gguf_tile_bytes(qtype, cols)
+
+
+def pack_gguf_tiled(t: GGUFMatrix) -> bytes:
+    """The tiled layout above of a GGUF matrix (unpack_gguf_tiled is its inverse)."""
+    qtype, rows, nb = t.qtype, t.rows, t.n_blocks
+    rows4 = gguf_tiles(rows) * GGUF_TILE
+    raw = np.zeros((rows4, nb, GGUF_BLOCK_BYTES[qtype]), np.uint8)
+    raw[:rows] = np.ascontiguousarray(t.data, np.uint8).reshape(rows, nb, -1)
+    tiles = rows4 // GGUF_TILE
+    scale_bytes = 4 if qtype == "Q4_1" else 2  # per row: fp16 d (and m), as in the file's block header
+    scales = raw[:, :, :scale_bytes].reshape(tiles, GGUF_TILE, nb, scale_bytes).transpose(0, 2, 1, 3)
+    if qtype == "Q8_0":
+        q = raw[:, :, 2:].reshape(tiles, GGUF_TILE, nb, 4, 8)[..., _Q8_LANE_ORDER]  # [t, s, b, k, i]
+        body = q.transpose(0, 2, 3, 1, 4).reshape(tiles, nb, 128)
+    else:
+        nib = raw[:, :, -16:]
+        q = np.concatenate([nib & 0xF, nib >> 4], axis=2).astype(np.uint32)  # [row, b, 32]: j low, j + 16 high
+        q = q.reshape(tiles, GGUF_TILE, nb, 4, 4, 2)  # [t, s, b, k, j, e]: input 8k + 2j + e
+        words = (q << _Q4_SHIFTS).sum(axis=(4, 5), dtype=np.uint64).astype("<u4")  # [t, s, b, k]
+        body = words.transpose(0, 2, 3, 1).copy().view(np.uint8).reshape(tiles, nb, 64)
+    out = np.concatenate([body, scales.reshape(tiles, nb, -1)], axis=2)
+    assert out.shape[2] == GGUF_TILE_BLOCK_BYTES[qtype]
+    return out.tobytes()
+
+
+def unpack_gguf_tiled(name: str, qtype: str, data: bytes, rows: int, cols: int) -> GGUFMatrix:
+    """pack_gguf_tiled's inverse: the file's blocks back (size checked, the
+    padding rows checked to be zero)."""
+    if qtype not in GGUF_TILED or cols % GGUF_BLOCK or cols <= 0 or rows <= 0:
+        raise ValueError(f"{name}: a tiled {qtype} matrix of {rows}x{cols} does not exist "
+                         f"(formats {', '.join(GGUF_TILED)}, columns a positive multiple of {GGUF_BLOCK})")
+    want = gguf_tiled_bytes_of(qtype, rows, cols)
+    if len(data) != want:
+        raise ValueError(f"{name}: {len(data)} B is not the {want} B of a tiled {qtype} {rows}x{cols} matrix")
+    nb, tiles = cols // GGUF_BLOCK, gguf_tiles(rows)
+    tb = np.frombuffer(data, np.uint8).reshape(tiles, nb, GGUF_TILE_BLOCK_BYTES[qtype])
+    scale_bytes = 4 if qtype == "Q4_1" else 2
+    body_bytes = GGUF_TILE_BLOCK_BYTES[qtype] - GGUF_TILE * scale_bytes
+    scales = tb[:, :, body_bytes:].reshape(tiles, nb, GGUF_TILE, scale_bytes).transpose(0, 2, 1, 3)
+    if qtype == "Q8_0":
+        q = np.empty((tiles, GGUF_TILE, nb, 4, 8), np.uint8)
+        q[..., _Q8_LANE_ORDER] = tb[:, :, :body_bytes].reshape(tiles, nb, 4, GGUF_TILE, 8).transpose(0, 3, 1, 2, 4)
+        body = q.reshape(tiles * GGUF_TILE, nb, 32)
+    else:
+        words = tb[:, :, :body_bytes].copy().view("<u4").reshape(tiles, nb, 4, GGUF_TILE).astype(np.uint32)
+        q = (words.transpose(0, 3, 1, 2)[..., None, None] >> _Q4_SHIFTS) & 0xF  # [t, s, b, k, j, e]
+        q = q.reshape(tiles * GGUF_TILE, nb, 32).astype(np.uint8)
+        body = (q[:, :, :16] | (q[:, :, 16:] << 4)).astype(np.uint8)  # byte j: element j low, j + 16 high
+    raw = np.concatenate([scales.reshape(tiles * GGUF_TILE, nb, scale_bytes), body], axis=2)
+    if raw[rows:].any():
+        raise ValueError(f"{name}: the padding rows of the last tile ({rows} rows) are not zero")
+    return GGUFMatrix(name, qtype, raw[:rows].reshape(rows, -1).copy(), cols)
+
+
+def dequantize_gguf_tiled(qtype: str, data: bytes, rows: int, cols: int) -> np.ndarray:
+    """float32 weights of a tiled matrix: dequantize_gguf of the blocks it holds."""
+    return unpack_gguf_tiled("w", qtype, data, rows, cols).dequantized()

@@ -6,10 +6,13 @@ as llama.cpp wrote them; layouts in formats.py).  Everything else falls back:
 1-D tensors (F32/F16 norms, biases) stay float32 vectors; matrices stored as
 F32/F16/BF16 or as K-quants are re-rounded with RTN Q4 (group 32).
 
-The kept formats run the portable kernels (firmware/tllm_kernels_gguf.c,
-with SMLAD for the integer block sums where the core has the DSP extension);
-the Q4 fallback matrices then use the portable Q4 kernels too, so the
-QuantizedGraph's kernel set is "portable" on every board."""
+The kernel set decides the layouts: on the Cortex-M7 ("cortex-m7") the
+kept blocks move into 4-row tiles (q40x4 / q41x4 / q80x4, the M7 assembly
+of firmware/tllm_kernels_gguf_m7.c) and the fallback matrices are q4x4,
+all reading the x16 activation stream; with the portable kernels the
+blocks stay in the file's row order (firmware/tllm_kernels_gguf.c) and the
+fallbacks are packed Q4.  The arithmetic, and so the reference, is the
+same for both."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -29,7 +32,7 @@ def kept_formats(blocks: Mapping[str, object]) -> dict[str, str]:
 
 
 def quantize_gguf(graph: Graph, blocks: Mapping[str, object], group_size: int = 32,
-                  kv_bits: int = 8) -> QuantizedGraph:
+                  kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
     if group_size != GGUF_BLOCK:
         raise UserError(f"--weight-quant gguf keeps llama.cpp's {GGUF_BLOCK}-weight blocks: "
                         f"use --group-size {GGUF_BLOCK} (the activations are quantized per block)")
@@ -47,4 +50,4 @@ def quantize_gguf(graph: Graph, blocks: Mapping[str, object], group_size: int = 
         else:
             q4[name] = quantize_q4_rtn(name, w, group_size)
     return QuantizedGraph(graph=graph, q4=q4, vectors=vectors, group_size=group_size, kv_bits=kv_bits,
-                          method="gguf", kernels="portable", gguf=gg)
+                          method="gguf", kernels=kernels, gguf=gg)

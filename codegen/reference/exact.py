@@ -413,3 +413,13 @@ def dequant_row_gguf(qtype: str, d: np.ndarray, m: np.ndarray | None, q: np.ndar
     if qtype == "Q4_1":
         return dr * q.astype(F32) + np.repeat(m.astype(F32), 32)
     return dr * q.astype(F32)
+
+
+def matmat_gguf(qtype: str, d: np.ndarray, m: np.ndarray | None, q: np.ndarray, x_q: np.ndarray,
+                x_scales: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """Batched prefill through a GGUF matrix: P activation vectors x_q [P, cols],
+    x_scales [P, cols / 32] -> [P, rows].  The batched kernels' contract
+    (tllm_matmat_q40 .., tllm_matmat_q40x4 .. of the tiled layout, formats.py)
+    is that row p equals matvec_gguf of vector p bit for bit, so the twin is
+    P matvecs."""
+    return np.stack([matvec_gguf(qtype, d, m, q, xq, xs, bias) for xq, xs in zip(x_q, x_scales)])

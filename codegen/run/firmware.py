@@ -14,6 +14,7 @@ from ..reference.sampler import SamplingOptions
 from .console import run_serial
 from .host import run_host
 from .qemu import run_qemu, run_qemu_serial
+from .renode import run_renode
 from .result import RunResult
 from .unicorn import run_unicorn_board
 from .protocol import EXIT_CODES, REQUEST_EXIT_AFTER, FirmwareOutput, pack_request, parse_output
@@ -86,7 +87,7 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     stdin); serial_url: a real, already flashed board.  ``on_line(text)``
     sees each console line as it arrives (live over a UART, under Unicorn and
     on the host; after the run for QEMU with the memory transport).
-    ``emulator`` "renode" runs an STM32H750 build under Renode (run_renode.py)
+    ``emulator`` "renode" runs an STM32H750 build under Renode (run/renode.py)
     instead of the board's usual runner ("auto").  An emulated run ends
     past ``max_instructions`` guest instructions (default: the tree's
     instruction bound for this request), whatever the host's load, and
@@ -109,11 +110,10 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     if max_instructions is None:
         max_instructions = instruction_bound(out, len(prompt_ids) + max_new_tokens)
     if emulator == "renode":
-        from ..run_renode import run_renode
-
         if serial_url is not None or transport != "memory":
             raise UserError("--emulator renode takes the request in memory: drop --serial and --transport uart")
-        result = run_renode(out, board, request, timeout_s=timeout_s, on_line=on_line)
+        result = run_renode(out, board, request, timeout_s=timeout_s, on_line=on_line,
+                            max_instructions=max_instructions)
     elif serial_url is not None:
         result = run_serial(serial_url, request.read_bytes(), timeout_s=timeout_s, on_line=on_line)
     else:

@@ -11,15 +11,22 @@ What is modelled, and why it is enough to check the firmware end to end:
   ISR always reports TXE/TC, RDR serves the request bytes for the UART
   transport;
 * RCC, PWR, FLASH and QUADSPI with their flash chips as register models
-  (h750_model.py) that answer what bringup.c waits for and record every
+  (families/stm32h750/peripherals.py) that answer what bringup.c waits for and record every
   rule it breaks; the QUADSPI window faults until memory-mapped mode is set
   up the way the board's chip needs;
-* the MDMA (h750_model.MdmaModel) for the weight-streaming hook: a
+* the MDMA (peripherals.MdmaModel) for the weight-streaming hook: a
   software-requested transfer moves its bytes when the firmware's poll finds
   it done, the bytes moved are counted (`UnicornResult.mdma`), and the first
   broken rule stops the run with one line in `error` ("MDMA: ..."), a CPU
   access to a stream buffer still in flight included (a memory hook on just
   that range, present only while the transfer is);
+* the FMC with the board's SDRAM (peripherals.FmcModel), where board.json
+  has one: the SDRAM's memory is there from the start, but a hook on it
+  stops the run with one line ("FMC: ...") at an access before bring-up
+  has sent the part's command sequence, or at the first access after it if
+  the MPU (peripherals.MpuModel, fed by a write hook on its registers)
+  leaves the window Device memory; past that first good access the hook is
+  removed, so the KV cache there costs nothing more to emulate;
 * GPIO, SCB (cache maintenance, with the M7's cache geometry), DWT and
   DBGMCU (revision V) as plain registers; the DWT cycle counter reads the
   number of instructions executed so far (counted per translated block, so
@@ -38,8 +45,9 @@ from pathlib import Path
 
 from ..board import Board
 from ..errors import UserError
-from ..h750_model import (MDMA_BASE, RCC_AHB3ENR, RCC_AHB3ENR_MDMAEN, ClockModel, MdmaModel, QspiModel,
-                          h750_bus_targets)
+from ..families.stm32h750.peripherals import (DBGMCU_IDC, FMC_BASE, MDMA_BASE, MPU_BASE, MPU_RASR, RCC_AHB3ENR,
+                                              RCC_AHB3ENR_FMCEN, RCC_AHB3ENR_MDMAEN, ClockModel, FmcModel, MdmaModel,
+                                              MpuModel, QspiModel, h750_bus_targets)
 from .result import TIMEOUT_EXIT_CODE, RunResult, decode
 
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
@@ -49,14 +57,13 @@ PAGE = 0x1000
 # Peripheral windows the H750 firmware touches that only need to hold what
 # was written: GPIOA..K, DBGMCU (preset to revision V) and the Cortex-M7
 # private peripheral bus (SCB with its cache registers, DWT, CPACR).  RCC/PWR,
-# SYSCFG, FLASH and QUADSPI are MMIO windows on the h750_model.py models.
+# SYSCFG, FLASH and QUADSPI are MMIO windows on the family's peripheral models.
 REGISTER_WINDOWS = (
     (0x58020000, 0x3000, "GPIOA..K"),
     (0x5C001000, 0x1000, "DBGMCU"),
     (0xE0000000, 0x100000, "Cortex-M7 private peripheral bus (SCB, DWT)"),
 )
 RCC_PWR_WINDOW, SYSCFG_WINDOW, FLASH_REGS, QSPI_REGS = 0x58024000, 0x58000000, 0x52002000, 0x52005000
-DBGMCU_IDC = {"V": 0x20036450, "Y": 0x10036450}  # REV_ID 0x2003 / 0x1003, DEV_ID 0x450
 SCB_CCR, SCB_CCSIDR, M7_L1D_CCSIDR = 0xE000ED14, 0xE000ED80, 0xF00FE019  # 16 KiB: 128 sets, 4 ways, 32-byte lines
 DWT_CYCCNT = 0xE0001004
 USART_BRR, USART_ISR, USART_RDR, USART_TDR = 0x0C, 0x1C, 0x24, 0x28
@@ -75,6 +82,7 @@ class UnicornResult:
     scb_ccr: int = 0  # at exit: bit 17 I-cache, bit 16 D-cache enabled
     usart_brr: int = 0  # the console's baud divisor, as last written
     mdma: MdmaModel | None = None  # bytes_moved, transfers, violations
+    fmc: FmcModel | None = None  # the SDRAM's controller (boards with one): ready, violations
     # watch_weight_reads: CPU loads from the weights blob after the first MDMA
     # transfer started (the boot copy of pinned weights); None when not watched
     weight_reads_after_first_copy: int | None = None
@@ -83,7 +91,7 @@ class UnicornResult:
     @property
     def violations(self) -> list[str]:
         return (self.clock.violations if self.clock else []) + (self.qspi.violations if self.qspi else []) + \
-            (self.mdma.violations if self.mdma else [])
+            (self.mdma.violations if self.mdma else []) + (self.fmc.violations if self.fmc else [])
 
 
 @dataclass
@@ -136,7 +144,8 @@ class _H750Machine:
         self.executed = 0
         self.max_instructions = max_instructions
         self.limit_hit = False
-        self.mdma_stop: list[str] = []
+        self.mdma_stop: list[str] = []  # the first MDMA or FMC line that stopped the run
+        self.fmc: FmcModel | None = None
         self.copying = False  # set at the first MDMA transfer (watch_weight_reads)
         self.weight_reads = 0
         self._map_memories(revision)
@@ -239,6 +248,45 @@ class _H750Machine:
         mu.mmio_map(MDMA_BASE, PAGE, lambda _mu, off, _sz, _u: self.mdma.read(off), None,
                     lambda _mu, off, _sz, value, _u: self.mdma.write(off, value), None)
 
+    def map_fmc(self) -> None:
+        """The FMC and the MPU, on a board with SDRAM: the guard hook on the
+        SDRAM's memory stays until the first access that finds the part ready
+        and the window Normal memory (see the module docstring)."""
+        s = self.board.sdram
+        if s is None:
+            return
+        mu, uc, clock = self.mu, self.uc, self.clock
+        region = self.regions[s.region]
+        mpu = MpuModel()
+        guard: list[int] = []
+
+        def violation(line):
+            if not self.mdma_stop:
+                self.mdma_stop.append(line)
+            mu.emu_stop()
+
+        def on_sdram(_mu, access, address, _size, _value, _user):
+            if self.fmc.cpu_access(address, access == uc.UC_MEM_WRITE) is not None:
+                return
+            problem = mpu.normal_memory_problem(address)
+            if problem is not None:
+                self.fmc.violations.append(f"FMC: SDRAM accessed at 0x{address:08X}, but {problem}")
+                violation(self.fmc.violations[-1])
+                return
+            if guard:
+                _mu.hook_del(guard.pop())
+
+        def on_mpu(_mu, _access, address, _size, value, _user):
+            mpu.write(address - MPU_BASE, value & 0xFFFFFFFF)
+
+        self.fmc = FmcModel(s, lambda: bool(clock.regs.get(RCC_AHB3ENR, 0) & RCC_AHB3ENR_FMCEN), clock.fmc_kernel_hz,
+                            on_violation=violation)
+        guard.append(mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_sdram, begin=region.address,
+                                 end=region.address + region.size - 1))
+        mu.hook_add(uc.UC_HOOK_MEM_WRITE, on_mpu, begin=MPU_BASE + 4, end=MPU_BASE + MPU_RASR + 3)
+        mu.mmio_map(FMC_BASE, PAGE, lambda _mu, off, _sz, _u: self.fmc.read(off), None,
+                    lambda _mu, off, _sz, value, _u: self.fmc.write(off, value), None)
+
     def map_console(self, uart_rx: bytes) -> None:
         """The console USART: TDR writes are the console text (a line "@TLLM
         exit N" ends the run), ISR always reports TXE/TC, RDR serves uart_rx."""
@@ -315,7 +363,8 @@ class _H750Machine:
         except self.uc.UcError as e:
             error = f"{e} at pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x}"
         if self.mdma_stop and not error:
-            error = f"MDMA: {self.mdma_stop[0]} (pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x})"
+            line = self.mdma_stop[0]
+            error = f"{'' if line.startswith('FMC') else 'MDMA: '}{line} (pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x})"
         return error
 
 
@@ -337,6 +386,7 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     m.load(elf, weights_bin, request_bin)
     m.map_registers()
     m.map_mdma()
+    m.map_fmc()
     m.map_console(uart_rx)
     m.count_instructions()
     watched = watch_weight_reads and weights_bin is not None
@@ -347,7 +397,7 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
     scb_ccr, = struct.unpack("<I", m.mu.mem_read(SCB_CCR, 4))
     limit = (f"{max_instructions:,} guest instructions" if m.limit_hit else f"{timeout_s:g} s") if timed_out else ""
     return UnicornResult(m.console.exit_code, bytes(m.console.out), m.executed, error, timed_out, m.clock, m.qspi,
-                         scb_ccr, m.console.brr, m.mdma, m.weight_reads if watched else None, limit)
+                         scb_ccr, m.console.brr, m.mdma, m.fmc, m.weight_reads if watched else None, limit)
 
 
 def run_unicorn_board(elf: Path, board: Board, weights_bin: Path | None, request_bin: Path,

@@ -5,8 +5,9 @@ import shutil
 
 import pytest
 
-from tinyllm_gen.bench.bench import GGUF_VARIANTS, bench_decode, bench_kernels
+from tinyllm_gen.bench.bench import GGUF_VARIANTS, TILED_VARIANTS, bench_decode, bench_gguf_tiled, bench_kernels
 from tinyllm_gen.build.cmake import build
+from tinyllm_gen.quant.formats import GGUF_TILED
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 
 from tinymodels import make_hf_model
@@ -65,3 +66,17 @@ def test_stream_transfers_are_counted_apart_from_compute(tmp_path):
     assert "stream wait+start" not in figures["off"] and figures["all"]["stream wait+start"] > 0
     assert figures["all"]["memcpy"] > figures["off"].get("memcpy", 0)
     assert figures["all"]["matvec"] >= figures["off"]["matvec"]  # the same rows, more calls (one per chunk)
+
+
+def test_tiled_gguf_kernels_are_counted_and_bit_exact():
+    """bench/micro_gguf.c exits non-zero unless each tiled kernel's assembly
+    equals its portable twin and matmat equals P matvecs; its counts repeat."""
+    shapes = [(13, 96), (8, 576)]  # a padded last tile; SmolLM2's width
+    figures = bench_gguf_tiled(shapes)
+    assert {(f.shape, f.kernel) for f in figures} == {(f"{r}x{c}", f"{layout} {v}") for r, c in shapes
+                                                     for layout in GGUF_TILED.values() for v in TILED_VARIANTS}
+    by = {(f.shape, f.kernel): f for f in figures}
+    for layout in GGUF_TILED.values():  # the tiles beat the file's row-major blocks at any P
+        kept = by[("8x576", f"{layout} kept_portable")].instructions_per_mac
+        assert all(by[("8x576", f"{layout} {v}")].instructions_per_mac < kept for v in TILED_VARIANTS[:4])
+    assert [f.instructions for f in figures] == [f.instructions for f in bench_gguf_tiled(shapes)]

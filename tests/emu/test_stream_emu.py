@@ -21,7 +21,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.run.protocol import pack_request, parse_output
 from tinyllm_gen.run.result import decode as _decode
 from tinyllm_gen.run.unicorn import run_unicorn
-from tinyllm_gen.kernels import StreamedEmbedQ4x4
+from tinyllm_gen.kernels import StreamedEmbed
 from bounds import BACKSTOP_S
 
 pytestmark = pytest.mark.emu
@@ -94,7 +94,7 @@ def test_streamed_h750_under_unicorn(root, board, kv_bits, sampling, chunk):
     per_step = sum(c["copy_bytes"] for c in sched["chunks"])
     body = sum(c["copy_bytes"] for c in sched["chunks"][:sched["head_chunk"]])
     assert 0 < body < per_step  # the classifier streams: the head's chunks are the table's last
-    embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))
+    embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbed))
     # the body's chunks once per prefill pass (prefill_batch prompt tokens each) and per decode step,
     # the head's only where logits are read (the last pass, 3 decode steps), every token's embedding
     # tile, plus perhaps the last step's prefetch
@@ -132,7 +132,7 @@ def test_batched_prefill_reads_the_blob_once_per_batch_h750(root):
                       timeout_s=BACKSTOP_S)
     assert res.exit_code == 0 and not res.error and res.violations == []
     sched = json.loads((out / "report.json").read_text())["stream_schedule"]
-    embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))
+    embed = sum(c.args.copy_bytes for c in compiled.program.calls if isinstance(c.args, StreamedEmbed))
     moved = stream_bytes(sched, 32, 4, 1, embed)
     assert moved <= res.mdma.bytes_moved <= moved + sched["chunks"][0]["copy_bytes"]
     assert res.mdma.bytes_moved < stream_bytes(sched, 32, 1, 1, embed) * 0.3
@@ -213,7 +213,7 @@ def test_prefetch_crosses_matrices_layers_and_steps_h750(root):
     res = _unicorn(built, "weact-h750", ids, 3, GREEDY)
     assert res.exit_code == 0 and not res.error and res.violations == []
     sched = json.loads((built.out / "report.json").read_text())["stream_schedule"]
-    emb = next(c.args for c in compiled.program.calls if isinstance(c.args, StreamedEmbedQ4x4))
+    emb = next(c.args for c in compiled.program.calls if isinstance(c.args, StreamedEmbed))
     base = load_board("weact-h750").weights.address
     generated = parse_output(_decode(res.output)).generated_ids
     steps = [(ids[0:4], False), (ids[4:8], False), (ids[8:9], True), (generated[0:1], True), (generated[1:2], True)]

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from tinyllm_gen.reference import exact
-from tinyllm_gen.quant.formats import GGUF_BLOCK_BYTES
+from tinyllm_gen.quant.formats import GGUF_BLOCK_BYTES, GGUF_TILED, GGUFMatrix, pack_gguf_tiled, unpack_gguf_tiled
 from tinyllm_gen.reference.sampler import DEFAULT_SEED_STATE, MASK64, Sampler, SamplingOptions, top_k_ids
 
 from . import entries_gguf as G
+from . import entries_gguf_m7 as GX
 from . import entries_kernels as K4
 from . import entries_m7 as M7
 from . import inputs as I
@@ -226,4 +227,25 @@ def _gguf_entry(qtype):
                         for i, (rows, cols, b, chunk, cap, period) in enumerate(SHAPES_GGUF)))
 
 
-ENTRIES = (PUSH, SAMPLE_TOPK, TOPK_Q4, TOPK_Q4X4) + tuple(_gguf_entry(q) for q in ("Q4_0", "Q4_1", "Q8_0"))
+def _ggufx4_case(qtype, rows, cols, bias, chunk, cap, period, seed):
+    def make(r):
+        v = GX.tiled_values(r, qtype, rows, cols)
+        d = unpack_gguf_tiled("w", qtype, v["tiles"].tobytes(), rows, cols).data[_tied(rows, period)]
+        v["tiles"] = np.frombuffer(pack_gguf_tiled(GGUFMatrix("w", qtype, d, cols)), np.uint8)
+        v["x16"] = np.frombuffer(x16_of(GX.activation(r, cols), 32), np.uint8)
+        return _topk_values(r, v, rows, bias, chunk, cap, period)
+    return Case(_label(rows, cols, 32, bias, chunk, cap, period), make, seed)
+
+
+def _ggufx4_entry(qtype):
+    return Kernel(f"tllm_topk_{GGUF_TILED[qtype]}", TOPK_H, GX.MV_ARGS + CHUNK + SET_ARGS,
+                  ("m", "x16", "bias", "chunk", "chunk_rows", "t"), _topk_twin(GX.matvec_twin(qtype)),
+                  tuple(_ggufx4_case(qtype, rows, cols, b, chunk, cap, period, seed=i)
+                        for i, (rows, cols, b, chunk, cap, period) in enumerate(SHAPES_GGUFX4)))
+
+
+# tiled GGUF: chunk_rows a multiple of the 4-row tile
+SHAPES_GGUFX4 = [(10, 64, True, 4, 4, 3), (10, 64, False, 8, 16, 0), (37, 32, False, 12, 12, 2),
+                 (13, 96, False, 16, 1, 0), (50, 96, True, 8, 20, 7), (64, 160, False, 4, 9, 0)]
+ENTRIES = ((PUSH, SAMPLE_TOPK, TOPK_Q4, TOPK_Q4X4) + tuple(_gguf_entry(q) for q in ("Q4_0", "Q4_1", "Q8_0"))
+           + tuple(_ggufx4_entry(q) for q in GGUF_TILED))

@@ -25,6 +25,7 @@ HEADER_SOURCES = {
     "tllm_kernels.h": "tllm_kernels.c",
     "tllm_kernels_m7.h": "tllm_kernels_m7.c",
     "tllm_kernels_gguf.h": "tllm_kernels_gguf.c",
+    "tllm_kernels_gguf_m7.h": "tllm_kernels_gguf_m7.c",
     "tllm_cmsis.h": "tllm_cmsis.c",
     "tllm_sampler.h": "tllm_sampler.c",
     "tllm_math.h": None,

@@ -19,6 +19,7 @@ import jinja2
 from tinyllm_gen.board import load_board
 from tinyllm_gen.emit.link_layout import static_link_layout
 from tinyllm_gen.resources import firmware_dir
+from tinyllm_gen.families import config_header
 
 from .harness_c import WARNINGS, harness_source, runtime_sources
 from .spec import Kernel
@@ -126,7 +127,7 @@ def build_m7_harness(kernels: Sequence[Kernel], tmp: Path) -> M7Harness:
     lds = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(board.file(board.linker_script).read_text())
     # the one Cortex-M linker template (boards/cortex-m/linker.ld.j2), as the kernel bench renders it
     (tmp / "linker.ld").write_text(lds.render(**static_link_layout(board, ram, 65536).variables()))
-    (tmp / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in board.config_header()))
+    (tmp / "board_config.h").write_text("".join(f"#define {c.name} {c.value}\n" for c in config_header(board)))
     elf = tmp / "kernel_harness_m7.elf"
     cmd = ["arm-none-eabi-gcc", *board.cflags, *WARNINGS, "-I", str(firmware_dir()), "-I", str(tmp), str(src),
            *map(str, runtime_sources(kernels)), *map(str, board.source_paths()), *board.ldflags,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-KERNEL_HEADERS = ("tllm_kernels.h", "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_cmsis.h", "tllm_sampler.h",
-                  "tllm_math.h", "tllm_topk.h", "tllm_draft.h", "tllm_verify.h")
+KERNEL_HEADERS = ("tllm_kernels.h", "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_kernels_gguf_m7.h", "tllm_cmsis.h",
+                  "tllm_sampler.h", "tllm_math.h", "tllm_topk.h", "tllm_draft.h", "tllm_verify.h")
 
 OTHER_HEADERS = {
     "tllm_abi.h": "constants shared with codegen/abi.py (tests/unit/test_abi.py); no functions",
@@ -38,6 +38,8 @@ EXCLUDED: dict[str, str] = {
                                  "tllm_argmax_batch_* case (entries_verify.py)",
     "tllm_verify_topk_chunks": "a per-token loop over tllm_topk_push (entries_topk.py), run inside every "
                                "tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_topk_ggufx4": "the same loop for the tiled GGUF layouts, its matvec a function pointer "
+                        "(tllm_ggufx4_matvec_fn); registered through tllm_topk_q40x4 / q41x4 / q80x4 (entries_topk.py)",
 }
 
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

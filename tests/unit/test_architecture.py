@@ -19,6 +19,7 @@ PKG = ROOT / "codegen"
 FLOORS = [
     ("ground", ("errors", "abi", "resources", "ir", "verify", "memory_map")),
     ("data", ("board", "frontends", "quant.formats", "quant.kv")),
+    ("families", ("families",)),
     ("reference", ("reference",)),
     ("quantize", ("quant", "compress", "vocab", "timing", "describe")),
     ("kernels", ("kernels",)),
@@ -28,7 +29,7 @@ FLOORS = [
     ("bind", ("bind",)),
     ("emit", ("emit",)),
     ("build", ("build",)),
-    ("run", ("run", "run_renode", "h750_model", "convert")),
+    ("run", ("run", "convert")),
     ("compile", ("compile",)),
     ("tools", ("bench", "cli")),
 ]

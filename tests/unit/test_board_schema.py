@@ -2,12 +2,14 @@
 its flags come from one CPU profile, and a bad key or value is one line
 naming the file and the key."""
 import copy
+import dataclasses
 import json
 
 import pytest
 
-from tinyllm_gen.board import CPU_PROFILES, NUMERICS_CFLAGS, board_names, load_board, parse_board
+from tinyllm_gen.board import CPU_PROFILES, NUMERICS_CFLAGS, ConfigValue, board_names, load_board, parse_board
 from tinyllm_gen.errors import UserError
+from tinyllm_gen.families import config_header, family_of
 from tinyllm_gen.resources import boards_dir
 
 
@@ -21,7 +23,7 @@ def test_every_board_loads_with_its_cpu_profiles_flags(name):
     b = load_board(name)
     assert b.cflags[:len(b.cpu.cflags)] == b.cpu.cflags
     assert set(NUMERICS_CFLAGS) <= set(b.cflags)
-    assert all(p.is_file() for p in b.source_paths())  # common_dir honoured (was: paths that did not exist)
+    assert all(p.is_file() for p in b.source_paths())  # the family's folder searched (was: paths that did not exist)
     assert b.run.emulator in ("host", "qemu", "unicorn")
 
 
@@ -32,13 +34,24 @@ def test_cortex_m7_flags_are_stated_once():
         assert "cflags" not in raw(name)[1] and "ldflags" not in raw(name)[1]
 
 
-def test_config_header_derives_uart_and_request_values():
+def test_config_header_derives_uart_request_and_family_register_values():
     b = load_board("weact-h750")
-    defines = {c.name: c.value for c in b.config_header()}
+    defines = {c.name: c.value for c in config_header(b)}
     assert defines["TLLM_UART_BASE"] == "0x40011000u" and defines["TLLM_REQUEST_ADDR"] == "0x907FC000u"
     assert defines["TLLM_QSPI_FSIZE"] == "22u"
-    q = {c.name: c.value for c in load_board("qemu-mps2-an500").config_header()}
-    assert q["TLLM_INSTR_PER_TICK"] == "40u"
+    # the STM32H750 family's encodings of the link board.json states physically
+    assert defines["TLLM_QSPI_PRESCALER"] == f"{b.qspi_flash.prescaler - 1}u"
+    assert defines["TLLM_QSPI_CSHT"] == f"{b.qspi_flash.cs_high_cycles - 1}u"
+    assert not any(c.name.startswith("TLLM_QSPI_PRESCALER") for c in b.config_header())  # Board has no encodings
+    q = {c.name: c.value for c in config_header(load_board("qemu-mps2-an500"))}
+    assert q["TLLM_INSTR_PER_TICK"] == "40u" and family_of(load_board("qemu-mps2-an500")) is None
+
+
+def test_a_board_config_that_sets_a_family_register_value_is_refused():
+    b = load_board("weact-h750")
+    twice = dataclasses.replace(b, config=b.config + (ConfigValue("TLLM_QSPI_DCYC", "6u"),))
+    with pytest.raises(UserError, match="TLLM_QSPI_DCYC, which the stm32h750 family derives"):
+        config_header(twice)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -53,6 +66,7 @@ def test_config_header_derives_uart_and_request_values():
     (lambda d: d.update(sources=["nope.c"]), "sources: nope.c is in none of"),
     (lambda d: d["config"].append({"name": "TLLM_UART_BASE", "value": "1"}), "config: a define is given twice"),
     (lambda d: d.pop("description"), "board: missing key 'description'"),
+    (lambda d: d.update(family="stm32h7xx"), "family: no folder boards/stm32h7xx/"),
 ])
 def test_bad_board_json_is_one_line_naming_the_key(edit, message):
     path, doc = raw("weact-h750")
@@ -75,7 +89,7 @@ def test_one_reset_handler_and_one_synchronous_copy():
                 if re.match(rf"^\S.*\b{name}\(.*\)\s*$", line) and ";" not in line:
                     defs.setdefault(name, []).append(path.parent.name)
     assert defs["Reset_Handler"] == ["cortex-m"]
-    assert sorted(defs["tllm_board_copy_start"]) == ["common", "stm32h750-common"]
+    assert sorted(defs["tllm_board_copy_start"]) == ["common", "stm32h750"]
     for name in ("qemu-mps2-an500", "stm32h750b-dk", "weact-h750"):
         assert load_board(name).file("reset.c").parent.name == "cortex-m"
     assert load_board("host").file("copy_sync.c").parent.name == "common"

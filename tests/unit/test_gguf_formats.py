@@ -92,8 +92,8 @@ def test_gguf_blocks_are_kept_and_others_fall_back(tmp_path):
     assert rtn.method == "rtn" and not rtn.gguf and len(rtn.q4) == len(qg.gguf)
     with pytest.raises(UserError, match="--group-size 32"):
         quantize(m, CompileOptions(weight_quant="gguf", group_size=64))
-    with pytest.raises(UserError, match="drop --kernels cortex-m7"):
-        quantize(m, CompileOptions(kernels="cortex-m7"))
+    tiled = quantize(m, CompileOptions(kernels="cortex-m7"))  # the same blocks, moved into 4-row tiles
+    assert tiled.kernels == "cortex-m7" and {t.qtype for t in tiled.gguf.values()} == {"Q4_1"}
     assert quantize(m, CompileOptions(kernels="cortex-m7", weight_quant="rtn")).kernels == "cortex-m7"
 
 

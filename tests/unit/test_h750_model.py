@@ -1,6 +1,6 @@
 """The STM32H750 register models behind the Unicorn runner catch the
-sequencing mistakes they exist for (h750_model.py)."""
-from tinyllm_gen.h750_model import (PWR_D3CR, QSPI_CCR, QSPI_CR, QSPI_DCR, QSPI_DR, QSPI_FCR, QSPI_SR,
+sequencing mistakes they exist for (families/stm32h750/peripherals.py)."""
+from tinyllm_gen.families.stm32h750.peripherals import (PWR_D3CR, QSPI_CCR, QSPI_CR, QSPI_DCR, QSPI_DR, QSPI_FCR, QSPI_SR,
                                     RCC_CFGR, RCC_CR, RCC_D1CFGR, RCC_PLL1DIVR, RCC_PLLCFGR, RCC_PLLCKSELR,
                                     ClockModel, QspiModel)
 

@@ -1,4 +1,4 @@
-"""The MDMA model of the Unicorn runner (h750_model.MdmaModel), driven
+"""The MDMA model of the Unicorn runner (peripherals.MdmaModel), driven
 register by register: a correct transfer moves the bytes when the poll finds
 it done and counts them; each rule the model exists for is broken on purpose
 and gives its one line."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tinyllm_gen.board import load_board
-from tinyllm_gen.h750_model import (MDMA_CBNDTR, MDMA_CBRUR, MDMA_CCR, MDMA_CDAR, MDMA_CIFCR, MDMA_CISR, MDMA_CSAR,
+from tinyllm_gen.families.stm32h750.peripherals import (MDMA_CBNDTR, MDMA_CBRUR, MDMA_CCR, MDMA_CDAR, MDMA_CIFCR, MDMA_CISR, MDMA_CSAR,
                                     MDMA_CTBR, MDMA_CTCR, MdmaModel, h750_bus_targets)
 
 QSPI, DTCM, AXI, FLASH = 0x90000000, 0x20000000, 0x24000000, 0x08000000

@@ -9,8 +9,9 @@ import pytest
 
 from tinyllm_gen.board import load_board, parse_board
 from tinyllm_gen.errors import UserError
-from tinyllm_gen.h750_model import QSPI_CCR, QSPI_CR, QSPI_DCR, QspiModel
+from tinyllm_gen.families.stm32h750.peripherals import QSPI_CCR, QSPI_CR, QSPI_DCR, QspiModel
 from tinyllm_gen.resources import boards_dir
+from tinyllm_gen.families import config_header
 
 
 def test_both_h750_boards_run_the_link_at_132_mhz_sdr():
@@ -18,7 +19,7 @@ def test_both_h750_boards_run_the_link_at_132_mhz_sdr():
         b = load_board(name)
         q = b.qspi_flash
         assert q.clock_hz == 132e6 and q.kernel_clock == "pll2_r" and not q.ddr and q.bytes_per_s == rate
-        d = {c.name: c.value for c in b.config_header()}
+        d = {c.name: c.value for c in config_header(b)}
         assert d["TLLM_QSPI_KERNEL_SEL"] == "2u" and d["TLLM_QSPI_PRESCALER"] == "0u" and d["TLLM_QSPI_DCYC"] == "8u" and d["TLLM_QSPI_CSHT"] == "2u"
         assert d["TLLM_QSPI_READ_INSTR"] == instr
         assert "datasheet" in q.note and "DS12556" in q.note  # every limit names its source
@@ -61,7 +62,7 @@ def test_chip_models_check_the_clock_against_the_datasheet_tables():
 
 
 def test_pll2r_kernel_clock_in_the_clock_model():
-    from tinyllm_gen.h750_model import RCC_CR, RCC_D1CCIPR, RCC_PLL2DIVR, RCC_PLLCFGR, RCC_PLLCKSELR, ClockModel
+    from tinyllm_gen.families.stm32h750.peripherals import RCC_CR, RCC_D1CCIPR, RCC_PLL2DIVR, RCC_PLLCFGR, RCC_PLLCKSELR, ClockModel
 
     c = ClockModel()
     c.write(RCC_D1CCIPR, 2 << 4)

@@ -106,7 +106,8 @@ def test_stories15m_says_why_not_and_what_fits():
     msg = str(e.value)
     assert "\n" not in msg and "budget is 524,288 B (over by" in msg and "KV cache int4 at 256 tokens" in msg
     assert "fits with --ram-budget" in msg and "--max-seq" in msg
-    budget = msg.split("--ram-budget ")[1].split()[0]
+    budget = msg.split("--ram-budget ")[1].split()[0].rstrip(",")
+    assert "--kv-region sdram" in msg  # the DK has SDRAM: the KV cache could go there
     seq = int(msg.rsplit("--max-seq ", 1)[1].split()[0])
     assert plan_memory(shape(*STORIES15M, kv_bits=4), 256, int(budget[:-1]) * KIB, board=board).fits
     assert plan_memory(shape(*STORIES15M, kv_bits=4), seq, 512 * KIB, board=board).fits

@@ -14,7 +14,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.frontends import load_model
 from plans import plan_streamed
-from tinyllm_gen.kernels import ArgmaxClassifier, MatvecQ4x4, PinCandidate, StreamedMatvecQ4x4
+from tinyllm_gen.kernels import ArgmaxClassifier, MatvecQ4x4, PinCandidate, StreamedMatvec
 from tinyllm_gen.kernels.chunks import chunks_of
 from tinyllm_gen.kernels.refs import Q4Ref
 from tinyllm_gen.lower.records import StepSource, StreamOptions
@@ -61,7 +61,7 @@ def test_stream_all_replaces_every_matvec_and_declares_two_dma_buffers():
     out = stream_step(step, StreamOptions("all", 4096), 64)
     assert stream_step(step, StreamOptions("off"), 64) is step
     assert not any(isinstance(c.args, (MatvecQ4x4, ArgmaxClassifier)) for c in out.calls)
-    assert sum(isinstance(c.args, StreamedMatvecQ4x4) for c in out.calls) == \
+    assert sum(isinstance(c.args, StreamedMatvec) for c in out.calls) == \
         sum(isinstance(c.args, MatvecQ4x4) for c in step.calls)
     bufs = [d for d in out.decls if d.kind == "stream"]
     assert [d.name for d in bufs] == ["stream.buf0", "stream.buf1"]
@@ -98,7 +98,9 @@ def test_schedule_in_report_deterministic(tmp_path):
     calls = [c["call"] for c in doc["chunks"]]
     assert calls == sorted(calls)  # execution order
     src = a.tree.files["src/tllm_model.c"].decode()
-    assert src.count("}, /* ") >= len(doc["chunks"])  # the chunk table, one line per chunk
+    table = src[src.index("STREAM_RUNS["):src.index("};", src.index("STREAM_RUNS["))]
+    runs = len({c["call"] for c in doc["chunks"]})  # one run per streamed call
+    assert table.count("}, /* ") == runs and runs < len(doc["chunks"])
     out = tmp_path / "o"
     write_tree(a.tree, out)
     text = subprocess.run([sys.executable, "-m", "tinyllm_gen.cli", "report", str(out)], capture_output=True,

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.host
 REPO = Path(__file__).resolve().parents[2]
 # What the wheel is built from (pyproject.toml's package-dir), and nothing else of the checkout.
 SOURCES = ("pyproject.toml", "README.md", "codegen", "firmware", "boards", "templates", "cmake")
-DEPENDENCIES = ("numpy", "jinja2", "click", "safetensors", "tokenizers", "pyserial")
+# The core install's dependencies, as pyproject.toml states them (a copy here fell behind once: gguf).
+DEPENDENCIES = tuple(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
 
 
 def _env() -> dict:

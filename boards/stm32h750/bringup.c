@@ -19,7 +19,17 @@
  * (F5h on four lines, harmless if they are not in it) and read with the
  * 4-byte-address QUAD OUTPUT FAST READ (6Ch, 8 dummy cycles by default).
  * SSHIFT samples half a cycle late, which the flash's clock-to-output time
- * needs at this clock. */
+ * needs at this clock.
+ *
+ * SDRAM (only when board_config.h defines TLLM_SDRAM_BASE: a build whose plan
+ * puts the KV cache there, `--kv-region sdram`): the FMC's pins, SDCRx and
+ * SDTRx from the part's geometry and timings (board.json "sdram", encoded by
+ * codegen/families/stm32h750/registers.py), the FMC enabled, then the part's
+ * power-up sequence: clock enable, the power-up wait, precharge all, eight
+ * auto-refreshes, load mode register, and the refresh rate.  Then an MPU
+ * region makes the window Normal write-back memory: the default memory map
+ * has 0xC0000000-0xDFFFFFFF as Device memory, uncached, where an unaligned
+ * load faults.  docs/sdram.md has the sources. */
 #include <stdint.h>
 
 #include "board_config.h"
@@ -90,6 +100,30 @@
 #define CCR_DCYC(n) ((uint32_t)(n) << 18)
 #define CCR_DMODE(m) ((uint32_t)(m) << 24)
 #define CCR_FMODE_MEMORY_MAPPED (3u << 26)
+
+#define FMC_BASE 0x52004000u
+#define FMC_BCR1 REG(FMC_BASE + 0x000u)
+#define FMC_SDCR1 REG(FMC_BASE + 0x140u)
+#define FMC_SDCR2 REG(FMC_BASE + 0x144u)
+#define FMC_SDTR1 REG(FMC_BASE + 0x148u)
+#define FMC_SDTR2 REG(FMC_BASE + 0x14Cu)
+#define FMC_SDCMR REG(FMC_BASE + 0x150u)
+#define FMC_SDRTR REG(FMC_BASE + 0x154u)
+#define FMC_BCR1_FMCEN (1u << 31)
+/* SDCMR: MODE (bits 0-2), CTB2 (3) / CTB1 (4), NRFS - 1 (5-8), MRD (9-21) */
+#define SDCMR_CLOCK_ENABLE 1u
+#define SDCMR_PALL 2u
+#define SDCMR_AUTO_REFRESH 3u
+#define SDCMR_LOAD_MODE 4u
+#define SDCMR_NRFS(n) ((uint32_t)((n) - 1u) << 5)
+#define SDCMR_MRD(m) ((uint32_t)(m) << 9)
+#define RCC_AHB3ENR_FMCEN (1u << 12)
+
+#define MPU_CTRL REG(0xE000ED94u)
+#define MPU_RNR REG(0xE000ED98u)
+#define MPU_RBAR REG(0xE000ED9Cu)
+#define MPU_RASR REG(0xE000EDA0u)
+#define MPU_CTRL_ENABLE_PRIVDEFENA 5u /* the default map stays behind the regions for privileged code */
 
 #define SCB_CCR REG(0xE000ED14u)
 #define SCB_CCSIDR REG(0xE000ED80u)
@@ -169,7 +203,8 @@ static void clock_init(void)
 
 static const uint8_t qspi_pins[][3] = TLLM_QSPI_PINS; /* {port (A=0), pin, alternate function} */
 
-static void qspi_pin(uint32_t port, uint32_t pin, uint32_t af)
+/* One pin on an alternate function, at the fastest output speed; its port clocked first. */
+static void af_pin(uint32_t port, uint32_t pin, uint32_t af)
 {
     const uint32_t base = 0x58020000u + 0x400u * port;
     RCC_AHB4ENR |= 1u << port;
@@ -200,7 +235,7 @@ static void qspi_command(uint32_t ccr, int with_byte, uint8_t byte)
 static void qspi_init(void)
 {
     for (uint32_t i = 0; i < sizeof qspi_pins / sizeof qspi_pins[0]; i++) {
-        qspi_pin(qspi_pins[i][0], qspi_pins[i][1], qspi_pins[i][2]);
+        af_pin(qspi_pins[i][0], qspi_pins[i][1], qspi_pins[i][2]);
     }
     RCC_D1CCIPR = (RCC_D1CCIPR & ~(3u << 4)) | ((uint32_t)TLLM_QSPI_KERNEL_SEL << 4); /* QSPISEL */
     RCC_AHB3ENR |= 1u << 14; /* QSPIEN */
@@ -225,6 +260,61 @@ static void qspi_init(void)
 #error "board_config.h names no QSPI flash chip"
 #endif
 }
+
+/* ---- SDRAM ------------------------------------------------------------ */
+
+#if defined(TLLM_SDRAM_BASE)
+static const uint8_t sdram_pins[][2] = TLLM_SDRAM_PINS; /* {port (A=0), pin} */
+
+static void sdram_command(uint32_t command)
+{
+    /* The H7's FMC has no SDSR busy flag: a command is taken as written. */
+    FMC_SDCMR = command | (TLLM_SDRAM_BANK == 2u ? (1u << 3) : (1u << 4));
+}
+
+static void sdram_init(void)
+{
+    for (uint32_t i = 0; i < sizeof sdram_pins / sizeof sdram_pins[0]; i++) {
+        const uint32_t port = sdram_pins[i][0], pin = sdram_pins[i][1];
+        af_pin(port, pin, TLLM_SDRAM_AF);
+        const uint32_t pupdr = 0x58020000u + 0x400u * port + 0x0Cu; /* pull-up, as ST's BSP sets them */
+        REG(pupdr) = (REG(pupdr) & ~(3u << (2u * pin))) | (1u << (2u * pin));
+    }
+    RCC_D1CCIPR = (RCC_D1CCIPR & ~3u) | TLLM_SDRAM_FMCSEL; /* FMCSEL */
+    RCC_AHB3ENR |= RCC_AHB3ENR_FMCEN;
+    (void)RCC_AHB3ENR;
+    /* SDCLK, RBURST and RPIPE (and TRC, TRP) of bank 2 are read from the bank 1
+     * registers (RM0433): the same values go to both. */
+    FMC_SDCR1 = TLLM_SDRAM_SDCR;
+    FMC_SDTR1 = TLLM_SDRAM_SDTR;
+#if TLLM_SDRAM_BANK == 2u
+    FMC_SDCR2 = TLLM_SDRAM_SDCR;
+    FMC_SDTR2 = TLLM_SDRAM_SDTR;
+#endif
+    FMC_BCR1 |= FMC_BCR1_FMCEN;
+    sdram_command(SDCMR_CLOCK_ENABLE);
+    for (volatile uint32_t i = 0; i < TLLM_SDRAM_POWERUP_LOOPS; i++) { /* the part's power-up wait */
+    }
+    sdram_command(SDCMR_PALL);
+    sdram_command(SDCMR_AUTO_REFRESH | SDCMR_NRFS(8u)); /* the part needs two or more */
+    sdram_command(SDCMR_LOAD_MODE | SDCMR_MRD(TLLM_SDRAM_MODE));
+    FMC_SDRTR = (uint32_t)TLLM_SDRAM_REFRESH << 1;
+}
+
+/* Region 0: the SDRAM as Normal write-back memory, never executed. Write-back
+ * agrees with how the firmware uses it: only the core reads and writes the KV
+ * cache there (no DMA), so no line is ever stale. */
+static void sdram_mpu_init(void)
+{
+    __asm volatile("dmb" ::: "memory");
+    MPU_CTRL = 0u;
+    MPU_RNR = 0u;
+    MPU_RBAR = TLLM_SDRAM_BASE;
+    MPU_RASR = TLLM_SDRAM_MPU_RASR;
+    MPU_CTRL = MPU_CTRL_ENABLE_PRIVDEFENA;
+    barrier();
+}
+#endif
 
 /* ---- caches ----------------------------------------------------------- */
 
@@ -254,5 +344,9 @@ void tllm_board_bringup(void)
 {
     clock_init();
     qspi_init(); /* before the D-cache: no speculative reads of an unmapped window */
+#if defined(TLLM_SDRAM_BASE)
+    sdram_init(); /* before reset.c zeroes the arenas, the KV cache's in SDRAM among them */
+    sdram_mpu_init();
+#endif
     cache_init();
 }

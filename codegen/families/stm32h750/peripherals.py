@@ -16,6 +16,14 @@ RM0433 and the flash datasheets set, recording each broken one in
   the chip's table for those dummy cycles (CHIP_MAX_HZ), and an FSIZE that
   covers the window.  Until then a read of the
   window faults, as an unconfigured QUADSPI does on the chip;
+* the FMC's SDRAM (FmcModel) becomes usable only after bring-up has clocked
+  the FMC, described the part in SDCRx/SDTRx (the geometry board.json
+  states, timings that cover the part's nanoseconds at the SDCLK in use),
+  enabled the FMC and sent the part's command sequence in order (clock
+  enable, precharge all, two or more auto-refreshes, the mode register with
+  SDCR's CAS latency, then a refresh rate that keeps every row within the
+  refresh period); a CPU access before that, and a first access the MPU
+  leaves as Device memory (MpuModel), stop the run with one line;
 * the MDMA moves a software-requested block transfer only between memories
   its chosen buses reach, with length fields that agree, the MDMA clock on,
   never on a busy channel, and never while the CPU touches the destination
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+DBGMCU_IDC = {"V": 0x20036450, "Y": 0x10036450}  # REV_ID 0x2003 / 0x1003, DEV_ID 0x450: the silicon revisions
 HSI_HZ = 64_000_000
 RCC, PWR = 0x400, 0x800  # offsets inside the 0x58024000 window
 RCC_CR, RCC_CFGR, RCC_D1CFGR = RCC + 0x00, RCC + 0x10, RCC + 0x18
@@ -140,9 +149,16 @@ class ClockModel:
         return vco // ((div >> 24 & 0x7F) + 1), problems
 
     def qspi_kernel_hz(self) -> tuple[int, list[str]]:
-        """The QUADSPI kernel clock D1CCIPR.QSPISEL selects: rcc_hclk3,
-        pll1_q, pll2_r or per_ck (HSI by default), and its problems."""
-        sel = self.regs.get(RCC_D1CCIPR, 0) >> 4 & 3
+        """The QUADSPI kernel clock D1CCIPR.QSPISEL selects, and its problems."""
+        return self._d1_kernel_hz(self.regs.get(RCC_D1CCIPR, 0) >> 4 & 3, "QUADSPI")
+
+    def fmc_kernel_hz(self) -> tuple[int, list[str]]:
+        """The FMC kernel clock D1CCIPR.FMCSEL selects, and its problems."""
+        return self._d1_kernel_hz(self.regs.get(RCC_D1CCIPR, 0) & 3, "FMC")
+
+    def _d1_kernel_hz(self, sel: int, user: str) -> tuple[int, list[str]]:
+        """A D1 kernel clock selection (QSPISEL, FMCSEL: the same four
+        sources): rcc_hclk3, pll1_q, pll2_r or per_ck (HSI by default)."""
         if sel == 0:
             return self.hclk_hz(), []
         if sel == 1:
@@ -151,7 +167,7 @@ class ClockModel:
             return (vco_p * ((div >> 9 & 0x7F) + 1) // ((div >> 16 & 0x7F) + 1)), problems
         if sel == 2:
             hz, problems = self.pll2_r_hz()
-            return hz, problems + ([] if hz else ["QUADSPI kernel clock PLL2R selected while PLL2 is off"])
+            return hz, problems + ([] if hz else [f"{user} kernel clock PLL2R selected while PLL2 is off"])
         return HSI_HZ, []
 
     def hclk_hz(self) -> int:
@@ -547,4 +563,243 @@ class MdmaModel:
                         "(call tllm_board_copy_wait first)")
                 self._violate(line)
                 return line
+        return None
+
+
+# ------------------------------------------------------------------ FMC SDRAM
+# Register facts: RM0433's FMC chapter and ST's stm32h750xx.h (field
+# positions): SDCRx at 0x140/0x144, SDTRx at 0x148/0x14C, SDCMR, SDRTR, SDSR.
+# The H7's SDSR has no busy flag (the F4/F7's BUSY is gone): bring-up polls
+# nothing, and the model never reads busy.
+FMC_BASE = 0x52004000
+FMC_BCR1, FMC_SDCR1, FMC_SDCR2, FMC_SDTR1, FMC_SDTR2 = 0x000, 0x140, 0x144, 0x148, 0x14C
+FMC_SDCMR, FMC_SDRTR, FMC_SDSR = 0x150, 0x154, 0x158
+FMC_REG_NAMES = {FMC_BCR1: "BCR1", FMC_SDCR1: "SDCR1", FMC_SDCR2: "SDCR2", FMC_SDTR1: "SDTR1", FMC_SDTR2: "SDTR2",
+                 FMC_SDCMR: "SDCMR", FMC_SDRTR: "SDRTR", FMC_SDSR: "SDSR"}
+FMC_RESET = {FMC_BCR1: 0x000030DB, FMC_SDCR1: 0x2D0, FMC_SDCR2: 0x2D0, FMC_SDTR1: 0x0FFFFFFF, FMC_SDTR2: 0x0FFFFFFF}
+FMC_BCR1_FMCEN = 1 << 31
+RCC_AHB3ENR_FMCEN = 1 << 12
+# SDCMR.MODE, in the order the part's power-up needs them (then SDRTR).
+SDRAM_SEQUENCE = ((1, "clock enable"), (2, "precharge all"), (3, "auto-refresh"), (4, "load mode register"))
+SDRAM_REFRESH_MARGIN, SDRAM_REFRESH_MIN = 20, 41  # RM0433 SDRTR: COUNT = period x SDCLK - 20, at least 41
+SDTR_FIELDS = ("TMRD", "TXSR", "TRAS", "TRC", "TWR", "TRP", "TRCD")
+
+
+@dataclass
+class FmcModel:
+    """The FMC's SDRAM controller with the board's part (board.json "sdram",
+    a board.Sdram).  `ready` once the command sequence and the refresh rate
+    are in; until then a CPU access to the SDRAM is a violation
+    (`cpu_access`).  Every broken rule is one line in `violations`, passed to
+    `on_violation` (the Unicorn runner stops there); `on_ready` tells the
+    emulator the SDRAM answers from now on."""
+
+    sdram: object  # board.Sdram
+    clock_enabled: object  # () -> bool: RCC AHB3ENR.FMCEN
+    kernel_hz: object = None  # () -> (Hz, problems): the FMC kernel clock now; None: the board's kernel_hz
+    regs: dict = field(default_factory=lambda: dict(FMC_RESET))
+    step: int = 0  # commands of SDRAM_SEQUENCE done
+    ready: bool = False
+    violations: list = field(default_factory=list)
+    on_violation: object = None  # (line) -> None
+    on_ready: object = None  # () -> None
+
+    def _violate(self, line: str) -> None:
+        self.violations.append(line)
+        if self.on_violation is not None:
+            self.on_violation(line)
+
+    @property
+    def _bank_regs(self) -> tuple[int, int]:
+        return (FMC_SDCR1, FMC_SDTR1) if self.sdram.fmc_bank == 1 else (FMC_SDCR2, FMC_SDTR2)
+
+    def read(self, offset: int) -> int:
+        if offset == FMC_SDSR:  # RE 0; MODESx 00: normal mode once the sequence is done
+            return 0
+        return self.regs.get(offset, 0)
+
+    def write(self, offset: int, value: int) -> None:
+        name = FMC_REG_NAMES.get(offset, f"0x{offset:03X}")
+        if not self.clock_enabled():
+            self._violate(f"FMC {name} written while the FMC clock is off (RCC AHB3ENR.FMCEN)")
+            return
+        if offset == FMC_SDCMR:
+            self._command(value)
+        elif offset == FMC_SDRTR:
+            self._refresh_rate(value)
+        else:
+            self.regs[offset] = value
+
+    def sdclk_hz(self) -> float:
+        hz = self.kernel_hz()[0] if self.kernel_hz is not None else self.sdram.kernel_hz
+        div = self.regs[FMC_SDCR1] >> 10 & 3  # SDCLK: from SDCR1 for both banks
+        return hz / div if div in (2, 3) else 0.0
+
+    # -- the configuration, checked at the first command -------------
+    def _configuration_problem(self) -> str | None:
+        s = self.sdram
+        sdcr_reg, sdtr_reg = self._bank_regs
+        sdcr = self.regs[sdcr_reg]
+        want = {"NC": (0, s.column_bits - 8), "NR": (2, s.row_bits - 11), "MWID": (4, {8: 0, 16: 1, 32: 2}[s.data_bits]),
+                "NB": (6, 1 if s.internal_banks == 4 else 0), "CAS": (7, s.cas_latency)}
+        width = {"NC": 3, "NR": 3, "MWID": 3, "NB": 1, "CAS": 3}
+        for f, (pos, v) in want.items():
+            if sdcr >> pos & width[f] != v:
+                return (f"SDCR{s.fmc_bank}.{f} is {sdcr >> pos & width[f]}, the {s.chip} as wired needs {v} "
+                        "(board.json sdram)")
+        if self.regs[FMC_SDCR1] >> 10 & 3 not in (2, 3):
+            return "SDCR1.SDCLK is not 2 or 3: no SDRAM clock (bank 2 takes SDCLK from SDCR1)"
+        if self.kernel_hz is not None:
+            hz, problems = self.kernel_hz()
+            if problems:
+                return problems[0]
+        return self._timing_problem()
+
+    def _timing_problem(self) -> str | None:
+        """SDTR's cycles against the part's nanoseconds at the SDCLK in use
+        (TRC and TRP of bank 2 come from SDTR1, RM0433)."""
+        s, f = self.sdram, self.sdclk_hz()
+        own = self.regs[self._bank_regs[1]]
+        shared = self.regs[FMC_SDTR1]
+        cycles = {n: ((shared if n in ("TRC", "TRP") else own) >> (4 * i) & 0xF) + 1 for i, n in enumerate(SDTR_FIELDS)}
+        need_ns = {"TXSR": s.t_xsr_ns, "TRAS": s.t_ras_ns, "TRC": s.t_rc_ns, "TWR": s.t_wr_ns, "TRP": s.t_rp_ns,
+                   "TRCD": s.t_rcd_ns}
+        for n, ns in need_ns.items():
+            if cycles[n] * 1e9 / f < ns - 1e-6:
+                return (f"SDTR.{n} {cycles[n]} cycles = {cycles[n] * 1e9 / f:.1f} ns at SDCLK {f / 1e6:g} MHz, "
+                        f"the {s.chip} needs {ns:g} ns")
+        if cycles["TMRD"] < s.t_mrd_cycles:
+            return f"SDTR.TMRD {cycles['TMRD']} cycles, the {s.chip} needs {s.t_mrd_cycles}"
+        if cycles["TWR"] < max(cycles["TRAS"] - cycles["TRCD"], cycles["TRC"] - cycles["TRCD"] - cycles["TRP"]):
+            return "SDTR.TWR below TRAS - TRCD or TRC - TRCD - TRP (RM0433)"
+        return None
+
+    # -- commands ------------------------------------------------------
+    def _command(self, value: int) -> None:
+        mode, ctb2, ctb1 = value & 7, value >> 3 & 1, value >> 4 & 1
+        nrfs, mrd = (value >> 5 & 0xF) + 1, value >> 9 & 0x1FFF
+        bank = self.sdram.fmc_bank
+        if (ctb1, ctb2) != ((1, 0) if bank == 1 else (0, 1)):
+            self._violate(f"FMC SDCMR targets {'bank 1' if ctb1 else ''}{' and ' if ctb1 and ctb2 else ''}"
+                          f"{'bank 2' if ctb2 else ''}{'no bank' if not ctb1 and not ctb2 else ''}; "
+                          f"the SDRAM is on bank {bank} only")
+            return
+        if not self.regs[FMC_BCR1] & FMC_BCR1_FMCEN:
+            self._violate("FMC SDRAM command while the FMC is disabled (BCR1.FMCEN)")
+            return
+        if mode == 0 and self.ready:
+            return  # normal mode: nothing to do
+        expected = SDRAM_SEQUENCE[self.step] if self.step < len(SDRAM_SEQUENCE) else None
+        names = dict(SDRAM_SEQUENCE)
+        if expected is None or mode != expected[0]:
+            got = names.get(mode, f"mode {mode}")
+            self._violate(f"FMC SDRAM {got} out of order: "
+                          f"{'the sequence is complete' if expected is None else expected[1] + ' comes next'}")
+            return
+        if self.step == 0:
+            problem = self._configuration_problem()
+            if problem is not None:
+                self._violate(f"FMC: {problem}")
+                return
+        if mode == 3 and nrfs < 2:
+            self._violate(f"FMC SDRAM auto-refresh x{nrfs}: the {self.sdram.chip} needs two or more")
+            return
+        if mode == 4:
+            problem = self._mode_register_problem(mrd)
+            if problem is not None:
+                self._violate(f"FMC SDRAM mode register 0x{mrd:03X}: {problem}")
+                return
+        self.step += 1
+
+    def _mode_register_problem(self, mrd: int) -> str | None:
+        cas = self.regs[self._bank_regs[0]] >> 7 & 3
+        if mrd >> 4 & 7 != cas:
+            return f"CAS latency {mrd >> 4 & 7}, SDCR has {cas}"
+        if mrd & 7:
+            return "burst length is not 1 (the FMC makes its own bursts)"
+        if mrd >> 7 & 3:
+            return "not standard operation"
+        return None
+
+    def _refresh_rate(self, value: int) -> None:
+        self.regs[FMC_SDRTR] = value
+        count = value >> 1 & 0x1FFF
+        if self.step < len(SDRAM_SEQUENCE):
+            self._violate(f"FMC SDRTR written before the {SDRAM_SEQUENCE[self.step][1]} command: the refresh rate "
+                          "comes last")
+            return
+        s, f = self.sdram, self.sdclk_hz()
+        interval = (count + SDRAM_REFRESH_MARGIN) / f if f else float("inf")
+        limit = s.refresh_ms / 1e3 / s.refresh_rows
+        if count < SDRAM_REFRESH_MIN:
+            self._violate(f"FMC SDRTR.COUNT {count} is below {SDRAM_REFRESH_MIN} (RM0433)")
+        elif interval > limit + 1e-12:
+            self._violate(f"FMC SDRTR.COUNT {count}: a row every {interval * 1e6:.2f} us at SDCLK {f / 1e6:g} MHz, "
+                          f"the {s.chip} needs {limit * 1e6:.3f} us ({s.refresh_ms:g} ms / {s.refresh_rows} rows)")
+        elif not self.ready:
+            self.ready = True
+            if self.on_ready is not None:
+                self.on_ready()
+
+    def cpu_access(self, addr: int, write: bool) -> str | None:
+        """The violation line for a CPU access before the SDRAM is ready."""
+        if self.ready:
+            return None
+        todo = SDRAM_SEQUENCE[self.step][1] if self.step < len(SDRAM_SEQUENCE) else "the refresh rate (SDRTR)"
+        line = (f"FMC: CPU {'wrote' if write else 'read'} 0x{addr:08X} in the SDRAM before its bring-up ({todo} "
+                "not done)")
+        self._violate(line)
+        return line
+
+
+# ------------------------------------------------------------------ MPU
+# Cortex-M7 MPU (ARMv7-M ARM B3.5): CTRL, RNR, RBAR, RASR at 0xE000ED94..A0;
+# the default memory map makes 0xA0000000-0xDFFFFFFF Device memory (XN).
+MPU_BASE = 0xE000ED90
+MPU_CTRL, MPU_RNR, MPU_RBAR, MPU_RASR = 0x4, 0x8, 0xC, 0x10
+MPU_REGIONS = 16  # MPU_TYPE.DREGION on the Cortex-M7 with the H7's configuration
+
+
+@dataclass
+class MpuModel:
+    """Which attributes the MPU gives an address: the regions as written."""
+
+    ctrl: int = 0
+    rnr: int = 0
+    regions: dict = field(default_factory=dict)  # number -> [rbar, rasr]
+
+    def write(self, offset: int, value: int) -> None:
+        if offset == MPU_CTRL:
+            self.ctrl = value
+        elif offset == MPU_RNR:
+            self.rnr = value & 0xFF
+        elif offset == MPU_RBAR:
+            if value & 0x10:  # VALID: the region number comes with the address
+                self.rnr = value & 0xF
+            self.regions.setdefault(self.rnr, [0, 0])[0] = value & ~0x1F
+        elif offset == MPU_RASR:
+            self.regions.setdefault(self.rnr, [0, 0])[1] = value
+
+    def region_of(self, addr: int) -> tuple[int, int] | None:
+        """(number, RASR) of the enabled region that decides `addr` (the highest number wins)."""
+        for n in sorted(self.regions, reverse=True):
+            base, rasr = self.regions[n]
+            size = 1 << ((rasr >> 1 & 0x1F) + 1)
+            if rasr & 1 and base <= addr < base + size and not rasr >> (8 + (addr - base) // (size // 8)) & 1:
+                return n, rasr
+        return None
+
+    def normal_memory_problem(self, addr: int) -> str | None:
+        """Why `addr` is not Normal cacheable memory for the core, or None."""
+        if not self.ctrl & 1:
+            return f"the MPU is off: the default memory map makes 0x{addr:08X} Device memory (uncached, XN)"
+        hit = self.region_of(addr)
+        if hit is None:
+            return f"no enabled MPU region covers 0x{addr:08X}: the default map makes it Device memory"
+        n, rasr = hit
+        tex, c, b = rasr >> 19 & 7, rasr >> 17 & 1, rasr >> 16 & 1
+        if not (tex & 4 or (tex == 0 and c) or (tex == 1 and (c or not b))):
+            return f"MPU region {n} makes 0x{addr:08X} Device or strongly-ordered (TEX {tex} C {c} B {b})"
+        if rasr >> 24 & 7 not in (3,):
+            return f"MPU region {n} does not give full read/write access (AP {rasr >> 24 & 7})"
         return None

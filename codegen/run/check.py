@@ -1,0 +1,60 @@
+"""`tinyllm-gen run OUT --check`: the firmware's tokens against the
+reference's for the same request.
+
+The reference is rebuilt from the tree itself (lower/blob.read_blob: the
+weights blob and its table in the manifest, the architecture from the
+manifest's config), so it is the reference of exactly what the firmware
+runs, whatever happened to the model file since."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..build.out import read_manifest
+from ..errors import UserError
+from ..frontends.tokenizer import Tokenizer
+from ..ir import ModelConfig
+from ..lower.blob import BlobEntry, read_blob
+from ..lower.speculate import built_k
+from ..quant.formats import QuantizedGraph
+from ..reference.executor import Executor, QuantKernels
+from ..reference.sampler import SamplingOptions, top_k_of
+from ..reference.speculative import generate_speculative
+
+
+def tree_reference(out: Path) -> tuple[QuantizedGraph, dict]:
+    """The QuantizedGraph an OUT tree's firmware runs, and its manifest."""
+    m = read_manifest(out)
+    if "config" not in m or "blob_entries" not in m:
+        raise UserError(f"{out}: the manifest has no blob table (compiled by an older tinyllm-gen): recompile it "
+                        "to check it")
+    opts = m["options"]
+    if opts.get("quant") == "per-channel":
+        raise UserError("--check rebuilds the reference from the weights blob for the group-wise schemes; a "
+                        "per-channel build is checked against `tinyllm-gen reference MODEL --quant per-channel`")
+    doc = dict(m["config"])
+    config = ModelConfig(**{**doc, "eos_ids": tuple(doc["eos_ids"])})
+    entries = [BlobEntry(*e) for e in m["blob_entries"]]
+    qg = read_blob((Path(out) / "weights.bin").read_bytes(), entries, config, int(opts["group_size"]),
+                   int(opts["kv_bits"]), opts["kernels"])
+    return qg, m
+
+
+def check_tokens(out: Path, tokenizer: Tokenizer, prompt_ids: Sequence[int], max_new_tokens: int,
+                 sampling: SamplingOptions, got: Sequence[int]) -> str | None:
+    """None when the firmware's ids are the reference's; else one line naming the first difference."""
+    qg, m = tree_reference(out)
+    seq = int(m["max_seq"])
+    opts = m["options"]  # a speculative build's sampled tokens are the speculative reference's (its k)
+    want = generate_speculative(Executor(qg.graph, QuantKernels(qg, seq)), list(prompt_ids), max_new_tokens, seq,
+                                qg.config.eos_ids, sampling, top_k=top_k_of(opts.get("sampler", "full")),
+                                k=built_k(opts)).generated_ids
+    if list(got) == list(want):
+        return None
+    i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+
+    def at(ids):
+        return f"{ids[i]} {tokenizer.decode([ids[i]])!r}" if i < len(ids) else "nothing (it stopped)"
+
+    return (f"--check: token {i} differs: the firmware gave {at(got)}, the reference {at(want)} "
+            f"(the first {i} of {len(want)} agree)")

@@ -1,0 +1,953 @@
+/* llama.cpp's blocks in 4-row tiles: see tllm_kernels_gguf_m7.h for the
+ * contract and codegen/quant/formats.py for the q40x4 / q41x4 / q80x4
+ * layouts and the float order.
+ *
+ * The matvec (one token) takes a whole tile per pass: per 8 inputs one LDM
+ * of the four x16 words, shared by the 4 rows, and per row pair one LDRD of
+ * their weight words; a nibble row is then four AND (with 0x000F000F, after a
+ * shift by 4/8/12 in the same instruction) and four SMLAD, an int8 row four
+ * SXTB16 and four SMLAD.  Per block and row the float part is the kept
+ * build's, in its order; VMLA/VMLS are ARMv7-M's chained (not fused)
+ * multiply-accumulates: exactly round(acc +- round(a * b)).
+ *
+ * The batched matmat (P = 2..4 tokens) takes one row at a time against the
+ * P tokens (each weight lane made once, SMLAD'ed P times), with the x16b
+ * words rotating through 5..7 registers, one LDM each (as tllm_matmat_q4x4);
+ * at P = 2 the nibble formats take a row pair against both tokens instead,
+ * so that every x16b load and each block's activation work serve two rows. */
+#include "tllm_kernels_gguf_m7.h"
+#include "tllm_math.h"
+
+#include <string.h>
+
+#define TILE TLLM_GGUF_TILE
+#define X16_BLOCK 72 /* x16 bytes per 32 inputs: 32 int16, int32 8 * sum, float32 scale */
+
+enum { KQ40, KQ41, KQ80 };
+
+static inline uint32_t tile_block(int kind) {
+    return kind == KQ40 ? TLLM_Q40X4_TILE_BLOCK : kind == KQ41 ? TLLM_Q41X4_TILE_BLOCK : TLLM_Q80X4_TILE_BLOCK;
+}
+
+static inline uint32_t tile_bytes_of(int kind, int32_t cols) {
+    return (uint32_t)(cols / TLLM_GGUF_BLOCK) * tile_block(kind);
+}
+
+int32_t tllm_q40x4_tile_bytes(const tllm_ggufx4_matrix *m) { return (int32_t)tile_bytes_of(KQ40, m->cols); }
+int32_t tllm_q41x4_tile_bytes(const tllm_ggufx4_matrix *m) { return (int32_t)tile_bytes_of(KQ41, m->cols); }
+int32_t tllm_q80x4_tile_bytes(const tllm_ggufx4_matrix *m) { return (int32_t)tile_bytes_of(KQ80, m->cols); }
+
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline float ldf(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint16_t ld16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* --- portable twins --------------------------------------------------------- */
+static inline int32_t smlad_c(uint32_t a, uint32_t b, int32_t acc) {
+    return acc + (int32_t)(int16_t)(a & 0xFFFF) * (int32_t)(int16_t)(b & 0xFFFF) +
+           (int32_t)(int16_t)(a >> 16) * (int32_t)(int16_t)(b >> 16);
+}
+
+/* SXTB16: bytes 0 and 2, sign-extended into the two int16 lanes */
+static inline uint32_t sxtb16_c(uint32_t v) {
+    return (uint32_t)(uint16_t)(int16_t)(int8_t)(v & 0xFF) | (uint32_t)(uint16_t)(int16_t)(int8_t)(v >> 16) << 16;
+}
+
+/* The lane pair (q[8k+2j], q[8k+2j+1]) of row s in quarter k of tile-block tb. */
+static inline uint32_t weight_lanes(int kind, const uint8_t *tb, int32_t s, int32_t k, int32_t j) {
+    if (kind == KQ80) {
+        const uint32_t w = ld32(tb + 32 * k + 8 * s + 4 * (j >> 1));
+        return sxtb16_c(j & 1 ? w >> 8 : w);
+    }
+    return (ld32(tb + 16 * k + 4 * s) >> (4 * j)) & 0x000F000Fu;
+}
+
+/* sum(q * x) of row s of a tile-block against one block of x16 words: word
+ * (k, j) of the token at x + 4 * (4k + j) * P (x16: P = 1; x16b: P tokens). */
+static inline int32_t row_isum(int kind, const uint8_t *tb, int32_t s, const uint8_t *x, int32_t P) {
+    int32_t acc = 0;
+    for (int32_t k = 0; k < 4; k++)
+        for (int32_t j = 0; j < 4; j++)
+            acc = smlad_c(weight_lanes(kind, tb, s, k, j), ld32(x + 4 * (4 * k + j) * P), acc);
+    return acc;
+}
+
+/* One block's float term (the kept build's block_term_dm, formats.py's order). */
+static inline float block_term(int kind, float d, float mn, int32_t isum, int32_t xsum, float sx) {
+    if (kind == KQ80) return (d * sx) * (float)isum;
+    if (kind == KQ40) return (d * sx) * (float)(isum - 8 * xsum);
+    float t = (d * sx) * (float)isum;
+    return t + (mn * sx) * (float)xsum;
+}
+
+/* d (and m) of row s in a tile-block, converted exactly */
+static inline float row_d(int kind, const uint8_t *tb, int32_t s) {
+    const uint32_t at = kind == KQ80 ? 128u : 64u;
+    return tllm_fp16_to_f32(ld16(tb + at + (kind == KQ41 ? 4u : 2u) * (uint32_t)s));
+}
+
+static inline float row_m(int kind, const uint8_t *tb, int32_t s) {
+    return kind == KQ41 ? tllm_fp16_to_f32(ld16(tb + 66 + 4 * s)) : 0.0f;
+}
+
+/* Row r's output for token p of a P-token activation stream (P = 1: x16,
+ * else x16b; group 32): the kept build's block loop. */
+static float row_dot(int kind, const tllm_ggufx4_matrix *m, int32_t r, const uint8_t *xb, int32_t P, int32_t p) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK, s = r % TILE;
+    const uint8_t *tb = m->tiles + (uint32_t)(r / TILE) * tile_bytes_of(kind, m->cols);
+    float acc = 0.0f;
+    for (int32_t b = 0; b < nb; b++, tb += tile_block(kind)) {
+        const uint8_t *g = xb + (uint32_t)(b * X16_BLOCK * P);
+        int32_t isum, xsum;
+        float sx;
+        if (P == 1) { /* 32 int16, 8 * sum, scale */
+            isum = row_isum(kind, tb, s, g, 1);
+            xsum = (int32_t)ld32(g + 64) / 8;
+            sx = ldf(g + 68);
+        } else { /* P int32 -8 * sum, the words, P scales */
+            isum = row_isum(kind, tb, s, g + 4 * P + 4 * p, P);
+            xsum = -(int32_t)ld32(g + 4 * p) / 8;
+            sx = ldf(g + 68 * P + 4 * p);
+        }
+        acc = acc + block_term(kind, row_d(kind, tb, s), row_m(kind, tb, s), isum, xsum, sx);
+    }
+    return acc;
+}
+
+static inline __attribute__((always_inline)) void matmat_c(int kind, const tllm_ggufx4_matrix *m, const uint8_t *xb,
+                                                           int32_t P, const float *bias, float *out) {
+    for (int32_t p = 0; p < P; p++)
+        for (int32_t r = 0; r < m->rows; r++) {
+            const float acc = row_dot(kind, m, r, xb, P, p);
+            out[p * m->rows + r] = bias ? acc + bias[r] : acc;
+        }
+}
+
+void tllm_matvec_q40x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matmat_c(KQ40, m, x16, 1, bias, out);
+}
+void tllm_matvec_q41x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matmat_c(KQ41, m, x16, 1, bias, out);
+}
+void tllm_matvec_q80x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matmat_c(KQ80, m, x16, 1, bias, out);
+}
+void tllm_matmat_q40x4_c(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    matmat_c(KQ40, m, xb, P, bias, out);
+}
+void tllm_matmat_q41x4_c(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    matmat_c(KQ41, m, xb, P, bias, out);
+}
+void tllm_matmat_q80x4_c(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    matmat_c(KQ80, m, xb, P, bias, out);
+}
+
+/* --- embedding -------------------------------------------------------------- */
+static inline __attribute__((always_inline)) void embed(int kind, const tllm_ggufx4_matrix *m, int32_t token,
+                                                        float *out) {
+    const int32_t nb = m->cols / TLLM_GGUF_BLOCK, s = token % TILE;
+    const uint8_t *tb = m->tiles + (uint32_t)(token / TILE) * tile_bytes_of(kind, m->cols);
+    for (int32_t b = 0; b < nb; b++, tb += tile_block(kind), out += TLLM_GGUF_BLOCK) {
+        const float d = row_d(kind, tb, s), mn = row_m(kind, tb, s);
+        for (int32_t k = 0; k < 4; k++)
+            for (int32_t i = 0; i < 8; i++) { /* input 8k + i = 8k + 2j + e */
+                if (kind == KQ80) {
+                    static const uint8_t at[8] = {0, 2, 1, 3, 4, 6, 5, 7}; /* byte of q[8k + i] */
+                    out[8 * k + i] = d * (float)(int8_t)tb[32 * k + 8 * s + at[i]];
+                    continue;
+                }
+                const int32_t q = (int32_t)((ld32(tb + 16 * k + 4 * s) >> (4 * (i >> 1) + 16 * (i & 1))) & 0xFu);
+                out[8 * k + i] = kind == KQ40 ? d * (float)(q - 8) : d * (float)q + mn;
+            }
+    }
+}
+
+void tllm_embed_q40x4(const tllm_ggufx4_matrix *m, int32_t token, float *out) { embed(KQ40, m, token, out); }
+void tllm_embed_q41x4(const tllm_ggufx4_matrix *m, int32_t token, float *out) { embed(KQ41, m, token, out); }
+void tllm_embed_q80x4(const tllm_ggufx4_matrix *m, int32_t token, float *out) { embed(KQ80, m, token, out); }
+
+/* --- the classifier's chunked loops ------------------------------------------ */
+typedef void x4_matvec_fn(const tllm_ggufx4_matrix *, const uint8_t *, const float *, float *);
+
+static void argmax_from(x4_matvec_fn *mv, int kind, const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias,
+                        float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best, float *best_v) {
+    const uint32_t tile = tile_bytes_of(kind, m->cols);
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_ggufx4_matrix part = {m->tiles + (uint32_t)(r0 / TILE) * tile, (uint16_t)n, m->cols};
+        mv(&part, x16, bias ? bias + r0 : 0, chunk);
+        argmax_chunk(chunk, n, row0 + r0, best, best_v);
+    }
+}
+
+#define TLLM_X4_ARGMAX(suffix, kind)                                                                                 \
+    int32_t tllm_argmax_##suffix(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *chunk,  \
+                                 int32_t chunk_rows) {                                                               \
+        int32_t best = 0;                                                                                            \
+        float best_v = 0.0f;                                                                                         \
+        argmax_from(tllm_matvec_##suffix, kind, m, x16, bias, chunk, chunk_rows, 0, &best, &best_v);                \
+        return best;                                                                                                 \
+    }                                                                                                                \
+    void tllm_argmax_##suffix##_from(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias,            \
+                                     float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best, float *best_v) { \
+        argmax_from(tllm_matvec_##suffix, kind, m, x16, bias, chunk, chunk_rows, row0, best, best_v);               \
+    }
+TLLM_X4_ARGMAX(q40x4, KQ40)
+TLLM_X4_ARGMAX(q41x4, KQ41)
+TLLM_X4_ARGMAX(q80x4, KQ80)
+
+#if defined(__ARM_ARCH_7EM__) && defined(__ARM_FEATURE_DSP) && defined(__ARM_FP)
+/* --- Cortex-M7 matvec: tllm_mv_<layout>(tiles, x16, out, dims) ---------------
+ * dims = {tiles, blocks per row}; writes 4 floats per tile.  Registers:
+ * r0-r3 the x16 words of 8 inputs (shared by the 4 rows), r4-r7 the rows'
+ * int32 sums, r8/lr a row pair's weight words (nibbles; int8: r8/r9 one
+ * row's), r9 the lane (int8: r10), r10 0x000F000F (nibbles), r11 weights,
+ * r12 x16, s0-s3 the rows' float sums.  Stack: [0] x16, [4] out, [8] tiles
+ * left, [12] end of the x16 stream (int8: blocks per row; lr counts). */
+__asm__(
+    "    .syntax unified\n"
+    /* one row's 8 nibbles (word w) against r0-r3 */
+    "    .macro GXV_NIB acc, w, first\n"
+    "    and r9, \\w, r10\n"
+    "    .if \\first\n"
+    "    smuad \\acc, r9, r0\n"
+    "    .else\n"
+    "    smlad \\acc, r9, r0, \\acc\n"
+    "    .endif\n"
+    "    and r9, r10, \\w, lsr #4\n"
+    "    smlad \\acc, r9, r1, \\acc\n"
+    "    and r9, r10, \\w, lsr #8\n"
+    "    smlad \\acc, r9, r2, \\acc\n"
+    "    and r9, r10, \\w, lsr #12\n"
+    "    smlad \\acc, r9, r3, \\acc\n"
+    "    .endm\n"
+    /* one row's 8 int8 (two words) against r0-r3 */
+    "    .macro GXV_I8 acc, first\n"
+    "    ldrd r8, r9, [r11], #8\n"
+    "    sxtb16 r10, r8\n"
+    "    .if \\first\n"
+    "    smuad \\acc, r10, r0\n"
+    "    .else\n"
+    "    smlad \\acc, r10, r0, \\acc\n"
+    "    .endif\n"
+    "    sxtb16 r10, r8, ror #8\n"
+    "    smlad \\acc, r10, r1, \\acc\n"
+    "    sxtb16 r10, r9\n"
+    "    smlad \\acc, r10, r2, \\acc\n"
+    "    sxtb16 r10, r9, ror #8\n"
+    "    smlad \\acc, r10, r3, \\acc\n"
+    "    .endm\n"
+    /* a quarter of a block (8 inputs) for the 4 rows */
+    "    .macro GXV_QUARTER kind, first\n"
+    "    ldm r12!, {r0-r3}\n"
+    "    .if \\kind == 2\n"
+    "    GXV_I8 r4, \\first\n"
+    "    GXV_I8 r5, \\first\n"
+    "    GXV_I8 r6, \\first\n"
+    "    GXV_I8 r7, \\first\n"
+    "    .else\n"
+    "    ldrd r8, lr, [r11], #8\n"
+    "    GXV_NIB r4, r8, \\first\n"
+    "    GXV_NIB r5, lr, \\first\n"
+    "    ldrd r8, lr, [r11], #8\n"
+    "    GXV_NIB r6, r8, \\first\n"
+    "    GXV_NIB r7, lr, \\first\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* Q4_1 row i: raw (d, m) in dm, (float)isum in fi, float sum acc; s12 xsum, s13 sx */
+    "    .macro GXV_Q41_ROW dm, fi, acc\n"
+    "    vcvtb.f32.f16 s14, \\dm\n"
+    "    vcvtt.f32.f16 s15, \\dm\n"
+    "    vmul.f32 s14, s14, s13\n"      /* d * sx */
+    "    vmul.f32 s15, s15, s13\n"      /* m * sx */
+    "    vmul.f32 \\fi, s14, \\fi\n"    /* t = (d * sx) * (float)isum */
+    "    vmla.f32 \\fi, s15, s12\n"     /* t = t + (m * sx) * (float)xsum */
+    "    vadd.f32 \\acc, \\acc, \\fi\n" /* acc = acc + t */
+    "    .endm\n"
+    /* the block's float part for the 4 rows */
+    "    .macro GXV_END kind\n"
+    "    .if \\kind == 1\n"
+    "    vldm r12!, {s12-s13}\n"        /* 8 * xsum, sx */
+    "    vcvt.f32.s32 s12, s12, #3\n"   /* (float)xsum: exact */
+    "    vmov s4, s5, r4, r5\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    vldm r11!, {s8-s11}\n"         /* (d, m) of rows 0..3 */
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    GXV_Q41_ROW s8, s4, s0\n"
+    "    GXV_Q41_ROW s9, s5, s1\n"
+    "    GXV_Q41_ROW s10, s6, s2\n"
+    "    GXV_Q41_ROW s11, s7, s3\n"
+    "    .else\n"
+    "    .if \\kind == 0\n"
+    "    ldrd r0, r1, [r12], #8\n"      /* 8 * xsum, sx */
+    "    subs r4, r4, r0\n"             /* isum - 8 * xsum */
+    "    subs r5, r5, r0\n"
+    "    subs r6, r6, r0\n"
+    "    subs r7, r7, r0\n"
+    "    vmov s13, r1\n"
+    "    .else\n"
+    "    vldm r12!, {s12-s13}\n"        /* (8 * xsum), sx */
+    "    .endif\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    vldm r11!, {s8-s9}\n"          /* d of rows 0, 1 | 2, 3 */
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    vcvtt.f32.f16 s11, s8\n"
+    "    vcvtb.f32.f16 s10, s8\n"
+    "    vcvtt.f32.f16 s15, s9\n"
+    "    vcvtb.f32.f16 s14, s9\n"
+    "    vmul.f32 s10, s10, s13\n"      /* d * sx */
+    "    vmul.f32 s11, s11, s13\n"
+    "    vmul.f32 s14, s14, s13\n"
+    "    vmul.f32 s15, s15, s13\n"
+    "    vmla.f32 s0, s10, s4\n"        /* acc = acc + (d * sx) * (float)isum' */
+    "    vmla.f32 s1, s11, s5\n"
+    "    vmla.f32 s2, s14, s6\n"
+    "    vmla.f32 s3, s15, s7\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro GXV_MATVEC name, kind\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    push {r4-r11, lr}\n"
+    "    sub sp, sp, #16\n"
+    "    ldrd r4, r5, [r3]\n"
+    "    strd r1, r2, [sp]\n"
+    "    str r4, [sp, #8]\n"
+    "    .if \\kind == 2\n"
+    "    str r5, [sp, #12]\n"
+    "    .else\n"
+    "    movs r6, #72\n"
+    "    mla r6, r5, r6, r1\n"
+    "    str r6, [sp, #12]\n"
+    "    movw r10, #0x000F\n"
+    "    movt r10, #0x000F\n"
+    "    .endif\n"
+    "    mov r11, r0\n"
+    "1:  ldr r12, [sp, #0]\n"
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "    .if \\kind == 2\n"
+    "    ldr lr, [sp, #12]\n"
+    "    .endif\n"
+    "2:  GXV_QUARTER \\kind, 1\n"
+    "    GXV_QUARTER \\kind, 0\n"
+    "    GXV_QUARTER \\kind, 0\n"
+    "    GXV_QUARTER \\kind, 0\n"
+    "    GXV_END \\kind\n"
+    "    .if \\kind == 2\n"
+    "    subs lr, lr, #1\n"
+    "    .else\n"
+    "    ldr r9, [sp, #12]\n"
+    "    cmp r12, r9\n"
+    "    .endif\n"
+    "    bne 2b\n"
+    "    ldr r0, [sp, #4]\n"
+    "    vstm r0!, {s0-s3}\n"
+    "    str r0, [sp, #4]\n"
+    "    ldr r0, [sp, #8]\n"
+    "    subs r0, r0, #1\n"
+    "    str r0, [sp, #8]\n"
+    "    bne 1b\n"
+    "    add sp, sp, #16\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    "    GXV_MATVEC tllm_mv_q40x4, 0\n"
+    "    GXV_MATVEC tllm_mv_q41x4, 1\n"
+    "    GXV_MATVEC tllm_mv_q80x4, 2\n");
+
+/* --- Cortex-M7 matmat: tllm_mm_<layout>_pP(tiles, xb, out, dims) -----------
+ * dims = {rows, blocks per row}; P = 2, 3, 4 tokens of the x16b stream; one
+ * row at a time, rows in slot-major order (every tile's row s, then s + 1:
+ * after a row the weight pointer is at the next tile's row s).  Per 8 inputs
+ * and row: one LDR (int8: LDRD) of the row's weights, per lane pair one AND
+ * (int8: SXTB16) shared by the P tokens' SMLADs, and the 4P activation words
+ * rotating through K = 9 - P registers (r0-r3, then r6 r7 lr / r7 lr / lr),
+ * one LDM per K words.  Registers: r4.. the tokens' int32 sums, r8 the
+ * weight word (int8: r8 r9), r9 the lane (int8: r10), r10 0x000F000F,
+ * r11 weights (pre-indexed: it points at the word last loaded), r12 x16b;
+ * s0.. the tokens' float sums.  Q4_1's (float)xsum comes from the stream's
+ * -8 * xsum as -xsum (VCVT fixed-point, exact) and enters by VMLS: t -
+ * (m * sx) * (-xsum) rounds exactly as t + (m * sx) * xsum for every value
+ * but NaN (whose sign may differ).  Stack: [0] xb, [4] out (this row, token
+ * 0), [8] rows left from this one in the slot, [12] 4 * rows, [16] end of
+ * the x16b stream, [20] slot, [24] rows, [28] tiles, [32] out, [36] the
+ * offset of this slot's fp16 d from r11 at the block's end (Q4_0, Q8_0). */
+__asm__(
+    "    .syntax unified\n"
+    "    .macro GXM_SMLAD acc, lane, x, first\n"
+    "    .if \\first\n"
+    "    smuad \\acc, \\lane, \\x\n"
+    "    .else\n"
+    "    smlad \\acc, \\lane, \\x, \\acc\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* the SMLAD of word n (rotation register xi) into token p's sum */
+    "    .macro GXM_MAC p, lane, xi, K, first\n"
+    "    .if \\p == 0\n"
+    "    GXM_MACX r4, \\lane, \\xi, \\K, \\first\n"
+    "    .elseif \\p == 1\n"
+    "    GXM_MACX r5, \\lane, \\xi, \\K, \\first\n"
+    "    .elseif \\p == 2\n"
+    "    GXM_MACX r6, \\lane, \\xi, \\K, \\first\n"
+    "    .else\n"
+    "    GXM_MACX r7, \\lane, \\xi, \\K, \\first\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro GXM_MACX acc, lane, xi, K, first\n"
+    "    .if \\xi == 0\n"
+    "    GXM_SMLAD \\acc, \\lane, r0, \\first\n"
+    "    .elseif \\xi == 1\n"
+    "    GXM_SMLAD \\acc, \\lane, r1, \\first\n"
+    "    .elseif \\xi == 2\n"
+    "    GXM_SMLAD \\acc, \\lane, r2, \\first\n"
+    "    .elseif \\xi == 3\n"
+    "    GXM_SMLAD \\acc, \\lane, r3, \\first\n"
+    "    .elseif \\xi == 4 && \\K == 7\n"
+    "    GXM_SMLAD \\acc, \\lane, r6, \\first\n"
+    "    .elseif (\\xi == 4 && \\K == 6) || (\\xi == 5 && \\K == 7)\n"
+    "    GXM_SMLAD \\acc, \\lane, r7, \\first\n"
+    "    .else\n"
+    "    GXM_SMLAD \\acc, \\lane, lr, \\first\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* the next c words into the first c rotation registers */
+    "    .macro GXM_LDM c, K\n"
+    "    .if \\c == 1\n"
+    "    ldm r12!, {r0}\n"
+    "    .elseif \\c == 2\n"
+    "    ldm r12!, {r0, r1}\n"
+    "    .elseif \\c == 3\n"
+    "    ldm r12!, {r0-r2}\n"
+    "    .elseif \\c == 4\n"
+    "    ldm r12!, {r0-r3}\n"
+    "    .elseif \\c == 5 && \\K == 5\n"
+    "    ldm r12!, {r0-r3, lr}\n"
+    "    .elseif \\c == 5 && \\K == 6\n"
+    "    ldm r12!, {r0-r3, r7}\n"
+    "    .elseif \\c == 5\n"
+    "    ldm r12!, {r0-r3, r6}\n"
+    "    .elseif \\c == 6 && \\K == 6\n"
+    "    ldm r12!, {r0-r3, r7, lr}\n"
+    "    .elseif \\c == 6\n"
+    "    ldm r12!, {r0-r3, r6, r7}\n"
+    "    .else\n"
+    "    ldm r12!, {r0-r3, r6, r7, lr}\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* lane pair j of the quarter's weights (nibbles in r8; int8 in r8 r9) */
+    "    .macro GXM_LANE kind, j\n"
+    "    .if \\kind == 2\n"
+    "    .if \\j == 0\n"
+    "    sxtb16 r10, r8\n"
+    "    .elseif \\j == 1\n"
+    "    sxtb16 r10, r8, ror #8\n"
+    "    .elseif \\j == 2\n"
+    "    sxtb16 r10, r9\n"
+    "    .else\n"
+    "    sxtb16 r10, r9, ror #8\n"
+    "    .endif\n"
+    "    .elseif \\j == 0\n"
+    "    and r9, r8, r10\n"
+    "    .else\n"
+    "    and r9, r10, r8, lsr #(4 * \\j)\n"
+    "    .endif\n"
+    "    .endm\n"
+    /* one block of one row against P tokens: 16 P words */
+    "    .macro GXM_BLOCK kind, P, K\n"
+    "    .if \\kind == 0\n"
+    "    .if \\P == 2\n"
+    "    ldm r12!, {r4, r5}\n"          /* the sums start at -8 * xsum */
+    "    .elseif \\P == 3\n"
+    "    ldm r12!, {r4-r6}\n"
+    "    .else\n"
+    "    ldm r12!, {r4-r7}\n"
+    "    .endif\n"
+    "    .elseif \\kind == 1\n"
+    "    .if \\P == 2\n"
+    "    vldm r12!, {s12-s13}\n"        /* -8 * xsum */
+    "    .elseif \\P == 3\n"
+    "    vldm r12!, {s12-s14}\n"
+    "    .else\n"
+    "    vldm r12!, {s12-s15}\n"
+    "    .endif\n"
+    "    .else\n"
+    "    add r12, r12, #(4 * \\P)\n"
+    "    .endif\n"
+    "    .set gx_n, 0\n"
+    "    .rept 16 * \\P\n"
+    "    .if (gx_n % (4 * \\P)) == 0\n"  /* a quarter's weights */
+    "    .if \\kind == 2\n"
+    "    .if gx_n == 0\n"
+    "    ldrd r8, r9, [r11, #40]!\n"
+    "    .else\n"
+    "    ldrd r8, r9, [r11, #32]!\n"
+    "    .endif\n"
+    "    .elseif gx_n == 0\n"
+    "    ldr r8, [r11, #(32 - 8 * (1 - \\kind))]!\n"
+    "    .else\n"
+    "    ldr r8, [r11, #16]!\n"
+    "    .endif\n"
+    "    .endif\n"
+    "    .if (gx_n % \\P) == 0\n"
+    "    GXM_LANE \\kind, ((gx_n / \\P) % 4)\n"
+    "    .endif\n"
+    "    .if (gx_n % \\K) == 0\n"
+    "    .if (16 * \\P - gx_n) >= \\K\n"
+    "    GXM_LDM \\K, \\K\n"
+    "    .else\n"
+    "    GXM_LDM (16 * \\P - gx_n), \\K\n"
+    "    .endif\n"
+    "    .endif\n"
+    "    .if \\kind == 2\n"
+    "    GXM_MAC (gx_n % \\P), r10, (gx_n % \\K), \\K, (gx_n < \\P)\n"
+    "    .else\n"
+    "    GXM_MAC (gx_n % \\P), r9, (gx_n % \\K), \\K, ((\\kind == 1) && (gx_n < \\P))\n"
+    "    .endif\n"
+    "    .set gx_n, gx_n + 1\n"
+    "    .endr\n"
+    "    .endm\n"
+    /* token p's float part: fi = s4 + p, sx = s8 + p, acc = s0 + p */
+    "    .macro GXM_TOKEN kind, fi, sx, acc, nx\n"
+    "    .if \\kind == 1\n"
+    "    vmul.f32 s19, s17, \\sx\n"     /* d * sx */
+    "    vmul.f32 s20, s18, \\sx\n"     /* m * sx */
+    "    vmul.f32 \\fi, s19, \\fi\n"    /* t = (d * sx) * (float)isum */
+    "    vmls.f32 \\fi, s20, \\nx\n"    /* t = t - (m * sx) * (-xsum) */
+    "    vadd.f32 \\acc, \\acc, \\fi\n"
+    "    .else\n"
+    "    vmul.f32 \\sx, s16, \\sx\n"    /* d * sx */
+    "    vmla.f32 \\acc, \\sx, \\fi\n"  /* acc = acc + (d * sx) * (float)isum' */
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro GXM_END kind, P\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    .if \\P == 3\n"
+    "    vmov s6, r6\n"
+    "    .elseif \\P == 4\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    .endif\n"
+    "    .if \\P == 2\n"
+    "    vldm r12!, {s8-s9}\n"          /* sx of the P tokens */
+    "    .elseif \\P == 3\n"
+    "    vldm r12!, {s8-s10}\n"
+    "    .else\n"
+    "    vldm r12!, {s8-s11}\n"
+    "    .endif\n"
+    "    .if \\kind == 1\n"
+    "    vldr s16, [r11, #16]\n"        /* this row's (d, m) */
+    "    vcvtb.f32.f16 s17, s16\n"
+    "    vcvtt.f32.f16 s18, s16\n"
+    "    vcvt.f32.s32 s12, s12, #3\n"   /* -xsum, exactly */
+    "    vcvt.f32.s32 s13, s13, #3\n"
+    "    .if \\P >= 3\n"
+    "    vcvt.f32.s32 s14, s14, #3\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vcvt.f32.s32 s15, s15, #3\n"
+    "    .endif\n"
+    "    .else\n"
+    "    ldr r9, [sp, #36]\n"
+    "    ldrh r9, [r11, r9]\n"          /* this row's d */
+    "    vmov s16, r9\n"
+    "    vcvtb.f32.f16 s16, s16\n"
+    "    .endif\n"
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    .if \\P >= 3\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    .endif\n"
+    "    GXM_TOKEN \\kind, s4, s8, s0, s12\n"
+    "    GXM_TOKEN \\kind, s5, s9, s1, s13\n"
+    "    .if \\P >= 3\n"
+    "    GXM_TOKEN \\kind, s6, s10, s2, s14\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    GXM_TOKEN \\kind, s7, s11, s3, s15\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro GXM_MATMAT name, kind, P\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    push {r4-r11, lr}\n"
+    "    vpush {s16-s23}\n"
+    "    sub sp, sp, #40\n"
+    "    str r1, [sp, #0]\n"
+    "    str r2, [sp, #32]\n"
+    "    str r0, [sp, #28]\n"
+    "    ldrd r4, r5, [r3]\n"
+    "    str r4, [sp, #24]\n"
+    "    lsls r6, r4, #2\n"
+    "    str r6, [sp, #12]\n"
+    "    movs r6, #(72 * \\P)\n"
+    "    mla r6, r5, r6, r1\n"
+    "    str r6, [sp, #16]\n"
+    "    .if \\kind != 2\n"
+    "    movw r10, #0x000F\n"
+    "    movt r10, #0x000F\n"
+    "    .endif\n"
+    "    movs r0, #0\n"
+    "    str r0, [sp, #20]\n"
+    "0:  ldr r0, [sp, #20]\n"          /* slot s */
+    "    ldr r1, [sp, #24]\n"
+    "    subs r1, r1, r0\n"
+    "    ble 9f\n"
+    "    str r1, [sp, #8]\n"
+    "    ldr r2, [sp, #28]\n"
+    "    .if \\kind == 2\n"
+    "    add r11, r2, r0, lsl #3\n"     /* row s's words: 8s into the tile-block */
+    "    sub r11, r11, #40\n"
+    "    add r2, r0, r0, lsl #1\n"      /* d at 128 + 2s, r11 at 96 + 8s: 32 - 6s */
+    "    rsb r2, r2, #16\n"
+    "    lsls r2, r2, #1\n"
+    "    str r2, [sp, #36]\n"
+    "    .else\n"
+    "    add r11, r2, r0, lsl #2\n"     /* row s's words: 4s into the tile-block */
+    "    sub r11, r11, #(32 - 8 * (1 - \\kind))\n"
+    "    movs r2, #16\n"                /* Q4_0: d at 64 + 2s, r11 at 48 + 4s: 16 - 2s */
+    "    sub r2, r2, r0, lsl #1\n"
+    "    str r2, [sp, #36]\n"
+    "    .endif\n"
+    "    ldr r2, [sp, #32]\n"
+    "    add r2, r2, r0, lsl #2\n"
+    "    str r2, [sp, #4]\n"
+    "1:  ldr r12, [sp, #0]\n"          /* a row */
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "2:  GXM_BLOCK \\kind, \\P, (9 - \\P)\n"
+    "    GXM_END \\kind, \\P\n"
+    "    ldr r9, [sp, #16]\n"
+    "    cmp r12, r9\n"
+    "    bne 2b\n"
+    "    ldr r0, [sp, #4]\n"
+    "    ldr r1, [sp, #12]\n"
+    "    vstr s0, [r0]\n"
+    "    add r2, r0, r1\n"
+    "    vstr s1, [r2]\n"
+    "    .if \\P >= 3\n"
+    "    add r2, r2, r1\n"
+    "    vstr s2, [r2]\n"
+    "    .endif\n"
+    "    .if \\P >= 4\n"
+    "    add r2, r2, r1\n"
+    "    vstr s3, [r2]\n"
+    "    .endif\n"
+    "    adds r0, r0, #16\n"
+    "    str r0, [sp, #4]\n"
+    "    ldr r0, [sp, #8]\n"
+    "    subs r0, r0, #4\n"
+    "    str r0, [sp, #8]\n"
+    "    bgt 1b\n"
+    "    ldr r0, [sp, #20]\n"
+    "    adds r0, r0, #1\n"
+    "    str r0, [sp, #20]\n"
+    "    cmp r0, #4\n"
+    "    bne 0b\n"
+    "9:  add sp, sp, #40\n"
+    "    vpop {s16-s23}\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    /* P = 2, nibbles: two rows of a tile (slots 2h, 2h + 1) against the two
+     * tokens at once, so that each LDM of x16b words (two lane pairs, both
+     * tokens) serves both rows, and each block's activation work (scales,
+     * sums) and the loop serve both: per 8 inputs one LDRD of the pair's
+     * weight words, two LDM, eight AND, sixteen SMLAD.  r0 r1 / r8 lr the
+     * words of lane pairs j / j + 1 (tokens 0, 1), r2 r3 the rows' words,
+     * r4 r5 row 0's sums (tokens 0, 1), r6 r7 row 1's; s0 s1 / s2 s3 their
+     * float sums.  Stack as GXM_MATMAT's; [8] counts rows from the pair's
+     * first, [36] (Q4_0) the offset of the pair's fp16 d word from r11. */
+    "    .macro GXM2_LANES j, first\n"
+    "    .if \\j == 0\n"
+    "    and r9, r2, r10\n"
+    "    .else\n"
+    "    and r9, r10, r2, lsr #(4 * \\j)\n"
+    "    .endif\n"
+    "    .if (\\j % 2) == 0\n"
+    "    GXM_SMLAD r4, r9, r0, \\first\n"
+    "    GXM_SMLAD r5, r9, r1, \\first\n"
+    "    .else\n"
+    "    GXM_SMLAD r4, r9, r8, \\first\n"
+    "    GXM_SMLAD r5, r9, lr, \\first\n"
+    "    .endif\n"
+    "    .if \\j == 0\n"
+    "    and r9, r3, r10\n"
+    "    .else\n"
+    "    and r9, r10, r3, lsr #(4 * \\j)\n"
+    "    .endif\n"
+    "    .if (\\j % 2) == 0\n"
+    "    GXM_SMLAD r6, r9, r0, \\first\n"
+    "    GXM_SMLAD r7, r9, r1, \\first\n"
+    "    .else\n"
+    "    GXM_SMLAD r6, r9, r8, \\first\n"
+    "    GXM_SMLAD r7, r9, lr, \\first\n"
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro GXM2_QUARTER kind, k\n"
+    "    .if \\k == 0\n"
+    "    ldrd r2, r3, [r11, #(32 - 8 * (1 - \\kind))]!\n"
+    "    .else\n"
+    "    ldrd r2, r3, [r11, #16]!\n"
+    "    .endif\n"
+    "    ldm r12!, {r0, r1, r8, lr}\n"
+    "    GXM2_LANES 0, ((\\kind == 1) && (\\k == 0))\n"
+    "    GXM2_LANES 1, 0\n"
+    "    ldm r12!, {r0, r1, r8, lr}\n"
+    "    GXM2_LANES 2, 0\n"
+    "    GXM2_LANES 3, 0\n"
+    "    .endm\n"
+    /* (row, token)'s float part: d (m) of the row, sx (-xsum) of the token */
+    "    .macro GXM2_TOKEN kind, d, m, sx, nx, fi, acc\n"
+    "    .if \\kind == 1\n"
+    "    vmul.f32 s22, \\d, \\sx\n"    /* d * sx */
+    "    vmul.f32 s23, \\m, \\sx\n"    /* m * sx */
+    "    vmul.f32 \\fi, s22, \\fi\n"   /* t = (d * sx) * (float)isum */
+    "    vmls.f32 \\fi, s23, \\nx\n"   /* t = t - (m * sx) * (-xsum) */
+    "    vadd.f32 \\acc, \\acc, \\fi\n"
+    "    .else\n"
+    "    vmul.f32 s22, \\d, \\sx\n"    /* d * sx */
+    "    vmla.f32 \\acc, s22, \\fi\n"  /* acc = acc + (d * sx) * (float)(isum - 8 * xsum) */
+    "    .endif\n"
+    "    .endm\n"
+    "    .macro GXM2_BLOCK kind\n"
+    "    .if \\kind == 0\n"
+    "    ldm r12!, {r4, r5}\n"         /* the sums start at -8 * xsum */
+    "    mov r6, r4\n"
+    "    mov r7, r5\n"
+    "    .else\n"
+    "    vldm r12!, {s12-s13}\n"       /* -8 * xsum */
+    "    .endif\n"
+    "    GXM2_QUARTER \\kind, 0\n"
+    "    GXM2_QUARTER \\kind, 1\n"
+    "    GXM2_QUARTER \\kind, 2\n"
+    "    GXM2_QUARTER \\kind, 3\n"
+    "    vmov s4, s5, r4, r5\n"
+    "    vmov s6, s7, r6, r7\n"
+    "    vldm r12!, {s8-s9}\n"         /* sx of the two tokens */
+    "    .if \\kind == 1\n"
+    "    vldr d8, [r11, #16]\n"        /* the rows' (d, m): s16 row 0's, s17 row 1's */
+    "    vcvtb.f32.f16 s18, s16\n"
+    "    vcvtt.f32.f16 s19, s16\n"
+    "    vcvtb.f32.f16 s20, s17\n"
+    "    vcvtt.f32.f16 s21, s17\n"
+    "    vcvt.f32.s32 s12, s12, #3\n"  /* -xsum, exactly */
+    "    vcvt.f32.s32 s13, s13, #3\n"
+    "    .else\n"
+    "    ldr r9, [sp, #36]\n"
+    "    ldr r9, [r11, r9]\n"          /* the rows' d */
+    "    vmov s16, r9\n"
+    "    vcvtb.f32.f16 s18, s16\n"
+    "    vcvtt.f32.f16 s20, s16\n"
+    "    .endif\n"
+    "    vcvt.f32.s32 s4, s4\n"
+    "    vcvt.f32.s32 s5, s5\n"
+    "    vcvt.f32.s32 s6, s6\n"
+    "    vcvt.f32.s32 s7, s7\n"
+    "    GXM2_TOKEN \\kind, s18, s19, s8, s12, s4, s0\n"
+    "    GXM2_TOKEN \\kind, s18, s19, s9, s13, s5, s1\n"
+    "    GXM2_TOKEN \\kind, s20, s21, s8, s12, s6, s2\n"
+    "    GXM2_TOKEN \\kind, s20, s21, s9, s13, s7, s3\n"
+    "    .endm\n"
+    "    .macro GXM2_MATMAT name, kind\n"
+    "    .section .text.\\name, \"ax\", %progbits\n"
+    "    .balign 4\n"
+    "    .global \\name\n"
+    "    .thumb_func\n"
+    "    .type \\name, %function\n"
+    "\\name:\n"
+    "    push {r4-r11, lr}\n"
+    "    vpush {s16-s23}\n"
+    "    sub sp, sp, #40\n"
+    "    str r1, [sp, #0]\n"
+    "    str r2, [sp, #32]\n"
+    "    str r0, [sp, #28]\n"
+    "    ldrd r4, r5, [r3]\n"
+    "    str r4, [sp, #24]\n"
+    "    lsls r6, r4, #2\n"
+    "    str r6, [sp, #12]\n"
+    "    movs r6, #144\n"
+    "    mla r6, r5, r6, r1\n"
+    "    str r6, [sp, #16]\n"
+    "    movw r10, #0x000F\n"
+    "    movt r10, #0x000F\n"
+    "    movs r0, #0\n"
+    "    str r0, [sp, #20]\n"
+    "0:  ldr r0, [sp, #20]\n"          /* slot pair: rows 2h, 2h + 1 of every tile */
+    "    ldr r1, [sp, #24]\n"
+    "    subs r1, r1, r0\n"
+    "    ble 9f\n"
+    "    str r1, [sp, #8]\n"
+    "    ldr r2, [sp, #28]\n"
+    "    add r11, r2, r0, lsl #2\n"
+    "    sub r11, r11, #(32 - 8 * (1 - \\kind))\n"
+    "    movs r2, #16\n"                /* Q4_0: the d word at 64 + 2s, r11 at 48 + 4s: 16 - 2s */
+    "    sub r2, r2, r0, lsl #1\n"
+    "    str r2, [sp, #36]\n"
+    "    ldr r2, [sp, #32]\n"
+    "    add r2, r2, r0, lsl #2\n"
+    "    str r2, [sp, #4]\n"
+    "1:  ldr r12, [sp, #0]\n"
+    "    movs r0, #0\n"
+    "    vmov s0, s1, r0, r0\n"
+    "    vmov s2, s3, r0, r0\n"
+    "2:  GXM2_BLOCK \\kind\n"
+    "    ldr r9, [sp, #16]\n"
+    "    cmp r12, r9\n"
+    "    bne 2b\n"
+    "    ldr r0, [sp, #4]\n"
+    "    ldr r1, [sp, #12]\n"
+    "    vstr s0, [r0]\n"
+    "    add r2, r0, r1\n"
+    "    vstr s1, [r2]\n"
+    "    ldr r1, [sp, #8]\n"
+    "    cmp r1, #2\n"
+    "    blt 6f\n"                      /* the pair's second row is the last tile's padding */
+    "    vstr s2, [r0, #4]\n"
+    "    vstr s3, [r2, #4]\n"
+    "6:  adds r0, r0, #16\n"
+    "    str r0, [sp, #4]\n"
+    "    subs r1, r1, #4\n"
+    "    str r1, [sp, #8]\n"
+    "    bgt 1b\n"
+    "    ldr r0, [sp, #20]\n"
+    "    adds r0, r0, #2\n"
+    "    str r0, [sp, #20]\n"
+    "    cmp r0, #4\n"
+    "    bne 0b\n"
+    "9:  add sp, sp, #40\n"
+    "    vpop {s16-s23}\n"
+    "    pop {r4-r11, pc}\n"
+    "    .size \\name, . - \\name\n"
+    "    .endm\n"
+    "    GXM2_MATMAT tllm_mm_q40x4_p2, 0\n"
+    "    GXM_MATMAT tllm_mm_q40x4_p3, 0, 3\n"
+    "    GXM_MATMAT tllm_mm_q40x4_p4, 0, 4\n"
+    "    GXM2_MATMAT tllm_mm_q41x4_p2, 1\n"
+    "    GXM_MATMAT tllm_mm_q41x4_p3, 1, 3\n"
+    "    GXM_MATMAT tllm_mm_q41x4_p4, 1, 4\n"
+    "    GXM_MATMAT tllm_mm_q80x4_p2, 2, 2\n"
+    "    GXM_MATMAT tllm_mm_q80x4_p3, 2, 3\n"
+    "    GXM_MATMAT tllm_mm_q80x4_p4, 2, 4\n");
+
+typedef void x4_asm_fn(const uint8_t *tiles, const uint8_t *x, float *out, const uint32_t *dims);
+x4_asm_fn tllm_mv_q40x4, tllm_mv_q41x4, tllm_mv_q80x4;
+x4_asm_fn tllm_mm_q40x4_p2, tllm_mm_q40x4_p3, tllm_mm_q40x4_p4, tllm_mm_q41x4_p2, tllm_mm_q41x4_p3, tllm_mm_q41x4_p4,
+    tllm_mm_q80x4_p2, tllm_mm_q80x4_p3, tllm_mm_q80x4_p4;
+
+/* Whole tiles straight into out; a last tile of fewer rows into a
+ * 4-float buffer, of which its rows are copied. */
+static inline __attribute__((always_inline)) void matvec_asm(x4_asm_fn *fn, int kind, const tllm_ggufx4_matrix *m,
+                                                             const uint8_t *x16, const float *bias, float *out) {
+    const uint32_t full = m->rows / TILE, rest = m->rows % TILE, nb = (uint32_t)m->cols / TLLM_GGUF_BLOCK;
+    if (nb == 0) { /* no columns: every row is the empty sum */
+        for (int32_t r = 0; r < m->rows; r++) out[r] = bias ? 0.0f + bias[r] : 0.0f;
+        return;
+    }
+    if (full) {
+        const uint32_t dims[2] = {full, nb};
+        fn(m->tiles, x16, out, dims);
+    }
+    if (rest) {
+        float tail[TILE];
+        const uint32_t dims[2] = {1, nb};
+        fn(m->tiles + full * tile_bytes_of(kind, m->cols), x16, tail, dims);
+        memcpy(out + TILE * full, tail, rest * sizeof(float));
+    }
+    if (bias)
+        for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
+}
+
+static inline __attribute__((always_inline)) void matmat_asm(x4_asm_fn *const *fns, x4_asm_fn *mv, int kind,
+                                                             const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P,
+                                                             const float *bias, float *out) {
+    if (P == 1) {
+        matvec_asm(mv, kind, m, xb, bias, out);
+        return;
+    }
+    if (P < 2 || P > TLLM_MAX_BATCH || m->cols < TLLM_GGUF_BLOCK) {
+        matmat_c(kind, m, xb, P, bias, out);
+        return;
+    }
+    if (m->rows == 0) return;
+    const uint32_t dims[2] = {m->rows, (uint32_t)m->cols / TLLM_GGUF_BLOCK};
+    fns[P - 2](m->tiles, xb, out, dims);
+    if (bias)
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t r = 0; r < m->rows; r++) out[p * m->rows + r] = out[p * m->rows + r] + bias[r];
+}
+
+void tllm_matvec_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matvec_asm(tllm_mv_q40x4, KQ40, m, x16, bias, out);
+}
+void tllm_matvec_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matvec_asm(tllm_mv_q41x4, KQ41, m, x16, bias, out);
+}
+void tllm_matvec_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matvec_asm(tllm_mv_q80x4, KQ80, m, x16, bias, out);
+}
+
+void tllm_matmat_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    static x4_asm_fn *const fns[3] = {tllm_mm_q40x4_p2, tllm_mm_q40x4_p3, tllm_mm_q40x4_p4};
+    matmat_asm(fns, tllm_mv_q40x4, KQ40, m, xb, P, bias, out);
+}
+void tllm_matmat_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    static x4_asm_fn *const fns[3] = {tllm_mm_q41x4_p2, tllm_mm_q41x4_p3, tllm_mm_q41x4_p4};
+    matmat_asm(fns, tllm_mv_q41x4, KQ41, m, xb, P, bias, out);
+}
+void tllm_matmat_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    static x4_asm_fn *const fns[3] = {tllm_mm_q80x4_p2, tllm_mm_q80x4_p3, tllm_mm_q80x4_p4};
+    matmat_asm(fns, tllm_mv_q80x4, KQ80, m, xb, P, bias, out);
+}
+#else
+void tllm_matvec_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matmat_c(KQ40, m, x16, 1, bias, out);
+}
+void tllm_matvec_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matmat_c(KQ41, m, x16, 1, bias, out);
+}
+void tllm_matvec_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
+    matmat_c(KQ80, m, x16, 1, bias, out);
+}
+void tllm_matmat_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    matmat_c(KQ40, m, xb, P, bias, out);
+}
+void tllm_matmat_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    matmat_c(KQ41, m, xb, P, bias, out);
+}
+void tllm_matmat_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
+    matmat_c(KQ80, m, xb, P, bias, out);
+}
+#endif

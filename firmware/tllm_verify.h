@@ -165,9 +165,10 @@ static inline void tllm_topk_batch_q80(const tllm_gguf_matrix *m, const int8_t *
 
 /* ---- llama.cpp's blocks in 4-row tiles (q40x4 / q41x4 / q80x4, tllm_kernels_gguf_m7.h) ----
  * One loop for the three layouts, the layout's batched kernel and tile size
- * passed in (tllm_argmax_batch_ggufx4(tllm_matmat_q41x4, tllm_q41x4_tile_bytes,
- * ...), as tllm_stream.h's ggufx4 loops); m may be a stream chunk's view whose
- * first row is row0 of the whole matrix, as q4x4's above. */
+ * passed in (as tllm_stream.h's ggufx4 loops, which call it per chunk); the
+ * per-layout entry points below are what the generated code calls.  m may be
+ * a stream chunk's view whose first row is row0 of the whole matrix, as
+ * q4x4's above. */
 static inline void tllm_verify_ggufx4(tllm_ggufx4_matmat_fn mm, tllm_ggufx4_tile_bytes_fn tb,
                                       const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
                                       float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best, float *best_v,
@@ -194,6 +195,48 @@ static inline void tllm_topk_batch_ggufx4(tllm_ggufx4_matmat_fn mm, tllm_ggufx4_
                                           float *chunk, int32_t chunk_rows, int32_t row0, float *value, uint16_t *id,
                                           int32_t cap, int32_t *held) {
     tllm_verify_ggufx4(mm, tb, m, xb, P, bias, chunk, chunk_rows, row0, 0, 0, value, id, cap, held);
+}
+
+static inline void tllm_argmax_batch_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                           float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best,
+                                           float *best_v) {
+    tllm_argmax_batch_ggufx4(tllm_matmat_q40x4, tllm_q40x4_tile_bytes, m, xb, P, bias, chunk, chunk_rows, row0, best,
+                             best_v);
+}
+
+static inline void tllm_argmax_batch_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                           float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best,
+                                           float *best_v) {
+    tllm_argmax_batch_ggufx4(tllm_matmat_q41x4, tllm_q41x4_tile_bytes, m, xb, P, bias, chunk, chunk_rows, row0, best,
+                             best_v);
+}
+
+static inline void tllm_argmax_batch_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                           float *chunk, int32_t chunk_rows, int32_t row0, int32_t *best,
+                                           float *best_v) {
+    tllm_argmax_batch_ggufx4(tllm_matmat_q80x4, tllm_q80x4_tile_bytes, m, xb, P, bias, chunk, chunk_rows, row0, best,
+                             best_v);
+}
+
+static inline void tllm_topk_batch_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                         float *chunk, int32_t chunk_rows, int32_t row0, float *value, uint16_t *id,
+                                         int32_t cap, int32_t *held) {
+    tllm_topk_batch_ggufx4(tllm_matmat_q40x4, tllm_q40x4_tile_bytes, m, xb, P, bias, chunk, chunk_rows, row0, value, id,
+                           cap, held);
+}
+
+static inline void tllm_topk_batch_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                         float *chunk, int32_t chunk_rows, int32_t row0, float *value, uint16_t *id,
+                                         int32_t cap, int32_t *held) {
+    tllm_topk_batch_ggufx4(tllm_matmat_q41x4, tllm_q41x4_tile_bytes, m, xb, P, bias, chunk, chunk_rows, row0, value, id,
+                           cap, held);
+}
+
+static inline void tllm_topk_batch_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,
+                                         float *chunk, int32_t chunk_rows, int32_t row0, float *value, uint16_t *id,
+                                         int32_t cap, int32_t *held) {
+    tllm_topk_batch_ggufx4(tllm_matmat_q80x4, tllm_q80x4_tile_bytes, m, xb, P, bias, chunk, chunk_rows, row0, value, id,
+                           cap, held);
 }
 
 #endif

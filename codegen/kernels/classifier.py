@@ -39,19 +39,9 @@ def _what(mv: Matvec, rows: int, keeps: str) -> str:
     return f"{mv.layout_name} classifier {m.rows}x{m.cols} g{m.group}, {keeps} over {rows}-row chunks"
 
 
-def _verify_kernel(mv: Matvec, op: str) -> tuple[str, list]:
-    """The verification pass's batched classifier for `op` (argmax, topk;
-    tllm_verify.h) in place, and its leading arguments: the matrix and the
-    batch's activations, the tiled GGUF layouts' kernels first (one loop
-    for the three, as tllm_stream.h's), a tiled matrix's first row after."""
-    if isinstance(mv, MatvecGGUFx4):
-        s = mv.layout
-        return f"tllm_{op}_batch_ggufx4", [fixed(f"tllm_matmat_{s}"), fixed(f"tllm_{s}_tile_bytes")] + mv.batch_inputs()
-    return f"tllm_{op}_batch_{mv.layout}", mv.batch_inputs()
-
-
 def _verify_tail(mv: Matvec, chunk_rows: int) -> list:
-    """What every batched classifier takes after its matrix and activations."""
+    """What every batched classifier (tllm_verify.h) takes after its matrix
+    and activations; a tiled matrix's first row (a stream chunk's differs)."""
     return [fixed("n"), vec(mv.bias), buf(mv.out), shape(chunk_rows)] + ([ROW0] if isinstance(mv, TILED) else [])
 
 
@@ -212,8 +202,9 @@ class ArgmaxClassifier(_ChunkedClassifier):
 
     def batched(self, ctx: BatchContext) -> CCall:
         """The verification pass: every position's first maximum (tllm_argmax_batch_*)."""
-        fn, head = _verify_kernel(self.matvec, "argmax")
-        return CCall(fn, tuple(head + _verify_tail(self.matvec, self.chunk_rows) + [buf(self.best), buf(self.best_v)]))
+        mv = self.matvec
+        return CCall(f"tllm_argmax_batch_{mv.layout}", tuple(mv.batch_inputs() + _verify_tail(mv, self.chunk_rows)
+                                                             + [buf(self.best), buf(self.best_v)]))
 
     def verify_outputs(self) -> tuple[VerifyOutput, ...]:
         return VerifyOutput(VERIFY_BEST, "int32_t"), VerifyOutput(VERIFY_BEST_V, "float")
@@ -249,8 +240,9 @@ class TopKClassifier(_ChunkedClassifier):
 
     def batched(self, ctx: BatchContext) -> CCall:
         """The verification pass: every position's K-entry set (tllm_topk_batch_*)."""
-        fn, head = _verify_kernel(self.matvec, "topk")
-        return CCall(fn, tuple(head + _verify_tail(self.matvec, self.chunk_rows) + self.set_args()))
+        mv = self.matvec
+        return CCall(f"tllm_topk_batch_{mv.layout}", tuple(mv.batch_inputs() + _verify_tail(mv, self.chunk_rows)
+                                                           + self.set_args()))
 
     def verify_outputs(self) -> tuple[VerifyOutput, ...]:
         return (VerifyOutput(VERIFY_HELD, "int32_t"),)

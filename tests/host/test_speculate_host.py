@@ -7,7 +7,7 @@ the engine's acceptance; its tokens are compared with the reference's.
   (reference.executor.generate), bit for bit, and the speculative
   reference's (reference/speculative.py), for the greedy-only, top-K and
   full-sampler classifiers, int8 and int4 KV, the portable, Cortex-M7 C twin
-  and llama.cpp's kept block kernels, a weight stream, and a context short
+  and llama.cpp's block kernels (kept, and in M7 tiles), a weight stream, and a context short
   enough that the generation runs into its end;
 * sampled requests: the firmware's tokens and its passes over the weights
   (the console's "@TLLM pass" lines) are the speculative reference's for
@@ -40,8 +40,11 @@ CASES = [  # (model, options)
     ("story", dict(sampler="topk:8", kernels="cortex-m7", speculate="lookup:2", stream="all", stream_chunk=2048)),
     ("story", dict(sampler="full", kernels="cortex-m7", speculate="lookup:3", stream="all", stream_chunk=2048)),
     ("qwen2-bias-untied", dict(sampler="full", kernels="cortex-m7", speculate="lookup:3")),
-    ("gguf-Q4_1-Q8_0", dict(sampler="greedy", speculate="lookup:3", kv_bits=4)),  # SmolLM2's mix of blocks
-    ("gguf-Q4_0", dict(sampler="topk:8", speculate="lookup:1")),
+    # SmolLM2's mix of blocks in M7 tiles (q41x4 / q80x4), the classifier streamed (tllm_stream_argmax_batch_ggufx4)
+    ("gguf-Q4_1-Q8_0", dict(sampler="greedy", kernels="cortex-m7", speculate="lookup:3", kv_bits=4, stream="all",
+                            stream_chunk=2048)),
+    ("gguf-Q4_0", dict(sampler="topk:8", kernels="cortex-m7", speculate="lookup:1")),  # tllm_topk_batch_ggufx4
+    ("gguf-Q4_0", dict(sampler="topk:8", kernels="portable", speculate="lookup:2")),  # the kept blocks' loop
 ]
 
 

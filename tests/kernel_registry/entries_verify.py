@@ -3,7 +3,8 @@
 sampler at a guessed position (tllm_sample_guess, tllm_sample_topk_guess;
 twin: Sampler.sample_guess) and the verification pass's batched classifier
 (firmware/tllm_verify.h; twins: each layout's batched matmul twin per
-token, then the first maximum or sampler.top_k_ids per token).
+token, then the first maximum or sampler.top_k_ids per token), for q4,
+q4x4, llama.cpp's kept blocks and their 4-row tiles (q40x4 / q41x4 / q80x4).
 
 The batched classifier's per-position results go in and out as INOUT
 arrays: a race's best and best_v, a set's values, ids and held counts.  A
@@ -21,6 +22,7 @@ from tinyllm_gen.reference.sampler import DEFAULT_SEED_STATE, Sampler, SamplingO
 from tinyllm_gen.reference.speculative import lookup_draft
 
 from . import entries_gguf as G
+from . import entries_gguf_m7 as GM7
 from . import entries_kernels as K4
 from . import entries_m7 as M7
 from . import inputs as I
@@ -251,6 +253,17 @@ def _gguf_batch(qtype):
     return make
 
 
+def _ggufx4_batch(qtype):
+    def make(r, rows, cols, group, P, bias, tie):
+        v = GM7.tiled_values(r, qtype, rows, cols, tie)
+        streams = [x16_of(GM7.activation(r, cols), GM7.GROUP) for _ in range(P)]
+        xb = streams[0] if P == 1 else x16b_of([parse_x16(s, cols, GM7.GROUP) for s in streams])[0]
+        return dict(v, xb=np.frombuffer(xb, np.uint8), P=P, streams=streams,
+                    bias=(I.tie_bias(r, rows, 1, rows - 1) if tie else I.normal(r, rows)) if bias else
+                    np.zeros(0, F32))
+    return make
+
+
 def _q4_logits(v):
     q, s = K4.q4_of(v)
     P, cols = v["P"], v["cols"]
@@ -267,6 +280,10 @@ def _gguf_logits(qtype):
     return lambda v: np.asarray(G.matmat_twin(qtype)(v)["out"], F32).reshape(v["P"], -1)
 
 
+def _ggufx4_logits(qtype):
+    return lambda v: np.asarray(GM7.matmat_twin(qtype)(v)["out"], F32).reshape(v["P"], -1)
+
+
 # (rows, cols, group, P, bias, chunk_rows, tie, cap, row0): chunks that do not divide the rows, ties across
 # chunk boundaries, P = 1 (the matvec) to 4, K above a chunk and above the vocabulary, K = 1
 SHAPES = [(10, 64, 32, 2, True, 3, True, 4, 0), (10, 64, 32, 4, False, 4, False, 16, 0),
@@ -281,6 +298,10 @@ SHAPES_Q4X4 = [(10, 64, 32, 2, True, 4, True, 4, 0), (10, 64, 32, 4, False, 8, F
 SHAPES_GGUF = [(10, 64, 32, 2, True, 3, True, 4, 0), (10, 96, 32, 4, False, 4, False, 16, 0),
                (37, 32, 32, 3, False, 5, False, 12, 0), (13, 96, 32, 1, True, 16, True, 1, 0),
                (50, 160, 32, 4, True, 8, False, 20, 0)]
+
+SHAPES_GGUFX4 = [(10, 64, 32, 2, True, 4, True, 4, 0), (10, 96, 32, 4, False, 8, False, 16, 0),
+                 (37, 64, 32, 3, False, 12, False, 12, 0), (13, 96, 32, 1, True, 16, True, 1, 0),
+                 (12, 64, 32, 3, True, 4, False, 5, 16), (8, 160, 32, 4, False, 8, True, 6, 40)]  # later ranges
 
 
 def _batch_case(make, shape, kind, seed):
@@ -304,6 +325,8 @@ Q4X4_IN = M7.Q4X4_ARGS + (In("xb", "uint8_t", "P * x16_bytes(cols, group)"), Sca
                           In("bias", "float", "rows", nullable=True))
 GGUF_IN = G.GGUF_ARGS + (In("xq", "int8_t", "P * cols"), In("xs", "float", "P * (cols // 32)"),
                          Scalar("P", "int32_t"), In("bias", "float", "rows", nullable=True))
+GGUFX4_IN = GM7.TILED_ARGS + (In("xb", "uint8_t", "P * x16_bytes(cols, 32)"), Scalar("P", "int32_t"),
+                              In("bias", "float", "rows", nullable=True))
 ROW0 = (Scalar("row0", "int32_t"),)
 
 
@@ -324,6 +347,9 @@ BATCHED = (_entries("q4", Q4_IN, ("m", "xq", "xs"), _q4_batch, _q4_logits, SHAPE
            + _entries("q4x4", Q4X4_IN, ("m", "xb"), _q4x4_batch, _q4x4_logits, SHAPES_Q4X4, True)
            + tuple(k for q in ("Q4_0", "Q4_1", "Q8_0")
                    for k in _entries(G.SUFFIX[q], GGUF_IN, ("m", "xq", "xs"), _gguf_batch(q), _gguf_logits(q),
-                                     SHAPES_GGUF, False)))
+                                     SHAPES_GGUF, False))
+           + tuple(k for q in ("Q4_0", "Q4_1", "Q8_0")
+                   for k in _entries(GM7.GGUF_TILED[q], GGUFX4_IN, ("m", "xb"), _ggufx4_batch(q), _ggufx4_logits(q),
+                                     SHAPES_GGUFX4, True)))
 
 ENTRIES = (LOOKUP, SAMPLE_GUESS, SAMPLE_TOPK_GUESS) + BATCHED

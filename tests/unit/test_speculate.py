@@ -194,3 +194,10 @@ def test_smollm2_with_speculation_fits_the_same_512k_on_the_dk(kv_bits, sampler,
     assert f.step.speculate is not None and f.plan.fits and f.plan.total_bytes <= 512 * 1024
     assert cost["max_seq"] == cost["plain_max_seq"]  # no context beyond the batched prefill's
     assert f.plan.max_seq >= 0.9 * plain_p1.plan.max_seq
+
+
+def test_a_builds_k_comes_from_its_manifests_options():
+    from tinyllm_gen.lower.speculate import built_k
+
+    assert built_k({"board": "host"}) == 0  # plain builds write no speculate option
+    assert built_k({"speculate": "lookup:3"}) == 3

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ABI_VERSION = 5  # bumped whenever tllm_model_api.h changes (its history is in git)
+ABI_VERSION = 6  # bumped whenever tllm_model_api.h changes (its history is in git)
 
 # The weights blob (blob.py): magic, version, then total/checksum/count/sha256.
 BLOB_MAGIC = b"TLLMWTS1"
@@ -37,6 +37,14 @@ TILE_SPILL = Q4X4_TILE - 1
 # Batched prefill: tokens per weight pass at most (the assembly's registers
 # hold four tokens' accumulators, tllm_kernels_m7.h).
 MAX_BATCH = 4
+
+# Speculative decoding (compile --speculate, lower/speculate.py): guesses per verification pass at most; the
+# pass runs them with the last accepted token on the P-token buffers of the batched prefill, so P = k + 1 tokens.
+SPECULATE_MAX_K = MAX_BATCH - 1
+# The prompt-lookup draft (firmware/tllm_draft.h, reference/speculative.lookup_draft): the context's last
+# LOOKUP_NGRAM_MAX tokens at most, LOOKUP_NGRAM_MIN at least, matched at their latest earlier place.
+LOOKUP_NGRAM_MAX = 4
+LOOKUP_NGRAM_MIN = 1
 
 # sizeof(tllm_gen_state) at most: the generation state's planned buffer
 # (tllm_model_api.h; the generated code _Static_asserts it).
@@ -109,6 +117,11 @@ def abi_header() -> str:
         "",
         "/* batched prefill: tokens per weight pass at most (codegen/lower/prefill.py) */",
         f"#define TLLM_MAX_BATCH {MAX_BATCH}",
+        "",
+        "/* speculative decoding: guesses per verification pass at most; the prompt-lookup draft's n-grams */",
+        f"#define TLLM_SPECULATE_MAX_K {SPECULATE_MAX_K}",
+        f"#define TLLM_LOOKUP_NGRAM_MAX {LOOKUP_NGRAM_MAX}",
+        f"#define TLLM_LOOKUP_NGRAM_MIN {LOOKUP_NGRAM_MIN}",
         "",
         "/* the generation state's planned buffer: sizeof(tllm_gen_state) at most (tllm_model_api.h) */",
         f"#define TLLM_GEN_STATE_BYTES {GEN_STATE_BYTES}u",

@@ -15,7 +15,7 @@ import numpy as np
 from .kernels.refs import BufferRef, FcS4PcRef, GGUFRef, Q4Ref, VectorRef, refs_of
 from .ir import ModelConfig
 from .lower.blob import WeightsBlob
-from .lower.records import KernelCall, LoweredStep, PrefillPlan, StreamPlan
+from .lower.records import KernelCall, LoweredStep, PrefillPlan, SpeculatePlan, StreamPlan, planned_count
 from .plan.memory import MemoryPlan
 from .quant.formats import QuantizedGraph
 from .reference import exact
@@ -42,6 +42,7 @@ class Program:
     top_k: int = 0  # --sampler topk:K: the classifier feeds a K-entry set, no logits vector
     stream: StreamPlan | None = None  # the stream pass's decisions; None: weights read in place
     prefill: PrefillPlan | None = None  # the prefill pass's decisions
+    speculate: SpeculatePlan | None = None  # the verification pass (speculative decoding); None: plain decoding
 
     @property
     def greedy(self) -> bool:
@@ -66,7 +67,7 @@ class Program:
         return self.plan.max_seq
 
     def planned_count(self, name: str, count: int) -> int:
-        return count if self.prefill is None else self.prefill.planned_count(name, count)
+        return planned_count(self.prefill, self.speculate, name, count)
 
     def buffers(self) -> list[BufferRef]:
         return [BufferRef(p.name, p.request.ctype, p.request.count, p.offset, p.region) for p in self.plan.buffers]
@@ -119,7 +120,7 @@ def bind(step: LoweredStep, plan: MemoryPlan, blob: WeightsBlob, qg: QuantizedGr
         rope_cos=VectorRef("rope.cos", cos.nbytes // 4, cos.offset), rope_sin=VectorRef("rope.sin", sin.nbytes // 4, sin.offset),
         attention_scale=exact.attention_scale(c.head_dim), group_size=step.group_size, kv_bits=step.kv_bits,
         kernels=step.kernels, sampler=step.sampler, head_start=step.head_start, top_k=step.top_k,
-        stream=step.stream, prefill=step.prefill,
+        stream=step.stream, prefill=step.prefill, speculate=step.speculate,
     )
 
 

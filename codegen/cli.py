@@ -211,6 +211,17 @@ _prefill_option = click.option(
          "the largest that keeps 90% of the context a batch of 1 gets).")
 
 
+_speculate_option = click.option(
+    "--speculate", default="off", show_default=True, metavar="off|auto|lookup[:k]|draft:MODEL[:k]",
+    help="Speculative decoding: per pass over the weights, the model verifies up to k guessed tokens with the last "
+         "one (P = k + 1 positions through every weight together, on the batched prefill's buffers) and keeps the "
+         "ones it would have produced; greedy output is plain decoding's, sampling keeps its distribution. lookup: "
+         "the guesses come from the context itself (prompt lookup: no weights), k by the timing model unless given "
+         "(1..3, below --prefill-batch); auto: lookup where the timing model predicts more decode tokens/s on the "
+         "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL is not "
+         "built yet (refused). See docs/speculative.md.")
+
+
 _kv_region_option = click.option(
     "--kv-region", type=click.Choice(["auto", "sram", "sdram"]), default="sram", show_default=True,
     help="Where the KV cache goes: sram (the --ram-budget plan); sdram: the board's external SDRAM (the "
@@ -241,23 +252,28 @@ _kernels_option = click.option(
 @_stream_option
 @_stream_chunk_option
 @_prefill_option
+@_speculate_option
 @click.option("--unroll-layers", is_flag=True,
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
 @_classifier_option
 @_kv_region_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk, prefill_batch, unroll_layers, classifier_quant, kv_region):
+                weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers, classifier_quant,
+                kv_region):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
     from .lower.prefill import parse_batch
+    from .lower.speculate import parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
+    parse_speculate(speculate)
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
-                   prefill_batch=parse_batch(prefill_batch), classifier_quant=classifier_quant, kv_region=kv_region)
+                   prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
+                   kv_region=kv_region)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -269,6 +285,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
         click.echo(f"KV cache {p.kv_cache_bytes:,} B in {', '.join(p.kv_cache_regions)} (outside the RAM budget)")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
+    if compiled.speculate_note:
+        click.echo(compiled.speculate_note)
     if compiled.program.stream is not None:
         from .emit.stream_tables import schedule_json, schedule_text
 
@@ -360,7 +378,8 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
             "prompt": prompt, "prompt_ids": ids, "generated_ids": o.generated_ids,
             "text": tok.decode(o.generated_ids), "firmware_text": o.text, "stop_reason": o.stop_reason,
             "instructions_per_token": o.instructions_per_token, "prefill_instructions": o.prefill_instructions,
-            "canary_ok": o.canary_ok,
+            "canary_ok": o.canary_ok, "passes": o.passes, "tokens_per_pass": o.tokens_per_pass,
+            "pass_tokens": o.pass_tokens, "pass_positions": o.pass_positions,
         }))
     else:
         click.echo(o.text)
@@ -368,8 +387,10 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
             per = sorted(o.instructions_per_token)
             unit = "cycles" if serial_url else "instructions"  # a board's DWT counts cycles
             where = "; emulated by Unicorn" if fw.result.command[:1] == ["unicorn"] else ""
+            spec = (f", {o.passes} passes over the weights ({o.tokens_per_pass:.2f} tokens per pass)"
+                    if o.passes and o.passes != len(per) else "")
             click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} {unit}/token, "
-                       f"prefill {o.prefill_instructions:,}{where}]", err=True)
+                       f"prefill {o.prefill_instructions:,}{spec}{where}]", err=True)
     if check:
         from .run.check import check_tokens
 
@@ -388,14 +409,24 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
 @click.option("--fp32", is_flag=True, help="Run the float model instead of the quantized one.")
 @_chat_option
 @_sampler_option
+@click.option("--speculate", default="off", show_default=True, metavar="off|lookup[:k]|draft:MODEL[:k]",
+              help="Speculative decoding as a build compiled with it runs (reference/speculative.py): lookup:k "
+                   "guesses per pass (lookup alone: k as compile picks it for the default board); give the "
+                   "manifest's options.speculate to reproduce a build's sampled tokens.")
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler):
+              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
-    from .compile import CompileOptions, context_for, parse_size, quantize, require_tokenizer
+    from .compile import CompileOptions, context_for, parse_size, quantize, require_tokenizer, speculate_k_for
     from .frontends import load_model
-    from .reference.executor import Executor, FloatKernels, QuantKernels, generate
+    from .lower.speculate import parse_speculate
+    from .reference.executor import Executor, FloatKernels, QuantKernels
     from .reference.sampler import SamplingOptions, top_k_of
+    from .reference.speculative import generate_speculative
 
+    draft, k = parse_speculate(speculate)
+    if draft == "auto":
+        raise UserError("--speculate auto is compile's choice per board: give the reference off or lookup[:k] "
+                        "(a build's manifest names it in options.speculate)")
     m = load_model(model, tokenizer)
     tok = require_tokenizer(m)
     if sampler == "greedy" and temperature > 0:
@@ -407,13 +438,19 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     if len(ids) >= seq:
         raise UserError(f"the prompt is {len(ids)} tokens but the context is {seq}: shorten the prompt "
                         "or raise --max-seq")
-    kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(quantize(m, opts), seq)
-    gen = generate(Executor(m.graph, kernels), ids, max_new_tokens, seq, m.graph.config.eos_ids,
-                   SamplingOptions(temperature, top_p, seed), top_k=top_k_of(sampler))
+    qg = quantize(m, opts)
+    if draft == "lookup" and k is None:
+        k = speculate_k_for(qg, opts, sampler, parse_size(ram_budget))
+    kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(qg, seq)
+    gen = generate_speculative(Executor(m.graph, kernels), ids, max_new_tokens, seq, m.graph.config.eos_ids,
+                               SamplingOptions(temperature, top_p, seed), top_k=top_k_of(sampler),
+                               k=k if draft == "lookup" else 0)
     text = tok.decode(gen.generated_ids)
     if as_json:
         click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
-                               "text": text, "stop_reason": gen.stop_reason}))
+                               "text": text, "stop_reason": gen.stop_reason, "passes": gen.passes,
+                               "tokens_per_pass": gen.tokens_per_pass, "pass_tokens": gen.pass_tokens,
+                               "pass_positions": list(gen.pass_positions)}))
     else:
         click.echo(text if chat else prompt + text)
 
@@ -428,6 +465,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_stream_option
 @_stream_chunk_option
 @_prefill_option
+@_speculate_option
 @click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
 @_kernels_option
 @click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq", "gptq"]), default="auto",
@@ -436,7 +474,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_kv_region_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, unroll_layers, kernels, weight_quant, classifier_quant, kv_region, as_json):
+             prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from dataclasses import replace
@@ -448,7 +486,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
                    weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
-                           unroll_layers)
+                           unroll_layers, speculate)
     click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text, nl=as_json)
 
 
@@ -484,6 +522,10 @@ def report(out, as_json):
                 pre = plan_doc["prefill"]
                 text += (f"prefill: {pre['batch']} prompt tokens per pass over the weights "
                          f"({pre['batched_bytes']:,} B of P-token buffers): {pre['why']}\n")
+            if "speculate" in plan_doc:
+                from .timing import speculate_text
+
+                text += speculate_text(plan_doc["speculate"])
             if "stream_schedule" in plan_doc:
                 from .emit.stream_tables import schedule_text
 

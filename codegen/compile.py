@@ -19,13 +19,15 @@ from .bind import Program, bind, verify_program
 from .board import Board, load_board
 from .emit import EmittedTree, emit_tree
 from .errors import UserError, first_line
-from .fit.search import AUTO, KV_REGIONS, FitRequest, Planner, check_code, check_weights, model_context
+from .fit.search import (AUTO, KV_REGIONS, FitRequest, Planner, check_code, check_weights, model_context,
+                         speculate_note, speculation_cost)
 from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
 from .ir import output_weight_name
 from .lower.blob import build_blob
 from .lower.records import StepSource, source_of
+from .lower.speculate import parse_speculate
 from .lower.step import lower_step
 from .plan.memory import MemoryPlan
 from .plan.regions import check_kv_region
@@ -75,6 +77,9 @@ class CompileOptions:
     # where the KV cache goes (fit/search.py): sram (the RAM budget, as always), sdram (a board's external RAM,
     # outside the budget), auto (SRAM when the context fits there, else SDRAM)
     kv_region: str = "sram"
+    # speculative decoding (lower/speculate.py): off (plain decoding, the default), lookup (k by the timing
+    # model), lookup:k, or auto (lookup where the timing model predicts a gain and the plan fits, else off)
+    speculate: str = "off"
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Compiled:
     program: Program
     tree: EmittedTree
     trade_off: str = ""  # what --max-seq auto chose, and the other KV precision's figure
+    speculate_note: str = ""  # how speculation was decided, and what it costs (fit/search.py)
 
 
 def parse_size(text: str | int) -> int:
@@ -183,7 +189,7 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
 
 def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | None) -> FitRequest:
     return FitRequest(board, opts.ram_budget, opts.max_seq, opts.stream, opts.stream_chunk, opts.prefill_batch,
-                      vocab, opts.unroll_layers, opts.kv_region)
+                      vocab, opts.unroll_layers, opts.kv_region, parse_speculate(opts.speculate))
 
 
 def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program) -> dict:
@@ -199,11 +205,14 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program)
         options.update(classifier_quant=opts.classifier_quant)
     if opts.kv_region != "sram":  # only when asked: the defaults' manifests stay as they were
         options.update(kv_region=opts.kv_region)
+    if program.speculate is not None:  # only when on: plain trees keep their manifests' options
+        options.update(speculate=f"{program.speculate.draft}:{program.speculate.k}")
     return options
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
+    parse_speculate(opts.speculate)
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
@@ -222,7 +231,7 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
         raise UserError(f"weights are {len(blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
     tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program), opts.unroll_layers)
-    return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off)
+    return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off, speculate_note(fitted))
 
 
 def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
@@ -231,6 +240,18 @@ def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
         return resolve_max_seq(model, opts.max_seq)
     src = StepSource(model.graph, opts.group_size, opts.kv_bits)
     return Planner(load_board(opts.board), budget).auto_max_seq(lower_step(src), model.graph.config.max_seq)
+
+
+def speculate_k_for(qg: QuantizedGraph, opts: CompileOptions, sampler: str, budget: int) -> int:
+    """The k `compile --speculate lookup` picks on opts' board (the
+    reference's default board) for this quantized model: its kernel set's
+    layouts, planned without the vocabulary (the reference prints none)."""
+    board = load_board(opts.board)
+    src = source_of(qg)
+    if not src.kept:  # the board's kernel set decides the layouts (and so the timing model's rates)
+        src = replace(src, kernels=resolve_kernels(opts, board))
+    req = fit_request(replace(opts, speculate="lookup", ram_budget=budget, sampler=sampler), board, None)
+    return fit_step(lower_step(src, sampler), src, req).step.speculate.k
 
 
 def compile_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:
@@ -345,15 +366,17 @@ def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: B
 
 
 def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,
-               stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool) -> tuple[dict, str]:
+               stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool,
+               speculate: str = "off") -> tuple[dict, str]:
     """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
+    spec = parse_speculate(speculate)
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
     req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers,
-                     opts.kv_region)
+                     opts.kv_region, spec)
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
@@ -384,6 +407,9 @@ def _plan_doc(res, stream: str, pred: dict, saved: dict | None, batch_rows: list
     if saved is not None:
         doc["sampler"] = saved
     doc["prefill"] = {"batch": res.prefill_batch, "chosen": res.prefill_why, "trade_off": batch_rows}
+    if res.speculate_why:
+        sp = res.step.speculate
+        doc["speculate"] = {"k": sp.k if sp else 0, "chosen": res.speculate_why, "cost": speculation_cost(res)}
     if stream != "off":
         doc["stream"] = {"mode": stream, "chunk_bytes": res.stream.chunk_bytes if res.stream else None,
                          "pinned": sorted(res.stream.pinned) if res.stream else [], "trade_off": rows}
@@ -403,6 +429,8 @@ def _plan_text(res, stream: str, sampler: str, saved: dict | None, batch_rows: l
         lines.append(f"  weight stream --stream {stream}: chunks of at most {res.stream.chunk_bytes:,} B, "
                      f"{len(res.stream.pinned)} weight entries pinned in SRAM")
     text = "\n".join(lines) + "\n" + (stream_text(rows) if rows else "") + prefill_text(res, batch_rows)
+    if res.speculate_why:
+        text += f"  {speculate_note(res)}\n"
     if saved is not None:
         full = (f"{saved['full_sampler_total_bytes']:,} B, {saved['saved_bytes']:,} B more"
                 if saved["full_sampler_total_bytes"] else "more than the budget at this context")

@@ -129,6 +129,9 @@ class Workload:
     # (P, the layers' matvec instructions per prompt token at P tokens per weight pass), from the build's
     # own layouts (plan/traffic.py); empty: the q4x4 kernel's ratios (MEASURED_MATMAT_PER_MAC)
     batched_body_matvec: tuple[tuple[int, int], ...] = ()
+    # The same for the classifier, per position of a verification pass (speculative decoding): its matvec
+    # instructions per position at P positions per weight pass; empty: the q4x4 kernel's ratios
+    batched_head_matvec: tuple[tuple[int, int], ...] = ()
 
     def prefill(self, batch: int = 1) -> "Workload":
         """One prompt token before the last: no classifier (its logits are
@@ -148,6 +151,24 @@ class Workload:
                        other_instructions=self.other_instructions - self.sampling_instructions,
                        sampling_instructions=0, streams=-(-body_streams // batch),
                        head_weight_bytes=0, head_matvec_instructions=0)
+
+    def verify(self, positions: int) -> "Workload":
+        """One verification pass of speculative decoding (lower/speculate.py):
+        `positions` tokens through every weight together, the classifier
+        included, each weight read once; every position costs its own
+        instructions at the batched kernels' rate (their P = positions row)
+        and its own attention, norms and sampling.  positions = 1 is a
+        decoded token."""
+        if positions == 1:
+            return self
+        scale = MEASURED_MATMAT_PER_MAC[positions] / MEASURED_MATMAT_PER_MAC[1]
+        body, head = dict(self.batched_body_matvec), dict(self.batched_head_matvec)
+        body_mv = body.get(positions, round((self.matvec_instructions - self.head_matvec_instructions) * scale))
+        head_mv = head.get(positions, round(self.head_matvec_instructions * scale))
+        return replace(self, name=f"{self.name} verify {positions}", matvec_instructions=positions * (body_mv + head_mv),
+                       other_instructions=positions * self.other_instructions,
+                       sampling_instructions=positions * self.sampling_instructions,
+                       head_matvec_instructions=positions * head_mv, batched_body_matvec=(), batched_head_matvec=())
 
     @property
     def instructions(self) -> int:
@@ -444,3 +465,88 @@ def predicted_text(pred: dict) -> str:
                          f"{a['region']}: {a['sdram_ms']:,.1f} ms (floor {a['sdram_floor_ms']:,.1f} ms at "
                          f"{a['sdram_mb_per_s']:g} MB/s; from AXI SRAM {a['sram_ms']:,.1f} ms), in the figures above")
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------ speculative decoding
+@dataclass(frozen=True)
+class Acceptance:
+    """How a draft does on some text, measured per k (guesses per pass at
+    most): the mean tokens a pass over the weights produces, and how often a
+    pass verifies P positions (a pass whose draft guesses nothing is a plain
+    decode step, P = 1; one with j guesses verifies j + 1)."""
+
+    name: str
+    source: str  # the command that measured it
+    tokens_per_pass: dict[int, float]  # k -> mean tokens per pass
+    positions: dict[int, dict[int, float]]  # k -> {P: fraction of passes}
+
+
+# Measured: SmolLM2-135M-Instruct, greedy, 64 new tokens on each of the 22 prompts of
+# models/prompts/speculation.jsonl (summaries, rewrites/extractions, open questions), host build with a
+# 512-token context: `python scripts/measure_speculation.py --max-new-tokens 64` (its "all" row).
+LOOKUP_ACCEPTANCE = Acceptance(
+    "prompt lookup", "scripts/measure_speculation.py --max-new-tokens 64",
+    {1: 1.283, 2: 1.403, 3: 1.465},
+    {1: {1: 0.3793, 2: 0.6207}, 2: {1: 0.4135, 2: 0.0118, 3: 0.5748},
+     3: {1: 0.4319, 2: 0.0112, 3: 0.0156, 4: 0.5413}})
+
+
+def pass_seconds(board: Board, w: Workload, positions: int, mode: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 core_hz: float = CORE_HZ) -> float:
+    """Seconds of one pass over `positions` tokens on this board: the mode's
+    (mode_seconds) where the weights come over a QUADSPI link, the compute
+    alone elsewhere ("compute": the host, QEMU, internal flash)."""
+    v = w.verify(positions)
+    if mode == "compute" or board.qspi_flash is None:
+        return compute_seconds(v.instructions, core_hz)
+    return mode_seconds(board.qspi_flash, v, chunk_bytes, 1, core_hz)[mode]
+
+
+def speculative_tokens_per_s(board: Board, w: Workload, acc: Acceptance, k: int, mode: str,
+                             chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> float:
+    """Decode tokens/s with up to k guesses per pass: the measured tokens per
+    pass over the mean seconds of a pass (its positions as measured); k = 0:
+    plain decoding."""
+    if k == 0:
+        return 1.0 / pass_seconds(board, w, 1, mode, chunk_bytes)
+    secs = sum(f * pass_seconds(board, w, p, mode, chunk_bytes) for p, f in acc.positions[k].items())
+    return acc.tokens_per_pass[k] / secs
+
+
+def build_mode(board: Board, streamed: bool) -> str:
+    """Which of the timing model's modes a build runs in: DWUP with a weight
+    stream, in place over the QUADSPI window (the pessimistic reading) without
+    one, and compute alone where no link is modelled."""
+    if board.qspi_flash is None:
+        return "compute"
+    return "dwup" if streamed else "in_place"
+
+
+def choose_k(board: Board, w: Workload, acc: Acceptance, k_max: int, mode: str,
+             chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[tuple[int, float]]:
+    """(k, predicted tokens/s) for k = 1 .. k_max, the fastest first (ties:
+    the smaller k, which costs less RAM); plain decoding's figure is k = 0's."""
+    rates = [(k, speculative_tokens_per_s(board, w, acc, k, mode, chunk_bytes)) for k in range(1, k_max + 1)
+             if k in acc.tokens_per_pass]
+    return sorted(rates, key=lambda kr: (-round(kr[1], 9), kr[0]))
+
+
+def speculative_prediction(board: Board, w: Workload, acc: Acceptance, k: int, mode: str,
+                           chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+    """report.json's "speculate" prediction: tokens/s with and without, at this acceptance."""
+    plain = speculative_tokens_per_s(board, w, acc, 0, mode, chunk_bytes)
+    spec = speculative_tokens_per_s(board, w, acc, k, mode, chunk_bytes)
+    return {"board": board.name, "mode": mode, "k": k, "acceptance": acc.name, "source": acc.source,
+            "tokens_per_pass": round(acc.tokens_per_pass[k], 3), "plain_tokens_per_s": round(plain, 3),
+            "tokens_per_s": round(spec, 3), "speedup": round(spec / plain, 3)}
+
+
+def speculate_text(doc: dict) -> str:
+    """The report's lines on speculative decoding (report.json "speculate")."""
+    p = doc["predicted"]
+    where = f"{p['board']}, {p['mode']}" if p["mode"] != "compute" else f"{p['board']}, compute alone"
+    return (f"speculation: {doc['draft']}:{doc['k']}, {doc['positions']} positions per verification pass "
+            f"({doc['batched_bytes']:,} B of P-position head buffers); {doc['choice']}\n"
+            f"  predicted decode: {p['tokens_per_s']:.4g} tokens/s against {p['plain_tokens_per_s']:.4g} plain "
+            f"(x{p['speedup']:.2f}, {where}) at {p['tokens_per_pass']:.2f} tokens per pass ({p['acceptance']}: "
+            f"{p['source']})\n")

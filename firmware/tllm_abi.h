@@ -4,7 +4,7 @@
 #ifndef TLLM_ABI_H
 #define TLLM_ABI_H
 
-#define TLLM_ABI_VERSION 5
+#define TLLM_ABI_VERSION 6
 
 /* weights blob (codegen/blob.py) */
 #define TLLM_BLOB_MAGIC "TLLMWTS1"
@@ -29,6 +29,11 @@
 
 /* batched prefill: tokens per weight pass at most (codegen/lower/prefill.py) */
 #define TLLM_MAX_BATCH 4
+
+/* speculative decoding: guesses per verification pass at most; the prompt-lookup draft's n-grams */
+#define TLLM_SPECULATE_MAX_K 3
+#define TLLM_LOOKUP_NGRAM_MAX 4
+#define TLLM_LOOKUP_NGRAM_MIN 1
 
 /* the generation state's planned buffer: sizeof(tllm_gen_state) at most (tllm_model_api.h) */
 #define TLLM_GEN_STATE_BYTES 64u

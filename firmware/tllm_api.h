@@ -89,6 +89,11 @@ typedef struct {
     uint32_t text_len;
     uint64_t cost;        /* clock units (tllm_config.clock) since the previous token was
                              delivered, or since the prompt was processed; 0 without a clock */
+    uint32_t pass;        /* the pass over the weights that produced it (0: the prompt's last) */
+    uint32_t pass_tokens; /* how many tokens that pass produced: 1, or with speculative decoding
+                             (compile --speculate) the accepted guesses plus the model's own */
+    uint32_t pass_positions; /* positions that pass ran through the weights: 1, or the guesses it
+                                verified plus the last token */
 } tllm_token;
 
 /* Called once per generated token; return 0 to go on, non-zero to stop
@@ -103,6 +108,8 @@ typedef struct {
                                    token; only the last one runs the classifier) */
     const uint16_t *tokens;     /* prompt then generated ids (n_prompt + n_generated), in the
                                    model's arena: valid until the next tllm_generate */
+    uint32_t passes;            /* passes over the weights that produced the generated tokens
+                                   (n_generated / passes: tokens per pass, 1 without speculation) */
 } tllm_result;
 
 typedef struct {

@@ -6,6 +6,22 @@
  *                    only its logits are sampled)
  *        -> SAMPLE -> EMIT -> DECODE -> SAMPLE ... -> DONE
  *
+ * With speculative decoding (tllm_model.speculation, compile --speculate)
+ * each pass after EMIT drafts first:
+ *
+ *        EMIT -> DRAFT (prompt-lookup guesses, tllm_draft.h, into the token
+ *                       buffer after the last token)
+ *             -> VERIFY (the last token and the guesses through every
+ *                        weight together, then per position the sampler's
+ *                        token given its guess: the accepted guesses and the
+ *                        model's own next token)
+ *             -> EMIT (each of the pass's tokens in turn) -> DRAFT ...
+ *        DRAFT -> DECODE when there is no guess (a plain step).
+ *
+ * The KV entries of rejected positions are overwritten by the next pass,
+ * which starts at the first position after the pass's last token.  The rule
+ * and the order of the sampler's coins are codegen/reference/speculative.py's.
+ *
  * The state lives in the planned arena (tllm_gen_state), so a generation
  * allocates nothing.  No board function is called here: the clock comes in
  * through tllm_config, the text goes out through the token callback. */
@@ -14,6 +30,7 @@
 #include <string.h>
 
 #include "tllm_api.h"
+#include "tllm_draft.h"
 #include "tllm_model_api.h"
 #include "tllm_sampler.h"
 
@@ -95,6 +112,43 @@ tllm_status tllm_check_request(const tllm_gen_request *rq) {
     return TLLM_OK;
 }
 
+/* How many guesses the next pass may verify: the build's k, less where the
+ * pass would produce a token past max_new_tokens or past the context's end
+ * (the pass yields at most its guesses plus one). */
+static uint32_t guess_room(const tllm_gen_state *st, uint32_t k) {
+    const uint32_t left = st->max_new - st->n_generated - 1u;  /* EMIT stopped at max_new */
+    const uint32_t room = tllm_model.max_seq - 2u - st->pos;   /* EMIT stopped at pos + 1 == max_seq */
+    if (k > left) k = left;
+    return k < room ? k : room;
+}
+
+/* The token at verified position i given the guess g there (g < 0: none):
+ * the sampler's (tllm_sample_guess) from position i's logits, from its
+ * top-K set, or a greedy-only build's argmax.  It is g exactly when the
+ * guess is accepted. */
+static int32_t verified_token(tllm_gen_state *st, const tllm_speculation *spec, float *logits, uint32_t i,
+                              int32_t g) {
+    const uint32_t vocab = tllm_model.vocab_size;
+    if (logits) return tllm_sample_guess(&st->sampler, logits + i * vocab, (int32_t)vocab, tllm_model_sample_idx(), g);
+    if (tllm_model.top_k) return tllm_sample_topk_guess(&st->sampler, spec->topk((int32_t)i), g);
+    return spec->token((int32_t)i);
+}
+
+/* After a verification pass over the last token and n_guess guesses at
+ * tokens[pos + 1 ..]: keeps the accepted guesses, writes the model's own
+ * token after them, and returns how many tokens the pass produced. */
+static uint32_t accept_pass(tllm_gen_state *st, const tllm_speculation *spec, float *logits, uint16_t *tokens,
+                            uint32_t n_guess) {
+    for (uint32_t j = 0;; j++) {
+        const int32_t g = j < n_guess ? (int32_t)tokens[st->pos + 1u + j] : -1;
+        const int32_t t = verified_token(st, spec, logits, j, g);
+        if (t != g) {
+            tokens[st->pos + 1u + j] = (uint16_t)t;
+            return j + 1u;
+        }
+    }
+}
+
 tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callback, void *user,
                           tllm_result *result) {
     if (!engine_ready) return TLLM_ERR_NOT_READY;
@@ -114,6 +168,11 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
     float *logits = 0;
     uint64_t t_token = 0;
     int stop_asked = 0;
+    const tllm_speculation *spec = tllm_model.speculation;
+    uint32_t n_guess = 0;     /* guesses the pending verification pass checks */
+    uint32_t pass_tokens = 0; /* tokens the current pass produced */
+    uint32_t pass_positions = 0; /* positions it ran through the weights */
+    uint32_t queued = 0;      /* of them, still to emit after the current one */
     st->t_start = now();
     st->t_prefill = st->t_start; /* max_new_tokens 0: no prefill ran, prefill_cost 0 (it used to wrap) */
     st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
@@ -145,6 +204,9 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             tllm_mark();
             tokens[st->pos] = (uint16_t)st->token;
             st->n_generated++;
+            st->passes++;
+            pass_tokens = 1;
+            pass_positions = 1;
             st->phase = TLLM_EMIT;
             break;
         case TLLM_EMIT: {
@@ -155,16 +217,49 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
                 tok.id = st->token;
                 tok.text = tllm_vocab_bytes(st->token, &tok.text_len);
                 tok.cost = t - t_token;
+                tok.pass = st->passes - 1u;
+                tok.pass_tokens = pass_tokens;
+                tok.pass_positions = pass_positions;
                 stop_asked = callback(&tok, user) != 0;
             }
             if (is_eos(st->token)) st->stop_reason = TLLM_STOP_EOS;
             else if (st->n_generated >= st->max_new) st->stop_reason = TLLM_STOP_MAX_TOKENS;
             else if (st->pos + 1 >= tllm_model.max_seq) st->stop_reason = TLLM_STOP_CONTEXT;
             else if (stop_asked) st->stop_reason = TLLM_STOP_CALLBACK;
-            st->phase = st->stop_reason ? TLLM_DONE : TLLM_DECODE;
             t_token = now(); /* the callback's time is not the model's cost */
+            if (st->stop_reason) {
+                st->phase = TLLM_DONE;
+            } else if (queued) { /* the pass's next token: already in the buffer */
+                queued--;
+                st->pos++;
+                st->token = tokens[st->pos];
+                st->n_generated++;
+            } else {
+                st->phase = spec ? TLLM_DRAFT : TLLM_DECODE;
+            }
             break;
         }
+        case TLLM_DRAFT: {
+            const uint32_t k = guess_room(st, spec->k);
+            n_guess = k ? (uint32_t)tllm_lookup_draft(tokens, (int32_t)st->pos + 1, (int32_t)k, tokens + st->pos + 1)
+                        : 0u;
+            st->phase = n_guess ? TLLM_VERIFY : TLLM_DECODE; /* no guess: a plain step */
+            break;
+        }
+        case TLLM_VERIFY:
+            tllm_mark();
+            logits = spec->verify(tokens + st->pos, (int32_t)st->pos, (int32_t)n_guess + 1);
+            tllm_mark();
+            pass_tokens = accept_pass(st, spec, logits, tokens, n_guess);
+            tllm_mark();
+            st->passes++;
+            pass_positions = n_guess + 1u;
+            queued = pass_tokens - 1u;
+            st->pos++;
+            st->token = tokens[st->pos];
+            st->n_generated++;
+            st->phase = TLLM_EMIT;
+            break;
         case TLLM_DECODE:
             tllm_mark();
             logits = tllm_model_step(st->token, (int32_t)st->pos, 1);
@@ -183,6 +278,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
         result->n_generated = st->n_generated;
         result->prefill_cost = st->t_prefill - st->t_start;
         result->tokens = tokens;
+        result->passes = st->passes;
     }
     return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
 }

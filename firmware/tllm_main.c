@@ -5,8 +5,10 @@
  * Console lines (parsed by codegen/protocol.py; the text itself is printed by
  * the board from the vocabulary in flash):
  *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n>
+ *   @TLLM pass <index> tokens=<n> positions=<p>   (speculative builds: before a pass's first token,
+ *     how many tokens it produced, the last pass may deliver fewer, and how many positions it ran)
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
- *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n>
+ *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n>
  *   @TLLM canary arena=<ok|BROKEN> stack=<ok|BROKEN> stack_peak=<n> stack_bytes=<n> regions=<name>:<ok|BROKEN>,...
  *     (arena: every region's guard words; stack: the deepest stack use left
  *      the 16 guard bytes at the stack limit painted)
@@ -139,6 +141,18 @@ static int bad_request(const char *why) {
 
 static int print_token(const tllm_token *tok, void *user) {
     (void)user;
+    static uint32_t next_pass; /* the first pass not announced yet */
+    if (tok->index == 0) next_pass = 0; /* a new generation */
+    if (tllm_model.speculation && tok->pass >= next_pass) {
+        puts_("@TLLM pass ");
+        put_u64(tok->pass);
+        puts_(" tokens=");
+        put_u64(tok->pass_tokens);
+        puts_(" positions=");
+        put_u64(tok->pass_positions);
+        puts_("\n");
+        next_pass = tok->pass + 1u;
+    }
     puts_("@TLLM tok ");
     put_u64(tok->index);
     puts_(" ");
@@ -174,6 +188,8 @@ static int generate(const tllm_request *req) {
     put_u64(res.n_generated);
     puts_(" prefill_instructions=");
     put_u64(res.prefill_cost);
+    puts_(" passes=");
+    put_u64(res.passes);
     puts_("\n@TLLM text-begin\n");
     print_text(res.tokens, 0, res.n_prompt + res.n_generated);
     puts_("\n@TLLM text-end\n");

@@ -12,7 +12,10 @@
 
 /* Generation state machine (lives in the planned arena). Fixed-size fields
  * only: the planner reserves TLLM_GEN_STATE_BYTES for it. */
-typedef enum { TLLM_IDLE = 0, TLLM_PREFILL, TLLM_DECODE, TLLM_SAMPLE, TLLM_EMIT, TLLM_DONE } tllm_phase;
+typedef enum {
+    TLLM_IDLE = 0, TLLM_PREFILL, TLLM_DECODE, TLLM_SAMPLE, TLLM_EMIT, TLLM_DONE,
+    TLLM_DRAFT, TLLM_VERIFY /* speculative decoding (tllm_engine.c) */
+} tllm_phase;
 
 typedef struct {
     uint32_t phase;
@@ -22,11 +25,27 @@ typedef struct {
     uint32_t max_new;
     int32_t token;       /* token being fed / just sampled */
     uint32_t stop_reason; /* 0 running, 1 eos, 2 max tokens, 3 context full */
-    uint32_t reserved;
+    uint32_t passes;      /* passes over the weights that produced tokens (the prompt's last one first) */
     tllm_sampler sampler;
     uint64_t t_start;
     uint64_t t_prefill;
 } tllm_gen_state;
+
+/* Speculative decoding (compile --speculate, codegen/lower/speculate.py;
+ * the engine's rule: codegen/reference/speculative.py).  A build that
+ * decodes plainly has none (tllm_model_info.speculation is NULL). */
+typedef struct {
+    uint32_t k; /* prompt-lookup guesses per pass at most: verify takes 1 .. k + 1 tokens */
+    /* The verification pass: n tokens at positions pos .. pos + n - 1 through
+     * the layers together, as tllm_model_prefill runs them, then the head on
+     * every one of them, the classifier's weights read once for the n.  The
+     * KV cache ends as n tllm_model_step calls leave it, bit for bit, and so
+     * does each position's classifier result: full builds return position
+     * i's logits at the result + i * vocab_size (NULL otherwise). */
+    float *(*verify)(const uint16_t *tokens, int32_t pos, int32_t n);
+    int32_t (*token)(int32_t i);   /* after verify: position i's argmax (greedy-only builds; -1 otherwise) */
+    tllm_topk *(*topk)(int32_t i); /* after verify: position i's set (top-K builds; NULL otherwise) */
+} tllm_speculation;
 
 typedef struct {
     uint32_t vocab_size;
@@ -36,6 +55,7 @@ typedef struct {
     uint32_t greedy_only; /* --sampler greedy: requests must have temperature 0 */
     uint32_t top_k;       /* --sampler topk:K: K (sampling within the K largest logits); 0 otherwise */
     uint32_t prefill_batch; /* prompt tokens tllm_model_prefill takes per call (1..4, codegen/lower/prefill.py) */
+    const tllm_speculation *speculation; /* the verification pass; NULL: plain decoding */
 } tllm_model_info;
 
 extern const tllm_model_info tllm_model;

@@ -71,7 +71,10 @@ static void sort_candidates(const float *p, uint16_t *idx, int32_t n) {
     }
 }
 
-static int32_t top_p(const float *p, int32_t n, float top, float coin, uint16_t *idx) {
+/* The nucleus: idx[0..last] the candidates in (prob desc, index asc) order,
+ * the shortest prefix whose sum (*cum) exceeds top (all when none does).
+ * Returns last. */
+static int32_t nucleus(const float *p, int32_t n, float top, uint16_t *idx, float *cum_out) {
     const float cutoff = (1.0f - top) / (float)(n - 1);
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++)
@@ -86,6 +89,13 @@ static int32_t top_p(const float *p, int32_t n, float top, float coin, uint16_t 
             break;
         }
     }
+    *cum_out = cum;
+    return last;
+}
+
+static int32_t top_p(const float *p, int32_t n, float top, float coin, uint16_t *idx) {
+    float cum;
+    const int32_t last = nucleus(p, n, top, idx, &cum);
     const float r = coin * cum;
     float cdf = 0.0f;
     for (int32_t j = 0; j <= last; j++) {
@@ -102,6 +112,59 @@ int32_t tllm_sample(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx) {
     const float coin = rng_f32(s);
     if (s->top_p < 1.0f) return top_p(logits, n, s->top_p, coin, idx);
     return multinomial(logits, n, coin);
+}
+
+/* ---- speculative decoding: a position the draft guessed --------------- */
+/* Candidate j's probability: p[ids[j]] when p is indexed by token id (the
+ * full sampler's vector), p[j] when it is in the candidates' order (a
+ * top-K set). */
+static float prob_of(const float *p, const uint16_t *ids, int32_t j, int by_id) { return by_id ? p[ids[j]] : p[j]; }
+
+/* The residual draw after a rejected guess g: the candidates ids[0..m)
+ * without g, sampled from the normalised max(0, p - q) of a one-hot q: one
+ * coin times their sum, then the running sum in order (the last of them if
+ * rounding leaves the coin above it). */
+static int32_t residual_draw(const float *p, const uint16_t *ids, int32_t m, int by_id, int32_t g, float coin) {
+    float rest = 0.0f;
+    for (int32_t j = 0; j < m; j++)
+        if (ids[j] != g) rest = rest + prob_of(p, ids, j, by_id);
+    const float r = coin * rest;
+    float cdf = 0.0f;
+    int32_t fallback = g; /* kept only when g is the sole candidate, which a coin below 1 always accepts */
+    for (int32_t j = 0; j < m; j++) {
+        if (ids[j] == g) continue;
+        cdf = cdf + prob_of(p, ids, j, by_id);
+        fallback = ids[j];
+        if (r < cdf) return ids[j];
+    }
+    return fallback;
+}
+
+/* The acceptance rule of a one-hot draft (q(g) = 1): g is kept with
+ * probability min(1, p(g) / q(g)) = p_g / total, total the candidates' sum
+ * (one coin: coin * total < p_g; p_g = 0 when g is not a candidate), else a
+ * second coin draws from the rest. */
+static int32_t accept_or_resample(tllm_sampler *s, const float *p, const uint16_t *ids, int32_t m, int by_id,
+                                  int32_t g, float total) {
+    float pg = 0.0f;
+    for (int32_t j = 0; j < m; j++)
+        if (ids[j] == g) pg = prob_of(p, ids, j, by_id);
+    if (rng_f32(s) * total < pg) return g;
+    return residual_draw(p, ids, m, by_id, g, rng_f32(s));
+}
+
+int32_t tllm_sample_guess(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx, int32_t g) {
+    if (g < 0) return tllm_sample(s, logits, n, idx);
+    if (s->temperature == 0.0f) return tllm_argmax(logits, n);
+    for (int32_t i = 0; i < n; i++) logits[i] = logits[i] / s->temperature;
+    tllm_softmax(logits, n);
+    if (s->top_p < 1.0f) {
+        float cum;
+        const int32_t last = nucleus(logits, n, s->top_p, idx, &cum);
+        return accept_or_resample(s, logits, idx, last + 1, 1, g, cum);
+    }
+    for (int32_t i = 0; i < n; i++) idx[i] = (uint16_t)i; /* every token a candidate, in id order */
+    return accept_or_resample(s, logits, idx, n, 1, g, 1.0f);
 }
 
 /* ---- top-K builds ---------------------------------------------------- */
@@ -134,15 +197,16 @@ void tllm_topk_push(tllm_topk *t, const float *x, int32_t n, int32_t r0) {
     }
 }
 
-int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
-    if (s->temperature == 0.0f) return t->id[0]; /* the first maximum: tllm_argmax's token */
+/* The set's values become their probabilities at the temperature; returns
+ * the nucleus's last entry within the K, in the set's order (no cutoff, no
+ * re-sort), and its mass in *cum (top_p >= 1: every entry, mass 1). */
+static int32_t topk_nucleus(const tllm_sampler *s, tllm_topk *t, float *cum_out) {
     float *p = t->value;
     const int32_t n = t->n;
     for (int32_t i = 0; i < n; i++) p[i] = p[i] / s->temperature;
     tllm_softmax(p, n);
-    const float coin = rng_f32(s);
-    if (s->top_p >= 1.0f) return t->id[multinomial(p, n, coin)];
-    /* the nucleus within the K, in the set's order (no cutoff, no re-sort) */
+    *cum_out = 1.0f;
+    if (s->top_p >= 1.0f) return n - 1;
     float cum = 0.0f;
     int32_t last = n - 1;
     for (int32_t j = 0; j < n; j++) {
@@ -152,6 +216,17 @@ int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
             break;
         }
     }
+    *cum_out = cum;
+    return last;
+}
+
+int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
+    if (s->temperature == 0.0f) return t->id[0]; /* the first maximum: tllm_argmax's token */
+    float cum;
+    const int32_t last = topk_nucleus(s, t, &cum);
+    const float *p = t->value;
+    const float coin = rng_f32(s);
+    if (s->top_p >= 1.0f) return t->id[multinomial(p, t->n, coin)];
     const float r = coin * cum;
     float cdf = 0.0f;
     for (int32_t j = 0; j <= last; j++) {
@@ -159,4 +234,12 @@ int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
         if (r < cdf) return t->id[j];
     }
     return t->id[last];
+}
+
+int32_t tllm_sample_topk_guess(tllm_sampler *s, tllm_topk *t, int32_t g) {
+    if (g < 0) return tllm_sample_topk(s, t);
+    if (s->temperature == 0.0f) return t->id[0];
+    float cum; /* the nucleus within the K, as tllm_sample_topk */
+    const int32_t last = topk_nucleus(s, t, &cum);
+    return accept_or_resample(s, t->value, t->id, last + 1, 0, g, cum);
 }

@@ -35,6 +35,7 @@
 #include "tllm_kernels_gguf_m7.h"
 #include "tllm_kernels_m7.h"
 #include "tllm_sampler.h" /* tllm_topk */
+#include "tllm_verify.h"  /* the verification pass's batched classifier */
 
 typedef struct {
     uint32_t src;      /* blob offset of the run's first chunk */
@@ -186,6 +187,30 @@ static inline void tllm_stream_topk_q4x4(tllm_stream *s, const tllm_q4x4_matrix 
     }
 }
 
+/* Speculative decoding's verification pass (tllm_verify.h): the classifier
+ * batched over the stream, per chunk chunk_rows rows for the P tokens,
+ * batch_rows of them at a time into chunk (P x batch_rows floats + spill). */
+static inline void tllm_stream_argmax_batch_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                                 const uint8_t *xb, int32_t P, const float *bias, float *chunk,
+                                                 int32_t batch_rows, int32_t *best, float *best_v) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_argmax_batch_q4x4(&part, xb, P, bias ? bias + r0 : 0, chunk, batch_rows, r0, best, best_v);
+    }
+}
+
+static inline void tllm_stream_topk_batch_q4x4(tllm_stream *s, const tllm_q4x4_matrix *m, int32_t chunk_rows,
+                                               const uint8_t *xb, int32_t P, const float *bias, float *chunk,
+                                               int32_t batch_rows, float *value, uint16_t *id, int32_t cap,
+                                               int32_t *held) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const int32_t n = m->rows - r0 < chunk_rows ? m->rows - r0 : chunk_rows;
+        const tllm_q4x4_matrix part = {tllm_stream_take(s), (uint16_t)n, m->cols, m->group};
+        tllm_topk_batch_q4x4(&part, xb, P, bias ? bias + r0 : 0, chunk, batch_rows, r0, value, id, cap, held);
+    }
+}
+
 /* llama.cpp's blocks in 4-row tiles (tllm_kernels_gguf_m7.h) over the
  * stream: the same loops as q4x4's above, the layout's kernel passed in
  * (tllm_matvec_q41x4 ...); a chunk is a view {its tiles, its rows, cols}. */
@@ -241,6 +266,29 @@ static inline void tllm_stream_topk_ggufx4(tllm_stream *s, tllm_ggufx4_matvec_fn
             mv(&rows, x16, bias ? bias + r0 + q0 : 0, chunk);
             tllm_topk_push(t, chunk, k, r0 + q0);
         }
+    }
+}
+
+/* The verification pass's classifier over the stream for the tiled GGUF
+ * layouts (tllm_verify.h's ggufx4 loop per chunk, its first row r0). */
+static inline void tllm_stream_argmax_batch_ggufx4(tllm_stream *s, tllm_ggufx4_matmat_fn mm,
+                                                   tllm_ggufx4_tile_bytes_fn tb, const tllm_ggufx4_matrix *m,
+                                                   int32_t chunk_rows, const uint8_t *xb, int32_t P, const float *bias,
+                                                   float *chunk, int32_t batch_rows, int32_t *best, float *best_v) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
+        tllm_argmax_batch_ggufx4(mm, tb, &part, xb, P, bias ? bias + r0 : 0, chunk, batch_rows, r0, best, best_v);
+    }
+}
+
+static inline void tllm_stream_topk_batch_ggufx4(tllm_stream *s, tllm_ggufx4_matmat_fn mm, tllm_ggufx4_tile_bytes_fn tb,
+                                                 const tllm_ggufx4_matrix *m, int32_t chunk_rows, const uint8_t *xb,
+                                                 int32_t P, const float *bias, float *chunk, int32_t batch_rows,
+                                                 float *value, uint16_t *id, int32_t cap, int32_t *held) {
+    for (int32_t r0 = 0; r0 < m->rows; r0 += chunk_rows) {
+        const tllm_ggufx4_matrix part = tllm_stream_take_ggufx4(s, m, r0, chunk_rows);
+        tllm_topk_batch_ggufx4(mm, tb, &part, xb, P, bias ? bias + r0 : 0, chunk, batch_rows, r0, value, id, cap,
+                               held);
     }
 }
 

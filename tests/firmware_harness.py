@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 
 from tinyllm_gen.build.cmake import build
+from tinyllm_gen.build.out import read_manifest
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
+from tinyllm_gen.lower.speculate import built_k
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.reference.speculative import generate_speculative
 
 from tinymodels import make_hf_model
 from bounds import BACKSTOP_S
@@ -69,11 +72,24 @@ def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8,
     return Built(model_dir, out, kv_bits, quant)
 
 
+def speculate_k(out: Path) -> int:
+    """The lookup guesses per pass the build at out verifies (its manifest's options.speculate; 0: plain
+    decoding).  Its greedy tokens are plain decoding's whatever k is; its sampled ones are
+    reference/speculative.py's with this k (`compile --speculate auto` turns it on for the boards whose
+    weights come over QUADSPI)."""
+    return built_k(read_manifest(out)["options"])
+
+
 def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], sampling: SamplingOptions,
-                     max_seq: int, kv_bits: int = 8, quant: str = "group") -> list[int]:
+                     max_seq: int, kv_bits: int = 8, quant: str = "group", k: int = 0) -> list[int]:
+    """The reference's tokens: plain decoding, or with k > 0 speculative decoding as a build with
+    --speculate lookup:k runs it (speculate_k)."""
     m = load_model(model_dir)
     qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits, quant=quant))
     ex = Executor(m.graph, QuantKernels(qg, max_seq))
+    if k:
+        return generate_speculative(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling,
+                                    k=k).generated_ids
     return generate(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling).generated_ids
 
 
@@ -84,7 +100,8 @@ def prompt_for(model_dir: Path) -> list[int]:
 def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> list[int]:
     ids = prompt_for(built.model_dir)
     fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
-    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits, built.quant)
+    ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits, built.quant,
+                           speculate_k(built.out))
     assert len(ref) == N_NEW, "reference stopped early: the test would cover fewer than 40 tokens"
     assert fw.output.generated_ids == ref
     assert fw.output.canary_ok is True

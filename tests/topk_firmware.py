@@ -1,16 +1,18 @@
 """Compile -> build -> run helpers for the `--sampler topk:K` tests (host and
-emulator tiers): the firmware's sampled tokens against reference.generate(top_k=K)."""
+emulator tiers): the firmware's sampled tokens against the reference's (top_k=K; with a build's lookup guesses,
+reference/speculative.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from firmware_harness import SHAPES, SHAPES_CONTEXT, prompt_for
+from firmware_harness import SHAPES, SHAPES_CONTEXT, prompt_for, speculate_k
 from tinymodels import make_hf_model
 from tinyllm_gen.build.cmake import build
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from tinyllm_gen.reference.speculative import generate_speculative
 from tinyllm_gen.reference.sampler import SamplingOptions
 from bounds import BACKSTOP_S
 
@@ -26,11 +28,14 @@ def model(root: Path, shape: str) -> Path:
     return d
 
 
-def reference(model_path: Path, ids, sampling, k: int) -> list[int]:
+def reference(model_path: Path, ids, sampling, k: int, guesses: int = 0) -> list[int]:
+    """The reference's tokens of a topk:k build (guesses: its lookup guesses per pass, firmware_harness.speculate_k)."""
     m = load_model(model_path)
-    qg = quantize(m, CompileOptions())
-    return generate(Executor(m.graph, QuantKernels(qg, SHAPES_CONTEXT)), ids, N_NEW, SHAPES_CONTEXT,
-                    m.graph.config.eos_ids, sampling, top_k=k).generated_ids
+    ex = Executor(m.graph, QuantKernels(quantize(m, CompileOptions()), SHAPES_CONTEXT))
+    if guesses:
+        return generate_speculative(ex, ids, N_NEW, SHAPES_CONTEXT, m.graph.config.eos_ids, sampling, top_k=k,
+                                    k=guesses).generated_ids
+    return generate(ex, ids, N_NEW, SHAPES_CONTEXT, m.graph.config.eos_ids, sampling, top_k=k).generated_ids
 
 
 def build_topk(root: Path, model_path: Path, tag: str, k: int, board: str = "host", **opts) -> Path:
@@ -46,6 +51,6 @@ def check_all(out: Path, model_path: Path, k: int, samplings=SAMPLINGS) -> None:
         "Once upon a time there was a cat")
     for sampling in samplings:
         fw = run_firmware(out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
-        ref = reference(model_path, ids, sampling, k)
+        ref = reference(model_path, ids, sampling, k, speculate_k(out))
         assert len(ref) == N_NEW and fw.output.generated_ids == ref, sampling
         assert fw.output.canary_ok is True

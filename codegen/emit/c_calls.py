@@ -18,6 +18,12 @@ def prefill_c_call(call: KernelCall, batched: frozenset, chunk_out: BufferRef | 
     return call.args.batched(BatchContext(batched, chunk_out))
 
 
+def verify_c_call(call: KernelCall, batched: frozenset, chunk_out: BufferRef | None) -> CCall:
+    """A head call in tllm_model_verify: on every position of the pass (the
+    classifiers' batched forms, kernels/classifier.py; the norms per position)."""
+    return call.args.batched(BatchContext(batched, chunk_out))
+
+
 def last_token_c_call(call: KernelCall, batched: frozenset) -> CCall:
     """A head call in tllm_model_prefill: on the batch's last token."""
     return last_token(call.args.c_call(), batched)

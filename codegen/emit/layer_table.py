@@ -20,7 +20,7 @@ from ..kernels.c_names import buffer_macro, check_unique, layer_field, layer_gen
 from ..kernels.c_text import BUFFER, FIXED, KV, PARAM, SHAPE, WEIGHT, CArg, CCall, block_comment, packed
 from ..lower.prefill import CHUNK_OUT
 from ..lower.records import KernelCall
-from .c_calls import c_call, c_comment, describe, last_token_c_call, prefill_c_call
+from .c_calls import c_call, c_comment, describe, last_token_c_call, prefill_c_call, verify_c_call
 
 BODY_INDENT = 8  # inside tllm_model_step's for loop
 
@@ -99,6 +99,7 @@ class StepForm:
     loop: LayerLoop | None
     why: str  # the comment at the top of the step: which form, and why
     prefill: "PrefillForm | None" = None  # tllm_model_prefill's batched body (None: prefill_batch 1)
+    verify: "VerifyForm | None" = None  # tllm_model_verify's head (None: no speculative decoding)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,16 @@ class PrefillForm:
     after: tuple[str, ...]
     loop: LayerLoop | None
     head: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class VerifyForm:
+    """tllm_model_verify (speculative decoding): the layers as
+    tllm_model_prefill runs them (one static function both call), then the
+    head's calls in their batched form, on every position."""
+
+    head: tuple[str, ...]  # statements, each with its comment line
     why: str
 
 
@@ -298,7 +309,20 @@ def _with_prefill(form: StepForm, program: Program, prefill_c, loop: LayerLoop |
     head = tuple(f"{c_comment(c)}\n    {last_token_c_call(c, batched).text()}" for c in program.head_calls)
     pre = PrefillForm(statements(form.before), tuple(statements(l) for l in form.layers) if loop is None else (),
                       statements(form.after), loop, head, program.prefill.why)
-    return dataclasses.replace(form, prefill=pre)
+    return dataclasses.replace(form, prefill=pre, verify=_verify_form(program))
+
+
+def _verify_form(program: Program) -> VerifyForm | None:
+    """The verification pass's head: each head call batched over the positions
+    (the head's buffers hold one value per position, lower/speculate.py)."""
+    sp = program.speculate
+    if sp is None:
+        return None
+    planned = {b.name: b for b in program.buffers()}
+    both = program.prefill.batched | sp.batched
+    head = tuple(f"{c_comment(c)}\n    {verify_c_call(c, both, planned.get(CHUNK_OUT)).text()}"
+                 for c in program.head_calls)
+    return VerifyForm(head, sp.why)
 
 
 def c_layer_table(loop: LayerLoop) -> str:

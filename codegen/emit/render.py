@@ -33,7 +33,7 @@ from ..plan.traffic import kv_read, traffic_of
 from ..quant.kv import kv_layout
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
-from ..timing import predicted_for
+from ..timing import LOOKUP_ACCEPTANCE, build_mode, predicted_for, speculative_prediction
 from ..vocab import vocabulary_of
 from .filters import FILTERS
 from .layer_table import c_layer_table, step_form
@@ -49,7 +49,8 @@ RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c",
                    "tllm_sampler.c", "tllm_engine.c", "tllm_weights.c") + CONSOLE_SOURCES
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
                    "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_kernels_gguf_m7.h", "tllm_cmsis.h", "tllm_model_api.h",
-                   "tllm_request.h", "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h")
+                   "tllm_request.h", "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h", "tllm_draft.h",
+                   "tllm_verify.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c
@@ -150,7 +151,22 @@ def report_doc(program: Program, board: Board) -> dict:
     if pre is not None:
         doc["prefill"] = {"batch": pre.batch, "why": pre.why, "batched_buffers": sorted(pre.batched),
                           "batched_bytes": sum(b.size for b in plan.buffers if b.name in pre.batched)}
+    if program.speculate is not None:  # only when on: plain builds keep their reports
+        doc["speculate"] = speculate_doc(program, board, traffic)
     return doc
+
+
+def speculate_doc(program: Program, board: Board, traffic) -> dict:
+    """report.json's "speculate": the verification pass's k and buffers, how k was chosen, and the decode
+    tokens/s the timing model predicts with and without it at the draft's measured acceptance."""
+    sp, plan = program.speculate, program.plan
+    mode = build_mode(board, program.stream is not None)
+    chunk = {"chunk_bytes": program.stream.options.chunk_bytes} if program.stream is not None else {}
+    outs = sorted(b.name for b in plan.buffers if b.request.kind == "verify")
+    return {"draft": sp.draft, "k": sp.k, "positions": sp.positions, "why": sp.why, "choice": sp.choice,
+            "batched_buffers": sorted(sp.batched), "verify_outputs": outs,
+            "batched_bytes": sum(b.size for b in plan.buffers if b.name in sp.batched or b.name in outs),
+            "predicted": speculative_prediction(board, traffic.workload(), LOOKUP_ACCEPTANCE, sp.k, mode, **chunk)}
 
 
 def _weights_context(program: Program) -> dict:
@@ -214,6 +230,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "kv4": program.kv_bits == 4,
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
+        "speculate_k": program.speculate.k if program.speculate is not None else 0,
         "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",
         **_weights_context(program), **_vocab_context(program, tokenizer),
     }

@@ -20,7 +20,14 @@ From the outside in:
 * where the KV cache goes (`--kv-region`, on a board with SDRAM): sram (the
   default: the 512 KiB plan as it always was), sdram (the KV cache alone in
   the SDRAM region, outside the RAM budget), or auto: SRAM when the context
-  asked for fits there (with --max-seq auto, the SRAM figure), else SDRAM.
+  asked for fits there (with --max-seq auto, the SRAM figure), else SDRAM;
+* speculation (`--speculate auto|lookup[:k]`, after the rest): the guesses
+  per pass k <= P - 1 that the timing model predicts the most decode
+  tokens/s for (timing.choose_k, at the measured acceptance of the
+  prompt-lookup draft), the fastest whose plan fits beside the same
+  context (with `--max-seq auto`: within AUTO_CONTEXT_TENTHS of plain
+  decoding's); `auto` only where it beats plain decoding by
+  SPECULATE_MARGIN, off (with the reason) otherwise.
 
 Each candidate is the base step with the passes applied (lower/stream.py,
 lower/prefill.py: cheap rewrites of the step), its lifetimes derived once
@@ -35,6 +42,7 @@ from ..board import Board
 from ..errors import UserError
 from ..lower.prefill import batch_step, unbatchable
 from ..lower.records import LoweredStep, StepSource, StreamOptions
+from ..lower.speculate import speculate_step
 from ..lower.step import with_kv_bits
 from ..lower.stream import MODES, choose_pinned, pin_candidates, stream_step
 from ..plan.codesize import CodeFlash, check_code_flash, code_flash
@@ -43,7 +51,7 @@ from ..plan.memory import CANARY_BYTES, MIN_SEQ, MemoryPlan, plan_lifetimes, wha
 from ..plan.regions import check_budget
 from ..plan.weights_size import weights_blob_bytes
 from ..plan.traffic import step_traffic
-from ..timing import predict
+from ..timing import LOOKUP_ACCEPTANCE, build_mode, choose_k, predict, speculative_tokens_per_s
 from ..vocab import vocab_goes_to_weights, vocab_nbytes
 
 AUTO = "auto"
@@ -54,6 +62,7 @@ CHUNK_CANDIDATES = (1024, 2048, 4096, 8192, 16 * 1024, 32 * 1024)
 CHUNK_TOLERANCE = 0.005  # a chunk within 0.5% of the best predicted tokens/s is as good: the smallest such wins
 PIN_ROUNDS = 8  # the pinned buffer changes the placement: shrink the SRAM offered this many times at most
 KV_REGIONS = ("auto", "sram", "sdram")
+SPECULATE_MARGIN = 0.05  # --speculate auto: on only where the timing model predicts 5% more decode tokens/s
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class FitRequest:
     vocab: tuple[int, int] | None = None  # (tokens, text bytes) the board prints; None: unknown (no tokenizer)
     unroll_layers: bool = False  # compile --unroll-layers (the code flash)
     kv_region: str = "sram"  # sram | sdram | auto (KV_REGIONS)
+    speculate: tuple[str, int | None] = ("off", None)  # (off | auto | lookup, k or None), lower/speculate.py
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,8 @@ class Fitted:
     code: CodeFlash | None = None  # the code-flash estimate; None on the host
     prefill_why: str = ""  # how the prefill batch was chosen
     stream: StreamOptions | None = None  # the stream options planned (None: weights in place)
+    speculate_why: str = ""  # how speculation was decided ("" when --speculate off)
+    plain: "Fitted | None" = None  # with speculation: the plan plain decoding would have (what it costs)
 
     @property
     def prefill_batch(self) -> int:
@@ -343,8 +355,14 @@ def free_bytes(plan: MemoryPlan, board: Board) -> int:
     return max(0, min(plan.budget_bytes - plan.total_bytes, room))
 
 
+def passes(base: LoweredStep, opts: StreamOptions | None, seq: int, batch: int, k: int) -> LoweredStep:
+    """The base step with the stream, prefill and speculation passes applied (k = 0: no speculation)."""
+    step = batch_step(stream_step(base, opts, seq), batch)
+    return speculate_step(step, k) if k else step
+
+
 def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitRequest, batch: int,
-               requested_seq: int | str | None) -> Fitted:
+               requested_seq: int | str | None, k: int = 0) -> Fitted:
     """The stream pass in the plan: `off` unchanged; `all` streams every
     tiled matrix; `auto` streams on boards whose weights are external and
     pins what fits in the SRAM left.  The chunk size is the request's or
@@ -361,13 +379,13 @@ def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitReq
     # kernels; the per-channel scheme and the portable kernels read their layouts in place)
     streams = board.weights.storage == "external" and base.kernels == "cortex-m7" and src.method != "per-channel"
     if mode == "off" or (mode == AUTO and not streams):
-        return plan_step(planner, batch_step(base, batch), src, req, requested_seq)
+        return plan_step(planner, passes(base, None, context, batch, k), src, req, requested_seq)
     sizes = (req.stream_chunk,) if req.stream_chunk else chunk_sizes(base, board)
     err = None
     for size in sizes:
         opts = StreamOptions(mode, size)
         try:
-            planned = plan_step(planner, batch_step(stream_step(base, opts, context), batch), src, req, requested_seq)
+            planned = plan_step(planner, passes(base, opts, context, batch, k), src, req, requested_seq)
             break
         except UserError as e:
             err = e
@@ -384,18 +402,25 @@ def fit_stream(planner: Planner, base: LoweredStep, src: StepSource, req: FitReq
             break
         pinned = dataclasses.replace(opts, pinned=pins)
         try:  # planned at the context chosen: what --max-seq auto said of it still holds
-            return dataclasses.replace(plan_step(planner, batch_step(stream_step(base, pinned, seq), batch), src, req,
-                                                 seq), seq_note=planned.seq_note)
+            return dataclasses.replace(plan_step(planner, passes(base, pinned, seq, batch, k), src, req, seq),
+                                       seq_note=planned.seq_note)
         except UserError:
             left = left * 7 // 8
     return planned
 
 
 def fit(base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None = None) -> Fitted:
-    """The prefill batch, stream chunk, pins and context for `base` (see
-    the module docstring).  memo: batch -> fit_stream's result or its
-    UserError, shared with the trade-off tables (fit/tradeoffs.py)."""
+    """The prefill batch, stream chunk, pins, context and speculation for
+    `base` (see the module docstring).  memo: batch -> fit_stream's result
+    or its UserError (plain decoding), shared with the trade-off tables
+    (fit/tradeoffs.py)."""
     planner = Planner(req.board, req.budget)
+    plain = fit_plain(planner, base, src, req, memo)
+    return plain if req.speculate[0] == "off" else fit_speculation(planner, plain, base, src, req)
+
+
+def fit_plain(planner: Planner, base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None) -> Fitted:
+    """The prefill batch, stream chunk, pins and context of plain decoding."""
     memo = {} if memo is None else memo
     batch = req.prefill_batch
     reason = unbatchable(base)
@@ -419,6 +444,102 @@ def fit(base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None =
                     f"auto: {p} ({res.plan.max_seq} tokens of context against {one.plan.max_seq} at 1)")
             return dataclasses.replace(res, prefill_why=note)
     return dataclasses.replace(one, prefill_why="auto: 1 (no larger batch fits beside the context)")
+
+
+def speculation_ks(plain: Fitted, board: Board, k_max: int, auto: bool) -> tuple[list[int], str]:
+    """The k to try, the fastest first (timing.choose_k on this build's own
+    workload and mode), and the sentence that says why; `auto` keeps only
+    those SPECULATE_MARGIN faster than plain decoding."""
+    w = step_traffic(plain.step).workload()
+    mode = build_mode(board, plain.step.stream is not None)
+    chunk = plain.step.stream.options.chunk_bytes if plain.step.stream is not None else None
+    kw = {"chunk_bytes": chunk} if chunk else {}
+    base = speculative_tokens_per_s(board, w, LOOKUP_ACCEPTANCE, 0, mode, **kw)
+    rated = choose_k(board, w, LOOKUP_ACCEPTANCE, k_max, mode, **kw)
+    if auto:
+        rated = [(k, r) for k, r in rated if r > base * (1 + SPECULATE_MARGIN)]
+    where = f"{board.name}, {mode}" if mode != "compute" else f"{board.name}, compute alone"
+    if not rated:
+        best = max(choose_k(board, w, LOOKUP_ACCEPTANCE, k_max, mode, **kw), key=lambda kr: kr[1], default=None)
+        return [], (f"off: the timing model ({where}) predicts no gain over plain decoding's {base:.4g} tokens/s"
+                    + (f" (lookup:{best[0]} {best[1]:.4g})" if best else ""))
+    k, r = rated[0]
+    return [k for k, _ in rated], (f"lookup:{k}: the timing model ({where}) predicts {r:.4g} decode tokens/s "
+                                   f"against {base:.4g} plain, at the prompt-lookup draft's measured acceptance "
+                                   f"({LOOKUP_ACCEPTANCE.tokens_per_pass[k]:.2f} tokens per pass)")
+
+
+def fit_speculation(planner: Planner, plain: Fitted, base: LoweredStep, src: StepSource, req: FitRequest) -> Fitted:
+    """Speculation on the plain fit's prefill batch: the first k (fastest
+    first) whose plan fits beside the context; `auto` falls back to plain
+    decoding with the reason, an explicit `lookup[:k]` is refused in one line."""
+    draft, k_asked = req.speculate
+    auto, P = draft == "auto", plain.prefill_batch
+    if P == 1:
+        why = "the prompt is prefilled token by token (prefill batch 1): verification runs on its P-token buffers"
+        if auto:
+            return dataclasses.replace(plain, speculate_why=f"off: {why}")
+        raise UserError(f"--speculate {draft}{f':{k_asked}' if k_asked else ''}: {why}; "
+                        "use --prefill-batch 2..4 (or auto)")
+    if k_asked is not None:
+        ks, why = [k_asked], f"lookup:{k_asked} (asked)"
+    else:
+        ks, why = speculation_ks(plain, req.board, P - 1, auto)
+        if not ks:
+            return dataclasses.replace(plain, speculate_why=why)
+    floor = -(-plain.plan.max_seq * AUTO_CONTEXT_TENTHS // 10) if req.max_seq == AUTO else 0
+    err, short = None, "the verification's buffers do not fit beside the context"
+    for k in ks:
+        try:
+            res = fit_stream(planner, base, src, req, P, req.max_seq, k)
+        except UserError as e:
+            err = err or e
+            continue
+        if res.code is not None and not res.code.fits:
+            short = "tllm_model_verify's code does not fit the code flash"
+            continue
+        if res.plan.max_seq < floor:
+            continue
+        note = why if k == ks[0] else f"lookup:{k} (the faster k={ks[0]} does not fit beside the context)"
+        step = dataclasses.replace(res.step, speculate=dataclasses.replace(res.step.speculate, choice=note))
+        return dataclasses.replace(res, step=step, prefill_why=plain.prefill_why, speculate_why=note, plain=plain)
+    if auto:
+        return dataclasses.replace(plain, speculate_why=f"off: {short}")
+    if err is not None:
+        raise err
+    raise UserError(f"--speculate lookup:{ks[0]}: {short} ({plain.plan.max_seq} tokens): use a smaller k, "
+                    "--max-seq auto, or --speculate off")
+
+
+def speculation_cost(fitted: Fitted) -> dict | None:
+    """What speculation costs against plain decoding's plan: RAM at the same
+    context, and the context it gives up (with --max-seq auto the plans' own
+    contexts; otherwise the KV positions those bytes would have held)."""
+    if fitted.step.speculate is None or fitted.plain is None:
+        return None
+    spec, plain = fitted.plan, fitted.plain.plan
+    per_pos = plain.kv_cache_bytes / plain.max_seq if plain.max_seq else 0
+    extra = spec.total_bytes - plain.total_bytes if spec.max_seq == plain.max_seq else None
+    tokens = plain.max_seq - spec.max_seq if spec.max_seq != plain.max_seq else \
+        (-(-extra // int(per_pos)) if extra and extra > 0 and per_pos else 0)
+    return {"ram_bytes": extra, "context_tokens": tokens, "plain_max_seq": plain.max_seq, "max_seq": spec.max_seq,
+            "plain_total_bytes": plain.total_bytes, "total_bytes": spec.total_bytes}
+
+
+def speculate_note(fitted: Fitted) -> str:
+    """One line for compile: speculation's k and why, and its cost in RAM and context."""
+    sp = fitted.step.speculate
+    if sp is None:
+        return f"speculation {fitted.speculate_why}" if fitted.speculate_why else ""
+    cost = speculation_cost(fitted)
+    if cost["ram_bytes"] is None:
+        what = f"{cost['context_tokens']} tokens of context ({cost['max_seq']} against {cost['plain_max_seq']})"
+    elif cost["ram_bytes"] <= 0:
+        what = f"no RAM at {cost['max_seq']} tokens of context (the plan's peak is elsewhere)"
+    else:
+        what = (f"{cost['ram_bytes']:,} B of RAM at {cost['max_seq']} tokens of context (the KV cache of "
+                f"{cost['context_tokens']} positions)")
+    return f"speculation {fitted.speculate_why}; it costs {what}"
 
 
 def batched(memo: dict, planner: Planner, base: LoweredStep, src: StepSource, req: FitRequest, p: int) -> Fitted:

@@ -3,7 +3,7 @@ what each states).  KERNELS lists them all; lowering builds their records,
 the stream and prefill passes, the code-flash estimate and the emitter ask
 the records themselves."""
 from .attention import Attention, Rope
-from .base import BatchContext, Chunk, Kernel, PinCandidate, WeightRead
+from .base import BatchContext, Chunk, Kernel, PinCandidate, VerifyOutput, WeightRead
 from .classifier import ArgmaxClassifier, StreamedArgmax, StreamedTopK, TopKClassifier
 from .elementwise import Add, SiluMul, SiluMulPairsX16
 from .embed import EmbedGGUF, EmbedQ4, StreamedEmbed
@@ -16,4 +16,4 @@ KERNELS = (EmbedQ4, EmbedGGUF, StreamedEmbed, RmsNorm, RmsNormX16, QuantizeI8, Q
            MatvecQ4, MatvecQ4x4, MatvecGGUF, MatvecGGUFx4, StreamedMatvec, ArgmaxClassifier, TopKClassifier,
            StreamedArgmax, StreamedTopK, FcS4PerChannel, Rope, Attention, Add, SiluMul, SiluMulPairsX16)
 
-__all__ = ["KERNELS", "Kernel", "BatchContext", "Chunk", "PinCandidate", "Matvec", "WeightRead"] + [k.__name__ for k in KERNELS]
+__all__ = ["KERNELS", "Kernel", "BatchContext", "Chunk", "PinCandidate", "Matvec", "VerifyOutput", "WeightRead"] + [k.__name__ for k in KERNELS]

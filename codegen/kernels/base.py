@@ -28,6 +28,15 @@ class BatchContext:
 
 
 @dataclass(frozen=True)
+class VerifyOutput:
+    """A per-position result buffer of the verification pass, declared by
+    the speculation pass (lower/speculate.py) with one entry per position."""
+
+    name: str
+    ctype: str
+
+
+@dataclass(frozen=True)
 class PinCandidate:
     """A weight entry the stream may copy to SRAM once at boot instead of
     streaming it every token."""
@@ -70,6 +79,8 @@ class Kernel(ABC):
     # batched form's (with tllm_model_prefill), counted once when the prefill is batched.
     CODE_BYTES: ClassVar[int] = 0
     BATCHED_CODE_BYTES: ClassVar[int] = 0
+    # The verification pass's form of a head call (speculative decoding), counted once when a step has one.
+    VERIFY_CODE_BYTES: ClassVar[int] = 0
 
     @abstractmethod
     def c_call(self) -> CCall:
@@ -80,7 +91,8 @@ class Kernel(ABC):
         """What the call does (kernel and shape) and the buffer it writes."""
 
     def batched(self, ctx: BatchContext) -> CCall:
-        """The call in tllm_model_prefill: by default once per token, on that token's values."""
+        """The call in tllm_model_prefill (a head call: in tllm_model_verify,
+        for every position): by default once per token, on that token's values."""
         return per_token(self.c_call(), ctx.batched)
 
     def streamed(self, chunk_bytes: int) -> "Kernel | None":
@@ -126,6 +138,21 @@ class Kernel(ABC):
     def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
         """The same for its batched form (tllm_model_prefill)."""
         return ((self.code_key(), self.BATCHED_CODE_BYTES),)
+
+    def verify_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        """The same for a head call's form in the verification pass (tllm_model_verify, --speculate)."""
+        return ((("verify",) + self.code_key(), self.VERIFY_CODE_BYTES),)
+
+    def verify_outputs(self) -> tuple["VerifyOutput", ...]:
+        """What its form in the verification pass (speculative decoding,
+        lower/speculate.py) writes per position beyond its own buffers: the
+        greedy and top-K classifiers' per-position results (a plain classifier
+        writes P rows of logits into its own, batched, output: nothing)."""
+        return ()
+
+    def with_verify_outputs(self, refs: dict) -> "Kernel":
+        """The record with those outputs' buffers (name -> BufferRef) attached."""
+        return self
 
     def descriptors(self) -> tuple[Q4Ref | GGUFRef, ...]:
         """The matrices it reads through a C descriptor (tllm_q4_matrix, tllm_gguf_matrix ...)."""

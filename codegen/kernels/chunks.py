@@ -38,7 +38,8 @@ def whole_matrix_bytes(m: MatrixRef) -> int:
 
 def stream_kernel(m: MatrixRef, op: str) -> tuple[str, tuple]:
     """The tllm_stream.h function streaming a tiled matrix for `op` (matvec,
-    matmat, argmax, topk, embed), and the layout's kernels it takes: q4x4
+    matmat, argmax, topk, embed; argmax_batch and topk_batch: speculative
+    decoding's verification pass), and the layout's kernels it takes: q4x4
     has its own loops; the tiled GGUF layouts share one loop per op, given
     the layout's kernel (tllm_stream_matvec_ggufx4(s, tllm_matvec_q41x4, ...))."""
     if isinstance(m, Q4Ref):
@@ -46,5 +47,7 @@ def stream_kernel(m: MatrixRef, op: str) -> tuple[str, tuple]:
     s = m.suffix
     kernels = {"matvec": (f"tllm_matvec_{s}",), "matmat": (f"tllm_matmat_{s}",), "argmax": (f"tllm_argmax_{s}_from",),
                "topk": (f"tllm_matvec_{s}", f"tllm_{s}_tile_bytes"),
-               "embed": (f"tllm_embed_{s}", f"tllm_{s}_tile_bytes")}[op]
+               "embed": (f"tllm_embed_{s}", f"tllm_{s}_tile_bytes"),
+               "argmax_batch": (f"tllm_matmat_{s}", f"tllm_{s}_tile_bytes"),
+               "topk_batch": (f"tllm_matmat_{s}", f"tllm_{s}_tile_bytes")}[op]
     return f"tllm_stream_{op}_ggufx4", tuple(fixed(k) for k in kernels)

@@ -53,9 +53,13 @@ class _Int8Matvec(Kernel):
     def weight_reads(self) -> tuple[WeightRead, ...]:
         return full_read(self.matrix)
 
+    def batch_inputs(self) -> list:
+        """The matrix and the batch's activations (token p's at p x one token's)."""
+        return [matrix(self.matrix), buf(self.xq), buf(self.xs)]
+
     def batched(self, ctx: BatchContext) -> CCall:
-        return CCall(f"tllm_matmat_{self.layout}", (matrix(self.matrix), buf(self.xq), buf(self.xs), fixed("n"),
-                                                    vec(self.bias), buf(self.out)))
+        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
+                                                                               buf(self.out)]))
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,12 @@ class MatvecQ4x4(Kernel):
         m = self.matrix
         return f"q4x4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
 
+    def batch_inputs(self) -> list:
+        """The matrix and the batch's x16b stream."""
+        return [matrix(self.matrix), buf(self.x_stream)]
+
     def batched(self, ctx: BatchContext) -> CCall:
-        return CCall("tllm_matmat_q4x4", (matrix(self.matrix), buf(self.x_stream), fixed("n"), vec(self.bias),
-                                          buf(self.out)))
+        return CCall("tllm_matmat_q4x4", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias), buf(self.out)]))
 
     def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
         rows, chunks = chunks_of(self.matrix, chunk_bytes)
@@ -193,9 +200,13 @@ class MatvecGGUFx4(Kernel):
         m = self.matrix
         return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks in 4-row tiles){_bias(self.bias)}", self.out
 
+    def batch_inputs(self) -> list:
+        """The matrix and the batch's x16b stream."""
+        return [matrix(self.matrix), buf(self.x_stream)]
+
     def batched(self, ctx: BatchContext) -> CCall:
-        return CCall(f"tllm_matmat_{self.layout}", (matrix(self.matrix), buf(self.x_stream), fixed("n"),
-                                                    vec(self.bias), buf(self.out)))
+        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
+                                                                               buf(self.out)]))
 
     def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
         rows, chunks = chunks_of(self.matrix, chunk_bytes)

@@ -68,7 +68,7 @@ class BufferDecl:
     name: str
     ctype: str
     count: int  # elements for one token, plus per_seq x max_seq
-    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk | request | stream | pinned
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk | verify | request | stream | pinned
     span: str | None = None
     placement: str = ""  # hot | bulk | dma; "" = by kind (plan/lifetimes.placement_of)
     align: int = 16  # stream buffers: 32 (whole D-cache lines for the H750's MDMA)
@@ -119,6 +119,32 @@ class PrefillPlan:
 
 
 @dataclass(frozen=True)
+class SpeculatePlan:
+    """The speculation pass's decisions (lower/speculate.py): the
+    verification pass (tllm_model_verify) runs `k` guesses with the last
+    accepted token, P = k + 1 positions, through the layers on the batched
+    prefill's P-token buffers and then the head on every position: the
+    head's buffers hold P positions' values (position p at p x the one-token
+    count), the classifier's verification outputs one entry per position."""
+
+    draft: str  # "lookup": the prompt-lookup draft (firmware/tllm_draft.h)
+    k: int  # guesses per pass at most (1 .. abi.SPECULATE_MAX_K, and below the prefill batch)
+    batched: frozenset  # the head's buffers that hold P positions' values in the verification pass
+    why: str  # one sentence: what the verification pass does (its C comment)
+    padded: frozenset = frozenset()  # of them, written in whole 4-row tiles: + TILE_SPILL floats
+    choice: str = ""  # how the search chose k (fit/search.py: the timing model's figures, or "asked")
+
+    @property
+    def positions(self) -> int:
+        return self.k + 1
+
+    def planned_count(self, name: str, count: int) -> int:
+        if name not in self.batched:
+            return count
+        return self.positions * count + (TILE_SPILL if name in self.padded else 0)
+
+
+@dataclass(frozen=True)
 class LoweredStep:
     """The decode step as kernel calls whose buffers are symbolic
     (BufferRef offset -1, region "") and whose weights are named but not yet
@@ -144,6 +170,7 @@ class LoweredStep:
     top_k: int = 0  # --sampler topk:K (TopKClassifier); 0: full or greedy
     stream: StreamPlan | None = None  # weights streamed or pinned (lower/stream.py); None: read in place
     prefill: PrefillPlan | None = None  # prompt tokens per weight pass (lower/prefill.py); None: not decided
+    speculate: SpeculatePlan | None = None  # the verification pass (lower/speculate.py); None: plain decoding
 
     @property
     def prefill_batch(self) -> int:
@@ -151,7 +178,7 @@ class LoweredStep:
 
     def planned_count(self, name: str, count: int) -> int:
         """A buffer's element count in the plan from its one-token count (P-token buffers hold P)."""
-        return count if self.prefill is None else self.prefill.planned_count(name, count)
+        return planned_count(self.prefill, self.speculate, name, count)
 
     @property
     def greedy(self) -> bool:
@@ -171,3 +198,14 @@ class LoweredStep:
             if d.name == name:
                 return d
         raise KeyError(name)
+
+
+def planned_count(prefill: PrefillPlan | None, speculate: SpeculatePlan | None, name: str, count: int) -> int:
+    """A buffer's element count in the plan: the body's P-token buffers (the
+    prefill pass's), the head's P-position ones (the speculation pass's),
+    else its one-token count."""
+    if prefill is not None and name in prefill.batched:
+        return prefill.planned_count(name, count)
+    if speculate is not None:
+        return speculate.planned_count(name, count)
+    return count

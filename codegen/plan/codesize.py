@@ -12,6 +12,8 @@ arm-none-eabi-size's sections):
   + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream; only
                                           the pins' boot copy when every matrix is pinned)
   + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
+  + VERIFY + the head's verification forms (kernels/) with --speculate: tllm_model_verify (its layers are
+                                          tllm_model_prefill's)
   + 20 x streamed matrices + 12 x pinned  the stream tables (tllm_stream.h, one run of chunks per matrix), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
@@ -38,7 +40,9 @@ from ..errors import UserError
 from ..kernels import Attention
 from ..lower.records import LoweredStep
 
-RUNTIME_BYTES = {"cortex-m7": 15_616, "portable": 16_256}  # the M7's without its q4x4 kernels (kernels/)
+# the M7's without its q4x4 kernels (kernels/); +1,920 B each with speculative decoding's engine, draft and
+# guessed-position samplers, compiled into every build (measured +1,780 B on the DK, +1,844 B on QEMU)
+RUNTIME_BYTES = {"cortex-m7": 17_536, "portable": 18_176}
 # loop: LAYERS[l], KV[l], the matrix descriptors (measured 120-170 B from dim 64 to SmolLM2's 576)
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 176, "portable": 288},
                    "unrolled": {"cortex-m7": 384, "portable": 448}}
@@ -53,6 +57,8 @@ STREAM_PER_LAYER_BYTES = {"loop": 0, "unrolled": 160}
 PREFILL_STREAM_BYTES = {"loop": 128, "unrolled": 512}
 PREFILL_UNROLLED_PER_LAYER_BYTES = 384
 PREFILL_STREAM_UNROLLED_PER_LAYER_BYTES = 96
+VERIFY_BYTES = 512  # tllm_model_verify, its descriptor and the engine's per-position accessors (--speculate;
+# measured: +420 B on a 24-layer QEMU build with the full sampler)
 STREAM_RUN_BYTES = 20  # sizeof(tllm_stream_run): src, stride, len, last_len, count (one run per streamed matrix)
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
@@ -119,6 +125,13 @@ def layers_share_calls(step: LoweredStep) -> bool:
     return len({tuple(v) for v in per_layer.values()}) <= 1
 
 
+def _verify_bytes(step: LoweredStep) -> int:
+    """Speculative decoding's verification pass: tllm_model_verify and its head's batched forms."""
+    if step.speculate is None:
+        return 0
+    return VERIFY_BYTES + sum(dict(part for call in step.head_calls for part in call.args.verify_code_parts()).values())
+
+
 def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0) -> CodeFlash | None:
     """The code-flash estimate of this step (after the stream and prefill
     passes) on this board (None on the host)."""
@@ -135,7 +148,7 @@ def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_byte
         runtime += STREAM_BYTES + STREAM_PER_LAYER_BYTES[form] * layers
     elif plan is not None:
         runtime += STREAM_PINS_ONLY_BYTES
-    prefill = _prefill_bytes(step, form, layers)
+    prefill = _prefill_bytes(step, form, layers) + _verify_bytes(step)
     tables = STREAM_RUN_BYTES * plan.n_runs + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
     return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,
                      region.name, unroll_layers, prefill)

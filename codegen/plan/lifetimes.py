@@ -22,7 +22,7 @@ from ..kernels.refs import BufferRef, refs_of
 from ..lower.records import LoweredStep
 
 ALIGN = 16  # also lets the 4-row M7 matvec write whole tiles: float outputs round up to 4
-CTYPE_BYTES = {"float": 4, "int8_t": 1, "uint16_t": 2, "uint8_t": 1}
+CTYPE_BYTES = {"float": 4, "int8_t": 1, "uint16_t": 2, "uint8_t": 1, "int32_t": 4}
 
 
 def align_up(n: int, a: int = ALIGN) -> int:
@@ -44,7 +44,7 @@ class BufferRequest:
     count: int  # elements (plus per_seq x max_seq until `at` fixes the context)
     first: int  # first time step it is live
     last: int  # last time step it is live (inclusive)
-    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk | request | stream | pinned
+    kind: str  # activation | scratch | kv | state | tokens | logits | sampler | topk | verify | request | stream | pinned
     align: int = ALIGN
     placement: str = ""  # hot | bulk | dma; "" = by kind (placement_of)
     per_seq: int = 0  # elements per token of context
@@ -96,8 +96,8 @@ def lifetimes_of(step: LoweredStep) -> Lifetimes:
             if d.name not in spans:
                 raise AssertionError(f"buffer {d.name} is declared but no call uses it")
             first, last = spans[d.name]
-            if d.kind in ("logits", "topk"):
-                last = end  # read by the sampler
+            if d.kind in ("logits", "topk", "verify"):
+                last = end  # read by the sampler (a verification pass's per-position results: by the engine)
         requests.append(BufferRequest(d.name, d.ctype, d.count, first, last, d.kind, d.align, d.placement,
                                       d.per_seq))
     return Lifetimes(buffers=tuple(requests), n_steps=end)

@@ -50,12 +50,15 @@ class Traffic:
         body = [r for r in self.reads if r.role == "layers"]
         batched = tuple((p, round(sum(r.weight.macs * kernel_rate(r.weight.layout, p) for r in body)))
                         for p in range(1, MAX_BATCH + 1))
+        cls = [r for r in self.reads if r.role == "classifier"]
+        batched_head = tuple((p, round(sum(r.weight.macs * kernel_rate(r.weight.layout, p) for r in cls)))
+                             for p in range(1, MAX_BATCH + 1))
         streams = sum(1 for r in self.reads if not r.pinned and r.weight.macs)
         layouts = sorted({r.weight.layout for r in self.reads})
         return Workload(name, self.flash_bytes(), mv, round(self.macs() * MEASURED_OTHER_PER_MAC), streams,
                         f"the build's layouts ({', '.join(layouts)}) at their measured rates (timing.KERNEL_RATES)",
                         head_weight_bytes=self.flash_bytes("classifier"), head_matvec_instructions=head,
-                        batched_body_matvec=batched)
+                        batched_body_matvec=batched, batched_head_matvec=batched_head)
 
     def json(self) -> dict:
         by_layout: dict[str, int] = defaultdict(int)

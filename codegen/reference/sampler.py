@@ -155,6 +155,76 @@ class Sampler:
             return self._top_p(probs, coin)
         return self._multinomial(probs, coin)
 
+    def sample_guess(self, logits: np.ndarray, guess: int) -> int:
+        """tllm_sample_guess / tllm_sample_topk_guess (speculative decoding):
+        the token at a position the draft guessed `guess` for (< 0: no guess,
+        `sample`).  Temperature 0: the argmax (top-K: the set's first entry).
+        Otherwise the sampler's distribution p over its candidates (the whole
+        vocabulary in id order at top_p = 1, total S = 1; else the nucleus in
+        its order, S its float32 sum; a top-K build: the K, in their order):
+        one coin u keeps the guess when u * S < p(guess) (the acceptance rule
+        min(1, p / q) of a one-hot draft, q(guess) = 1; p = 0 outside the
+        candidates), else a second coin draws from the candidates without the
+        guess (the normalised max(0, p - q)): coin times their sum, then the
+        first running sum above it, in order (the last of them if rounding
+        leaves it above every one).  The token is the guess exactly when kept."""
+        if guess < 0:
+            return self.sample(logits)
+        x = np.asarray(logits, F32)
+        if self.top_k:
+            ids = top_k_ids(x, self.top_k)
+            if self.opts.temperature == 0.0:
+                return int(ids[0])
+            probs = softmax(x[ids] / self.temperature)
+            if self.top_p < F32(1.0):
+                last, cum = self._nucleus_prefix(list(probs))
+                return self._accept_or_resample(probs[:last + 1], ids[:last + 1], guess, cum)
+            return self._accept_or_resample(probs, ids, guess, F32(1.0))
+        if self.opts.temperature == 0.0:
+            return argmax(x)
+        probs = softmax(x / self.temperature)
+        if self.top_p < F32(1.0):
+            ids = np.asarray(self._candidates(probs), np.int64)
+            last, cum = self._nucleus_prefix([probs[i] for i in ids])
+            return self._accept_or_resample(probs[ids[:last + 1]], ids[:last + 1], guess, cum)
+        return self._accept_or_resample(probs, np.arange(len(probs)), guess, F32(1.0))
+
+    def _accept_or_resample(self, probs: np.ndarray, ids: np.ndarray, guess: int, total: np.float32) -> int:
+        """probs[j] is candidate ids[j]'s probability (see sample_guess)."""
+        at = np.flatnonzero(ids == guess)
+        pg = probs[at[0]] if at.size else F32(0.0)
+        if self.rng.next_f32() * total < pg:
+            return guess
+        keep = ids != guess
+        rest_p, rest_ids = np.asarray(probs, F32)[keep], ids[keep]
+        cdf = np.cumsum(rest_p, dtype=F32)  # left to right in float32, as the C's running sums
+        rest = cdf[-1] if cdf.size else F32(0.0)
+        r = self.rng.next_f32() * rest
+        hit = np.flatnonzero(r < cdf)
+        if hit.size:
+            return int(rest_ids[hit[0]])
+        return int(rest_ids[-1]) if rest_ids.size else guess
+
+    def _candidates(self, probs: np.ndarray) -> list[int]:
+        """The full sampler's top-p candidates in (prob desc, index asc) order
+        (tllm_sampler.c nucleus).  Tokens below the cutoff cannot be in the
+        nucleus (llama2.c's trick): it keeps the sort short; computed in
+        float32 as the C does.  (prob desc, index asc) is a total order, so
+        any correct sort in C yields this exact sequence."""
+        cutoff = (F32(1.0) - self.top_p) / F32(len(probs) - 1)
+        cand = [i for i in range(len(probs)) if probs[i] >= cutoff]
+        cand.sort(key=lambda i: (-float(probs[i]), i))
+        return cand
+
+    def _nucleus_prefix(self, ordered: list) -> tuple[int, np.float32]:
+        """(last, sum): the shortest prefix of `ordered` whose float32 sum exceeds top_p (all when none does)."""
+        cum = F32(0.0)
+        for j, p in enumerate(ordered):
+            cum = cum + p
+            if cum > self.top_p:
+                return j, cum
+        return len(ordered) - 1, cum
+
     @staticmethod
     def _multinomial(probs: np.ndarray, coin: np.float32) -> int:
         cdf = F32(0.0)
@@ -165,14 +235,7 @@ class Sampler:
         return len(probs) - 1  # rounding: coin beyond the last cdf
 
     def _top_p(self, probs: np.ndarray, coin: np.float32) -> int:
-        n = len(probs)
-        # Tokens below this cannot be in the nucleus (llama2.c's trick): it
-        # keeps the sort short. Computed in float32 as the C does.
-        cutoff = (F32(1.0) - self.top_p) / F32(n - 1)
-        cand = [i for i in range(n) if probs[i] >= cutoff]
-        # (prob desc, index asc) is a total order, so any correct sort in C
-        # yields this exact sequence.
-        cand.sort(key=lambda i: (-float(probs[i]), i))
+        cand = self._candidates(probs)
         return cand[self._nucleus_draw([probs[i] for i in cand], coin)]
 
     def _nucleus_draw(self, ordered: list, coin: np.float32) -> int:

@@ -15,9 +15,11 @@ from ..errors import UserError
 from ..frontends.tokenizer import Tokenizer
 from ..ir import ModelConfig
 from ..lower.blob import BlobEntry, read_blob
+from ..lower.speculate import built_k
 from ..quant.formats import QuantizedGraph
-from ..reference.executor import Executor, QuantKernels, generate
+from ..reference.executor import Executor, QuantKernels
 from ..reference.sampler import SamplingOptions, top_k_of
+from ..reference.speculative import generate_speculative
 
 
 def tree_reference(out: Path) -> tuple[QuantizedGraph, dict]:
@@ -43,8 +45,10 @@ def check_tokens(out: Path, tokenizer: Tokenizer, prompt_ids: Sequence[int], max
     """None when the firmware's ids are the reference's; else one line naming the first difference."""
     qg, m = tree_reference(out)
     seq = int(m["max_seq"])
-    want = generate(Executor(qg.graph, QuantKernels(qg, seq)), list(prompt_ids), max_new_tokens, seq,
-                    qg.config.eos_ids, sampling, top_k=top_k_of(m["options"].get("sampler", "full"))).generated_ids
+    opts = m["options"]  # a speculative build's sampled tokens are the speculative reference's (its k)
+    want = generate_speculative(Executor(qg.graph, QuantKernels(qg, seq)), list(prompt_ids), max_new_tokens, seq,
+                                qg.config.eos_ids, sampling, top_k=top_k_of(opts.get("sampler", "full")),
+                                k=built_k(opts)).generated_ids
     if list(got) == list(want):
         return None
     i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))

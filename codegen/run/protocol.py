@@ -89,10 +89,21 @@ class FirmwareOutput:
     stack_peak: int | None = None  # bytes of stack used (0: the board cannot measure)
     canary_regions: dict | None = None  # region -> intact
     crc_errors: int = 0  # "@TLLM" lines whose crc= suffix did not match (skipped)
+    passes: int | None = None  # passes over the weights that produced tokens (None: older firmware)
+    # tokens each pass produced ("@TLLM pass" lines, speculative builds; the last pass may deliver fewer);
+    # a plain build prints none: every pass is one token
+    pass_tokens: list[int] | None = None
+    pass_positions: list[int] | None = None  # positions each pass ran through the weights (1: a plain step)
+
+    @property
+    def tokens_per_pass(self) -> float | None:
+        """Generated tokens per pass over the weights (1.0 for plain decoding)."""
+        return len(self.generated_ids) / self.passes if self.passes else None
 
 
 _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
-_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)$")
+_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?$")
+_PASS = re.compile(r"^@TLLM pass (\d+) tokens=(\d+) positions=(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,7 @@ def parse_output(console: str) -> FirmwareOutput:
     text_lines: list[str] | None = None
     text = ""
     crc_errors = 0
+    passes, pass_tokens, pass_positions = None, [], []
     for line in console.split("\n"):
         if line.startswith("@TLLM"):  # the story text between text-begin/end has no such lines
             line, ok = check_line(line)
@@ -162,6 +174,10 @@ def parse_output(console: str) -> FirmwareOutput:
             texts.append(_unescape(m.group(4)))
         elif m := _END.match(line):
             reason, prefill = m.group(1), int(m.group(3))
+            passes = int(m.group(4)) if m.group(4) is not None else None
+        elif m := _PASS.match(line):
+            pass_tokens.append(int(m.group(2)))
+            pass_positions.append(int(m.group(3)))
         elif line == "@TLLM text-begin":
             text_lines = []
         elif line.startswith("@TLLM canary "):
@@ -172,5 +188,8 @@ def parse_output(console: str) -> FirmwareOutput:
             canary_regions = {k: v == "ok" for k, v in regions.items()} or None
         elif line.startswith("@TLLM error "):
             error = line[len("@TLLM error "):]
+    if passes is not None and not pass_tokens:  # a plain build: one token, one position per pass
+        pass_tokens, pass_positions = [1] * passes, [1] * passes
+    seen = passes is not None or pass_tokens
     return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions,
-                          crc_errors)
+                          crc_errors, passes, pass_tokens if seen else None, pass_positions if seen else None)

@@ -39,6 +39,11 @@ CASES = [  # (id, model, options)
     ("qwen2-untied-stream-unrolled", dict(layers=4, arch="qwen2", dim=96, tied=False),
      dict(board="stm32h750b-dk", stream="all", unroll_layers=True)),
     ("qemu-24-layers-unrolled", dict(layers=24), dict(board="qemu-mps2-an500", unroll_layers=True)),
+    # speculative decoding (--speculate lookup:k): tllm_model_verify and the head's batched forms, on a shape
+    # above (an 8- or 12-layer model is over by 4 to 6 KiB with or without speculation)
+    ("m7-16-layers-stream-speculate", dict(layers=16), dict(board="stm32h750b-dk", stream="all", speculate="lookup:3")),
+    ("m7-16-layers-stream-topk-speculate", dict(layers=16), dict(board="stm32h750b-dk", stream="all", sampler="topk:8",
+                                                                 speculate="lookup:3")),
 ]
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from firmware_harness import GREEDY, SHAPES, TOP_P, Built, assert_identical, need, prompt_for, reference_tokens
+from firmware_harness import (GREEDY, SHAPES, TOP_P, Built, assert_identical, need, prompt_for, reference_tokens,
+                              speculate_k)
 from tinymodels import make_hf_model
 from tinyllm_gen.board import load_board
 from tinyllm_gen.build.cmake import build
@@ -154,7 +155,7 @@ def test_story260k_pinned_reads_no_flash_after_boot(root, board):
     ids = prompt_for(built.model_dir)
     for sampling in (GREEDY, TOP_P):
         fw = run_firmware(built.out, ids, 24, sampling)
-        ref = reference_tokens(built.model_dir, 32, ids, sampling, 64)[:24]
+        ref = reference_tokens(built.model_dir, 32, ids, sampling, 64, k=speculate_k(built.out))[:24]
         assert fw.output.generated_ids == ref
     res = _unicorn(built, board, ids, 24, TOP_P, watch=True)
     assert res.exit_code == 0 and not res.error and res.violations == []
@@ -173,7 +174,8 @@ def test_story260k_pinned_under_qemu(root):
     ids = prompt_for(built.model_dir)
     for sampling in (GREEDY, TOP_P):
         fw = run_firmware(built.out, ids, 24, sampling)
-        assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, sampling, 64)[:24]
+        assert fw.output.generated_ids == reference_tokens(built.model_dir, 32, ids, sampling, 64,
+                                                           k=speculate_k(built.out))[:24]
 
 
 def expected_transfers(sched: dict, steps: list[tuple[list[int], bool]], embed_src) -> list[int]:

@@ -100,10 +100,16 @@ PUSH = Kernel(
 
 # --- tllm_sample_topk ---------------------------------------------------------------
 def _sample_twin(v):
+    return sampled_set_twin(v, lambda s, logits: s.sample(logits))
+
+
+def sampled_set_twin(v, draw):
+    """A top-K sampler's outputs: the token `draw(sampler, logits)` gives, its RNG state and the set's values
+    (tllm_sample_topk here, tllm_sample_topk_guess in entries_verify.py)."""
     logits, cap = v["logits"], v["cap"]
     s = Sampler(SamplingOptions(float(v["temperature"]), float(v["top_p"])), top_k=cap)
     s.rng.state = int(v["rng_state"])
-    token = s.sample(logits)
+    token = draw(s, logits)
     value = np.array(v["value"], F32)
     if v["temperature"] != 0:  # the C overwrites the set's values with their probabilities
         value[: v["held"]] = exact.softmax(logits[top_k_ids(logits, cap)] / s.temperature)

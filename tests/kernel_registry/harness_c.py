@@ -30,6 +30,8 @@ HEADER_SOURCES = {
     "tllm_sampler.h": "tllm_sampler.c",
     "tllm_math.h": None,
     "tllm_topk.h": None,  # static inline loops over tllm_kernels*.c's matvecs and tllm_sampler.c's push
+    "tllm_draft.h": None,  # the prompt-lookup draft: static inline
+    "tllm_verify.h": None,  # static inline loops over the batched matmuls, argmax_chunk and tllm_topk_push
 }
 WARNINGS = ("-Wall", "-Wextra", "-Werror")
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 KERNEL_HEADERS = ("tllm_kernels.h", "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_kernels_gguf_m7.h", "tllm_cmsis.h",
-                  "tllm_sampler.h", "tllm_math.h", "tllm_topk.h")
+                  "tllm_sampler.h", "tllm_math.h", "tllm_topk.h", "tllm_draft.h", "tllm_verify.h")
 
 OTHER_HEADERS = {
     "tllm_abi.h": "constants shared with codegen/abi.py (tests/unit/test_abi.py); no functions",
@@ -31,6 +31,19 @@ EXCLUDED: dict[str, str] = {
     "tllm_topk_gguf": "takes the block matvec as a function pointer (tllm_gguf_matvec_fn), which spec.py's argument "
                       "types cannot carry; its whole body runs through tllm_topk_q40 / q41 / q80, which are "
                       "registered (entries_topk.py)",
+    "tllm_verify_gguf": "takes the block kernels' batched matmul as a function pointer (tllm_gguf_matmat_fn), which "
+                        "spec.py's argument types cannot carry; its whole body runs through tllm_argmax_batch_q40 / "
+                        "q41 / q80 and tllm_topk_batch_q40 / q41 / q80, which are registered (entries_verify.py)",
+    "tllm_verify_argmax_chunks": "a per-token loop over argmax_chunk (entries_math.py), run inside every "
+                                 "tllm_argmax_batch_* case (entries_verify.py)",
+    "tllm_verify_topk_chunks": "a per-token loop over tllm_topk_push (entries_topk.py), run inside every "
+                               "tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_verify_ggufx4": "tllm_verify_gguf's loop for the tiled GGUF layouts, its batched matmul and tile size "
+                          "function pointers (tllm_ggufx4_matmat_fn, tllm_ggufx4_tile_bytes_fn); registered through "
+                          "tllm_argmax_batch_q40x4 / q41x4 / q80x4 and tllm_topk_batch_q40x4 / q41x4 / q80x4 "
+                          "(entries_verify.py)",
+    "tllm_argmax_batch_ggufx4": "tllm_verify_ggufx4 for a race, the same function pointers; registered as above",
+    "tllm_topk_batch_ggufx4": "tllm_verify_ggufx4 for the sets, the same function pointers; registered as above",
     "tllm_topk_ggufx4": "the same loop for the tiled GGUF layouts, its matvec a function pointer "
                         "(tllm_ggufx4_matvec_fn); registered through tllm_topk_q40x4 / q41x4 / q80x4 (entries_topk.py)",
 }

@@ -1,0 +1,168 @@
+"""Speculative decoding as the firmware runs it (firmware/tllm_engine.c,
+`compile --speculate`): the definition every tier is compared with.
+
+Each pass over the weights after the first token:
+
+* draft: up to k guesses of the next tokens (the prompt-lookup draft,
+  `lookup_draft`; firmware/tllm_draft.h), k_eff = min(k, tokens still
+  allowed - 1, positions left in the context - 1) so no guessed position
+  lies past the context's end or the token limit;
+* no guess: one plain decode step (the firmware's tllm_model_step);
+* otherwise the verification pass: the last accepted token and the n - 1
+  guesses at positions pos .. pos + n - 1, the model's output at every one
+  of them (the firmware's tllm_model_verify runs them through every weight
+  together; here one step each, which is the same floats by the batched
+  kernels' contract), then position by position the sampler's token given
+  the guess there (`Sampler.sample_guess`): a guess that survives is
+  accepted and the next position is tested, the first token that is not
+  the guess ends the pass (after the last guess: the model's own next
+  token, drawn without a guess).  The pass yields the accepted guesses and
+  that token; the KV cache entries of the positions after it are simply
+  overwritten by later passes (the position rolls back).
+
+Greedy requests (temperature 0) then give exactly the tokens of plain
+decoding.  With a temperature the acceptance rule keeps the output
+distribution the model's (a one-hot draft: accept with probability p(guess),
+else sample the normalised max(0, p - q)); the coins are part of this
+definition, drawn in this order: per tested guess one coin, after a
+rejection one more, for the token after the last guess one (plain
+sampling's).  The emitted tokens then stop exactly where plain decoding
+stops (EOS, the token limit, the context's end), checked token by token."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..abi import LOOKUP_NGRAM_MAX, LOOKUP_NGRAM_MIN
+from .executor import Executor
+from .sampler import Sampler, SamplingOptions
+
+
+def lookup_draft(tokens: Sequence[int], k: int) -> list[int]:
+    """tllm_lookup_draft: the tokens after the latest earlier place where the
+    context's longest suffix (LOOKUP_NGRAM_MIN .. LOOKUP_NGRAM_MAX tokens)
+    ends, at most k of them and none past the context's end ([]: no match)."""
+    L = len(tokens)
+    if L < 2 or k <= 0:
+        return []
+    last = tokens[L - 1]
+    best_len, best_end = 0, -1
+    for e in range(L - 2, -1, -1):  # latest first: a later place wins a tie
+        if tokens[e] != last:
+            continue
+        m = 1
+        while m < LOOKUP_NGRAM_MAX and e - m >= 0 and tokens[e - m] == tokens[L - 1 - m]:
+            m += 1
+        if m > best_len:
+            best_len, best_end = m, e
+            if m == LOOKUP_NGRAM_MAX:
+                break
+    if best_len < LOOKUP_NGRAM_MIN:
+        return []
+    n = min(k, L - 1 - best_end)
+    return [int(t) for t in tokens[best_end + 1:best_end + 1 + n]]
+
+
+@dataclass(frozen=True)
+class SpeculativeGeneration:
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    stop_reason: str  # "eos" | "max_tokens" | "context"
+    # The tokens each pass over the weights produced, in order: the prompt's
+    # last pass (its one token) first; the last pass may deliver fewer (the
+    # generation stopped inside it).
+    pass_tokens: list[int]
+    pass_positions: list[int] = ()  # positions each pass ran through the weights: 1, or its guesses + 1
+    guessed: int = 0  # guesses verified over the whole generation
+    accepted: int = 0  # of them, kept
+
+    @property
+    def passes(self) -> int:
+        return len(self.pass_tokens)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return len(self.generated_ids) / self.passes if self.pass_tokens else 0.0
+
+
+def verify(executor: Executor, tokens: Sequence[int], pos: int) -> list:
+    """The model's output at positions pos .. pos + len(tokens) - 1 (the
+    firmware's tllm_model_verify): the KV cache is written at every one."""
+    return [executor.step(t, pos + i, True) for i, t in enumerate(tokens)]
+
+
+def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]:
+    """The pass's tokens: the guesses the sampler keeps, in order, then the
+    first token that is not a guess (after the last guess: the model's own)."""
+    out: list[int] = []
+    for i, logits in enumerate(outputs):
+        g = guesses[i] if i < len(guesses) else -1
+        t = sampler.sample_guess(logits, g)
+        out.append(t)
+        if t != g:
+            return out
+    raise AssertionError("the position after the last guess always ends the pass")
+
+
+def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_tokens: int, max_seq: int,
+                         eos_ids: Sequence[int], sampling: SamplingOptions, top_k: int = 0,
+                         k: int = 0) -> SpeculativeGeneration:
+    """The engine's generation with up to k lookup guesses per pass (k = 0:
+    plain decoding, executor.generate's tokens); see the module docstring."""
+    executor.reset()
+    sampler = Sampler(sampling, top_k)
+    tokens = list(prompt_ids)
+    prompt, out, passes, positions = list(prompt_ids), [], [], []
+    guessed = accepted = 0
+    if max_new_tokens <= 0:
+        return SpeculativeGeneration(prompt, out, "max_tokens", passes, [])
+    logits = None
+    for pos, tok in enumerate(prompt):
+        logits = executor.step(tok, pos, need_logits=pos == len(prompt) - 1)
+    pending, n_pos = [sampler.sample(logits)], 1
+    while True:
+        passes.append(len(pending))
+        positions.append(n_pos)
+        for tok in pending:  # EMIT, token by token, with plain decoding's stops
+            tokens.append(tok)
+            out.append(tok)
+            pos = len(tokens) - 1
+            if tok in eos_ids:
+                return SpeculativeGeneration(prompt, out, "eos", passes, positions, guessed, accepted)
+            if len(out) >= max_new_tokens:
+                return SpeculativeGeneration(prompt, out, "max_tokens", passes, positions, guessed, accepted)
+            if pos + 1 >= max_seq:  # the token buffer holds max_seq ids
+                return SpeculativeGeneration(prompt, out, "context", passes, positions, guessed, accepted)
+        k_eff = min(k, max_new_tokens - len(out) - 1, max_seq - 2 - pos)
+        guesses = lookup_draft(tokens, k_eff) if k_eff > 0 else []
+        if not guesses:
+            pending, n_pos = [sampler.sample(executor.step(tokens[pos], pos))], 1
+            continue
+        pending, n_pos = accept(sampler, verify(executor, [tokens[pos]] + guesses, pos), guesses), len(guesses) + 1
+        guessed += len(guesses)
+        accepted += len(pending) - 1
+
+
+def greedy_passes(tokens: Sequence[int], n_prompt: int, k: int) -> tuple[list[int], list[int]]:
+    """The passes greedy speculative decoding makes, from plain decoding's
+    output alone (tokens: the prompt, then the generated tokens): a guess is
+    kept exactly when it is the token plain decoding produced there, so
+    (tokens per pass, positions per pass) follow without the model, for any
+    k.  The guesses never reach past the last generated token: exact where
+    the generation stopped at the token limit or the context's end; after an
+    EOS the engine may also guess past it, so there the last pass's count may
+    differ (never the number of passes)."""
+    tokens = list(tokens)
+    end = len(tokens)
+    pos = n_prompt  # the first generated token: the prompt's pass
+    produced, positions = [1], [1]
+    while pos + 1 < end:
+        k_eff = min(k, end - pos - 2)  # tokens still to come after this pass's own next one
+        guesses = lookup_draft(tokens[:pos + 1], k_eff) if k_eff > 0 else []
+        j = 0
+        while j < len(guesses) and guesses[j] == tokens[pos + 1 + j]:
+            j += 1
+        produced.append(j + 1)
+        positions.append(len(guesses) + 1 if guesses else 1)
+        pos += j + 1
+    return produced, positions

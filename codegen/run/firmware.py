@@ -90,8 +90,10 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     ``emulator`` "renode" runs an STM32H750 build under Renode (run/renode.py)
     instead of the board's usual runner ("auto").  An emulated run ends
     past ``max_instructions`` guest instructions (default: the tree's
-    instruction bound for this request), whatever the host's load, and
-    past ``timeout_s`` seconds of wall clock, the backstop."""
+    instruction bound for this request, with the request in memory; over a
+    UART none, as the wait for the host's bytes is the host's time), whatever
+    the host's load, and past ``timeout_s`` seconds of wall clock, the
+    backstop."""
     out = Path(out)
     manifest = read_manifest(out)
     board = load_board(manifest["board"])
@@ -107,7 +109,9 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     request = out / "build" / "request.bin"
     uart = transport == "uart" or serial_url is not None
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
-    if max_instructions is None:
+    if max_instructions is None and not uart:
+        # over a UART the firmware spins in its frame reader until the host's bytes arrive: guest instructions
+        # then grow with the host's wall clock (a busy host hit the bound), so only the backstop bounds it
         max_instructions = instruction_bound(out, len(prompt_ids) + max_new_tokens)
     if emulator == "renode":
         if serial_url is not None or transport != "memory":

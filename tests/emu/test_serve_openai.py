@@ -49,7 +49,7 @@ def server(built):
 def client(server):
     srv, _ = server
     host, port = srv.server_address[:2]
-    return openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=600)
 
 
 def ref(built, ids, sampling=GREEDY, n=N):
@@ -151,7 +151,7 @@ def test_api_errors_through_the_client(client):
 
 def request(server, method, path, body=None, headers=None):
     host, port = server[0].server_address[:2]
-    conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn = http.client.HTTPConnection(host, port, timeout=300)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
@@ -199,7 +199,7 @@ def recv_all(s) -> bytes:
 
 def test_oversized_body(server):
     host, port = server[0].server_address[:2]
-    with socket.create_connection((host, port), timeout=30) as s:
+    with socket.create_connection((host, port), timeout=300) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 5000000\r\n\r\n{\"prompt\": \"")
         data = recv_all(s)  # the server answers and closes without reading the body
@@ -210,10 +210,10 @@ def test_oversized_body(server):
 
 def test_missing_content_length_and_garbage_request_line(server):
     host, port = server[0].server_address[:2]
-    with socket.create_connection((host, port), timeout=30) as s:
+    with socket.create_connection((host, port), timeout=300) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
         assert recv_all(s).startswith(b"HTTP/1.1 411")
-    with socket.create_connection((host, port), timeout=30) as s:
+    with socket.create_connection((host, port), timeout=300) as s:
         s.sendall(b"\x16\x03\x01 garbage \xff\r\n\r\n")
         data = recv_all(s)
     head, _, body = data.partition(b"\r\n\r\n")
@@ -259,7 +259,7 @@ def test_queue_full_gets_429(server):
     srv = _start(info, backend, queue_size=1)
     try:
         base = f"http://127.0.0.1:{srv.server_address[1]}/v1"
-        c = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=60)
+        c = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=600)
         results = []
 
         def call():
@@ -291,7 +291,7 @@ def test_device_failure_gets_503(server):
     srv = _start(server[1], BrokenBackend())
     try:
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="unused",
-                          max_retries=0, timeout=60)
+                          max_retries=0, timeout=600)
         with pytest.raises(openai.InternalServerError) as e:
             c.completions.create(model="tiny", prompt="hi", max_tokens=1)
         assert e.value.status_code == 503 and e.value.body["code"] == "device_failed"
@@ -320,7 +320,7 @@ def test_serial_backend_keeps_one_session(built):
         srv = _start(info, backend)
         try:
             c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="unused",
-                              max_retries=0, timeout=60)
+                              max_retries=0, timeout=600)
             prompt = "Once upon a time there was a cat"
             want = ref(built, info.tokenizer.encode(prompt))
             for stream in (False, True, False):

@@ -35,7 +35,7 @@ def test_session_serves_two_requests(built):
             as (port, qemu):
         first = talk_serial(port, pack_request(ids, 12, GREEDY), 120)
         second = talk_serial(port, pack_request(ids[:3], 12, TOP_P, REQUEST_EXIT_AFTER), 120)
-        assert qemu.wait(timeout=30) == 0
+        assert qemu.wait(timeout=300) == 0
     assert first[0] == 0 and second[0] == 0
     ref1 = reference_tokens(built.model_dir, 32, ids, GREEDY, SHAPES_CONTEXT)[:12]
     ref2 = reference_tokens(built.model_dir, 32, ids[:3], TOP_P, SHAPES_CONTEXT)[:12]

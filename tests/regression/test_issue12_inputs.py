@@ -28,7 +28,7 @@ from tinyllm_gen.frontends.tokenizer import Tokenizer, _Llama2cCodec
 # ------------------------------------------------------------------ helpers
 
 
-def cli(*argv, timeout=20):
+def cli(*argv, timeout=300):  # backstops, never measures: a loaded machine is slow
     """In-process `tinyllm-gen ARGV` -> (exit status, stdout, stderr); a
     SIGALRM timeout turns a hang into a test failure."""
     from tinyllm_gen.cli import main
@@ -51,7 +51,7 @@ def cli(*argv, timeout=20):
     return code, out.getvalue(), err.getvalue()
 
 
-def one_line_error(argv, *needles, timeout=20):
+def one_line_error(argv, *needles, timeout=300):
     code, _, err = cli(*argv, timeout=timeout)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("tinyllm-gen: error: "), (code, err)
@@ -313,7 +313,7 @@ def test_100kb_prompt_on_llama2c_tokenizer(tmp_path):
     (tmp_path / "t.bin").write_bytes(fg._l2c_tokenizer())
     t0 = time.monotonic()
     one_line_error(["reference", tmp_path / "m.bin", "--tokenizer", tmp_path / "t.bin", "--fp32", "--prompt",
-                    "the cat " * 12800], "context", timeout=30)
+                    "the cat " * 12800], "context", timeout=300)
     assert time.monotonic() - t0 < 15
 
 

@@ -40,6 +40,7 @@ none) -- instruction counts here are not cycle counts on a board."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import subprocess
 from dataclasses import dataclass, field
@@ -141,17 +142,14 @@ class NativeCounter:
         self._lib.tllm_ucount_free(self._handle)
 
 
-def native_counter(uc, mu, limit: int | None) -> NativeCounter | None:
-    """Install tllm_ucount.c's UC_HOOK_BLOCK callback on MU (built with the
-    host gcc once, run/plugins.py) through the binding's C library (uc: the
-    unicorn module); None where it cannot be built or the binding differs
-    (its uclib and the engine handle are the 2.1 binding's)."""
+@functools.lru_cache(maxsize=1)
+def _ucount_lib():
+    """tllm_ucount.c's shared object with its prototypes, loaded once per
+    process (every Unicorn run of a test session shares it); None where gcc
+    cannot build it."""
     try:
-        from unicorn.unicorn_py3 import unicorn as binding
-
-        uclib, engine = binding.uclib, mu._uch
         lib = ctypes.CDLL(str(build_plugin(UCOUNT_SOURCE)))
-    except (ImportError, AttributeError, OSError, UserError, subprocess.CalledProcessError):
+    except (OSError, UserError, subprocess.CalledProcessError):
         return None
     lib.tllm_ucount_new.restype = ctypes.c_void_p
     lib.tllm_ucount_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
@@ -160,6 +158,23 @@ def native_counter(uc, mu, limit: int | None) -> NativeCounter | None:
     lib.tllm_ucount_limit_hit.restype = ctypes.c_int32
     lib.tllm_ucount_limit_hit.argtypes = [ctypes.c_void_p]
     lib.tllm_ucount_free.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def native_counter(uc, mu, limit: int | None) -> NativeCounter | None:
+    """Install tllm_ucount.c's UC_HOOK_BLOCK callback on MU through the
+    binding's C library (uc: the unicorn module); None where it cannot be
+    built or the binding differs (its uclib and the engine handle are the
+    2.1 binding's)."""
+    try:
+        from unicorn.unicorn_py3 import unicorn as binding
+
+        uclib, engine = binding.uclib, mu._uch
+    except (ImportError, AttributeError):
+        return None
+    lib = _ucount_lib()
+    if lib is None:
+        return None
     as_ptr = lambda f: ctypes.cast(f, ctypes.c_void_p)  # noqa: E731
     handle = lib.tllm_ucount_new(as_ptr(uclib.uc_mem_read), as_ptr(uclib.uc_emu_stop), limit or 0)
     if not handle:

@@ -119,3 +119,11 @@ def test_run_before_build(tmp_path, model):
     out = tmp_path / "out"
     assert cli("compile", model, "-o", out, "--board", "host").returncode == 0
     assert_user_error(cli("run", out), "not built")
+
+
+def test_package_runs_as_the_command(tmp_path):
+    """`python -m tinyllm_gen` is the same command as `python -m tinyllm_gen.cli`."""
+    missing = tmp_path / "no-such-model"
+    proc = subprocess.run([sys.executable, "-m", "tinyllm_gen", "inspect", str(missing)], capture_output=True,
+                          text=True)
+    assert assert_user_error(proc, "no such file") == assert_user_error(cli("inspect", missing), "no such file")

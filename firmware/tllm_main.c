@@ -60,7 +60,7 @@ int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const 
     if (!buf || len < TLLM_REQUEST_HEADER_BYTES) { *why = "no request"; return -1; }
     memcpy(w, buf, sizeof w);
     if (w[0] != TLLM_REQUEST_MAGIC) { *why = "bad request magic"; return -1; }
-    if ((w[2] & 0xFFFFu) != TLLM_REQUEST_VERSION) { *why = "request version mismatch (the host's tinyllm-gen is another version)"; return -1; }
+    if ((w[2] & 0xFFFFu) != TLLM_REQUEST_VERSION) { *why = "request version mismatch"; return -1; }
     /* (w[1] - header) / 2 >= n_prompt, never header + 2 * n_prompt: that can wrap */
     if (w[1] > len || w[1] < TLLM_REQUEST_HEADER_BYTES || (w[1] - TLLM_REQUEST_HEADER_BYTES) / 2u < w[3]) {
         *why = "truncated request";

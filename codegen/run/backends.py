@@ -145,8 +145,9 @@ class SessionBackend(Backend):
     conversation, continued where a prompt extends it (session.DeviceSession).
     A failed run is started again on the next request."""
 
-    def __init__(self, out: Path, timeout_s: float = 600):
+    def __init__(self, out: Path, timeout_s: float = 600, host_wrapper: Sequence[str] = ()):
         self.out = Path(out)
+        self.host_wrapper = tuple(host_wrapper)  # the host build runs under this command (HostPort)
         self.board = load_board(read_manifest(self.out)["board"])
         self.image = image_path(self.out, self.board)
         if not self.image.is_file():
@@ -160,7 +161,7 @@ class SessionBackend(Backend):
     def _open(self) -> DeviceSession:
         if self._session is None:
             if self.name == "host":
-                port = HostPort(self.image)
+                port = HostPort(self.image, self.host_wrapper)
                 self._close = port.close
             else:
                 ctx = qemu_uart_session(self.image, self.board, self.out / "weights.bin")

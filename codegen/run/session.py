@@ -107,9 +107,11 @@ class HostPort:
     a child process reading requests on standard input and printing console
     lines on standard output, for as long as the port is open."""
 
-    def __init__(self, exe: Path):
-        self.proc = subprocess.Popen([str(Path(exe).absolute())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+    def __init__(self, exe: Path, wrapper: Sequence[str] = ()):
+        """``wrapper``: a command the firmware runs under (scripts/measure_multiturn.py: valgrind, to count the
+        host build's instructions, which the host board cannot)."""
+        self.proc = subprocess.Popen([*wrapper, str(Path(exe).absolute())], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._lines: "queue.Queue[bytes]" = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -27,7 +27,7 @@ MAGIC = b"TLRQ"
 HEADER = REQUEST_HEADER_BYTES
 OLD = REQUEST_VERSION - 1  # a frame of the previous version: CRC good, refused for its version
 SILENCE = None  # an event: no byte for the frame timeout
-CAPS = (48, 72, 232, 1064)  # 1,064: the bundled model's request buffer
+CAPS = (48, 72, 232, 1072)  # 1,072: the bundled model's request buffer
 SETTINGS = settings(max_examples=400, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.data_too_large])
@@ -187,7 +187,7 @@ def test_five_header_bytes_then_a_request(harness):
         assert r.served == [req]
 
 
-@pytest.mark.parametrize("cap", [232, 1064])
+@pytest.mark.parametrize("cap", [232, 1072])
 def test_a_header_claiming_the_whole_buffer_then_a_request(harness, cap):
     """48 bytes of a frame whose length is the request buffer's capacity, then
     a good request: swallowed as the dead frame's tail, then found again once
@@ -206,8 +206,8 @@ def test_a_refused_frame_hands_back_what_followed(harness):
     """A dead frame swallows a frame of another version (CRC good, refused by
     the caller) and a good request: the refusal keeps the bytes after it."""
     v3, req = frame(3, 4, version=OLD), frame(5, 5)
-    events = list(with_length(frame(60, 6), 1064)[:44] + v3 + req) + [SILENCE]
-    r = check_guarantee(harness, 1064, events)
+    events = list(with_length(frame(60, 6), 1072)[:44] + v3 + req) + [SILENCE]
+    r = check_guarantee(harness, 1072, events)
     assert r.refused == [v3] and r.served == [req]
 
 
@@ -215,7 +215,7 @@ def test_frames_swallowed_by_a_dead_frame_after_the_first_served_are_lost(harnes
     """Case (2) of the guarantee, pinned: the request buffer goes to the model
     with the first frame, so a second one received with it is dropped."""
     a, b = frame(2, 7), frame(2, 8)
-    r = check_guarantee(harness, 1064, list(with_length(frame(60, 9), 1064)[:44] + a + b) + [SILENCE])
+    r = check_guarantee(harness, 1072, list(with_length(frame(60, 9), 1072)[:44] + a + b) + [SILENCE])
     assert r.served == [a]
 
 
@@ -282,7 +282,7 @@ def test_a_continue_frame_is_served_with_its_history_fields(harness):
 @SETTINGS
 @given(streams())
 @example((232, list(frame(6, 1)[:5] + frame(6, 1))))
-@example((1064, list(with_length(frame(60, 3), 1064)[:48] + frame(4, 2)) + [SILENCE]))
+@example((1072, list(with_length(frame(60, 3), 1072)[:48] + frame(4, 2)) + [SILENCE]))
 def test_random_streams_keep_the_guarantee(harness, case):
     cap, events = case
     notes: list[str] = []

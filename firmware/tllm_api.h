@@ -151,8 +151,9 @@ tllm_status tllm_generate(const tllm_gen_request *request, tllm_token_callback c
  * but the last are in the KV cache; the last, the final generated token, was
  * sampled but not yet run through the model, so a continued generation's
  * prefill starts with it, at the position after the cache's.  A request
- * that runs nothing (max_new_tokens 0) and every refused tllm_generate end
- * the conversation (n_tokens 0); a refused tllm_continue keeps it.  With
+ * that runs nothing (max_new_tokens 0), every tllm_generate (refused or
+ * not: it starts a new one) and tllm_init end the conversation (n_tokens 0);
+ * a refused tllm_continue keeps it.  With
  * speculative decoding only the tokens a pass delivered enter it (a
  * rejected guess never does). */
 typedef struct {

@@ -89,6 +89,7 @@ tllm_status tllm_init(const tllm_config *config) {
     engine_clock = config ? config->clock : 0;
     engine_ready = 0;
     engine_detail = 0;
+    held.n_tokens = 0; /* a re-init (after a broken canary) trusts no cache */
     tllm_model_canary_arm();
     if (tllm_weights_check(&engine_detail) != 0) return TLLM_ERR_WEIGHTS;
     engine_ready = 1;

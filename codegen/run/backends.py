@@ -6,9 +6,9 @@ a time, tokens delivered as the firmware prints them.
   UART, Unicorn for STM32H750 builds). Every request boots the image (about
   40 ms under QEMU), so no state leaks between requests; tokens stream live
   (the runner hands over each console line as it arrives).
-* :class:`SessionBackend`: the host build or QEMU kept running between
-  requests (its console on standard input, or UART0 on a socket), as a
-  board is: multi-turn KV reuse (session.DeviceSession) continues the
+* :class:`SessionBackend`: the host build, QEMU or Unicorn kept running
+  between requests (its console on standard input, UART0 on a socket, the
+  H750's console USART), as a board is: multi-turn KV reuse (session.DeviceSession) continues the
   conversation it holds whenever a prompt extends it token for token.
 * :class:`SerialBackend`: a flashed board over ``--serial PORT``, one
   persistent session: requests go out without the exit flag, so the board
@@ -43,6 +43,7 @@ from .firmware import run_firmware
 from .protocol import TokenLine, parse_token_line
 from .qemu import qemu_uart_session
 from .session import DeviceSession, HostPort
+from .unicorn_session import UnicornPort
 
 PLAIN_STOP = ("\nUser:",)  # the plain chat rendering's turn marker
 
@@ -141,7 +142,8 @@ class RunBackend(Backend):
 
 class SessionBackend(Backend):
     """The build's own runner kept up between requests (the host build on its
-    standard input, QEMU with UART0 on a socket): one firmware that holds its
+    standard input, QEMU with UART0 on a socket, an STM32H750 image under
+    Unicorn with its console USART, unicorn_session.py): one firmware that holds its
     conversation, continued where a prompt extends it (session.DeviceSession).
     A failed run is started again on the next request."""
 
@@ -152,7 +154,7 @@ class SessionBackend(Backend):
         self.image = image_path(self.out, self.board)
         if not self.image.is_file():
             raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
-        self.name = self.board.run.emulator  # host | qemu
+        self.name = self.board.run.emulator  # host | qemu | unicorn
         self.timeout_s = timeout_s
         self._session = None
         self._close = None
@@ -162,6 +164,9 @@ class SessionBackend(Backend):
         if self._session is None:
             if self.name == "host":
                 port = HostPort(self.image, self.host_wrapper)
+                self._close = port.close
+            elif self.name == "unicorn":
+                port = UnicornPort(self.image, self.board, self.out / "weights.bin")
                 self._close = port.close
             else:
                 ctx = qemu_uart_session(self.image, self.board, self.out / "weights.bin")
@@ -221,12 +226,11 @@ class SerialBackend(Backend):
 
 
 def open_backend(out: Path, serial_url: str | None = None, timeout_s: float = 600) -> Backend:
-    """A board over serial_url; else the build's own runner, kept up between requests where it talks over a
-    UART (host, QEMU: multi-turn KV reuse), one run per request under Unicorn."""
+    """A board over serial_url; else the build's own runner (host, QEMU, Unicorn), kept up between requests
+    as a board is (multi-turn KV reuse)."""
     if serial_url:
         return SerialBackend(serial_url, timeout_s)
-    emulator = load_board(read_manifest(Path(out))["board"]).run.emulator
-    return SessionBackend(out, timeout_s) if emulator in ("host", "qemu") else RunBackend(out, timeout_s)
+    return SessionBackend(out, timeout_s)
 
 
 # ---------------------------------------------------------------- the model behind OUT

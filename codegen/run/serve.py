@@ -1,6 +1,7 @@
 """`tinyllm-gen serve OUT`: an OpenAI-compatible HTTP server in front of one
 device (codegen/backends.py: a board over --serial, else QEMU, Unicorn or the
-host build, one run per request).
+host build, kept running between requests so a request that extends the
+previous conversation continues it).
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both
 streamed as server-sent events with ``"stream": true``, else one JSON body),

@@ -6,7 +6,8 @@ give the tokens of one fresh request of the whole conversation so far
 (teacher-forcing the same turns) and of the reference's Session; on QEMU a
 continue's prefill, counted by the board (guest instructions), costs a
 fraction of the fresh request's, and a continue naming another history is
-refused with status 6 and sent fresh."""
+refused with status 6 and sent fresh; serve's and chat's backend keeps the
+H750 image up under Unicorn between requests and continues there too."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,6 +23,7 @@ from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.reference.executor import Executor, QuantKernels
 from tinyllm_gen.reference.session import Session
 from tinyllm_gen.reference.speculative import generate_speculative
+from tinyllm_gen.run.backends import SessionBackend, open_backend
 from tinyllm_gen.run.check import tree_reference
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.run.protocol import REQUEST_EXIT_AFTER, history_crc, pack_request, parse_output
@@ -109,3 +111,23 @@ def test_five_turns_on_the_h750_under_unicorn(tmp_path):
     counts = [a.prefill_instructions for a in answers]
     assert all(c > 0 for c in counts) and max(counts[1:]) < counts[0] * 2, counts
     assert "continue=" in res.output and "error" not in res.output
+
+
+def test_chat_backend_on_the_h750_under_unicorn_keeps_the_conversation(tmp_path):
+    """serve's and chat's backend on an STM32H750 build: the image stays up under Unicorn between requests
+    (unicorn_session.UnicornPort), so turns 2 and 3 are continues; the tokens are the reference's."""
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    out, turns = built(tmp_path, "weact-h750")
+    ex, eos = reference(out)
+    ref = Session(ex, MAX_SEQ, eos)
+    backend = open_backend(out, None, BACKSTOP_S)
+    try:
+        assert isinstance(backend, SessionBackend) and backend.name == "unicorn"
+        conversation: list[int] = []
+        for i, turn in enumerate(turns[:3]):
+            gen = backend.generate(conversation + turn, N, GREEDY)
+            assert gen.generated_ids == ref.generate(turn, N, GREEDY).generated_ids
+            assert gen.reused == (len(conversation) - 1 if i else 0) and gen.prefill_count > 0
+            conversation = conversation + turn + gen.generated_ids
+    finally:
+        backend.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ABI_VERSION = 6  # bumped whenever tllm_model_api.h changes (its history is in git)
+ABI_VERSION = 7  # bumped whenever tllm_model_api.h changes (its history is in git)
 
 # The weights blob (blob.py): magic, version, then total/checksum/count/sha256.
 BLOB_MAGIC = b"TLLMWTS1"
@@ -21,10 +21,16 @@ BLOB_HEADER_BYTES = 64
 
 # The request frame (protocol.py, tllm_request.h).
 REQUEST_MAGIC = b"TLRQ"
-REQUEST_VERSION = 2
-REQUEST_HEADER_BYTES = 40
+REQUEST_VERSION = 3
+REQUEST_HEADER_BYTES = 48
 REQUEST_CRC_OFFSET = 36
 REQUEST_EXIT_AFTER = 0x1  # flags bit 0: exit after this generation (UART requests)
+# flags bit 1: continue the conversation the board holds (multi-turn KV reuse): the ids are the new turn's
+# only, and the header's history fields name the history the board must hold (its token count and the CRC32
+# of its ids as little-endian uint16), else the request is refused (TLLM_EXIT_HISTORY)
+REQUEST_CONTINUE = 0x2
+REQUEST_HISTORY_TOKENS_OFFSET = 40
+REQUEST_HISTORY_CRC_OFFSET = 44
 
 # The Cortex-M7 weight layout (quant/formats.py "q4x4"): rows per tile,
 # inputs per packed block.
@@ -69,6 +75,8 @@ EXIT_STATUSES = (
     ExitStatus(3, "TLLM_EXIT_BAD_REQUEST", "bad request"),
     ExitStatus(4, "TLLM_EXIT_BAD_WEIGHTS", "weights blob mismatch"),
     ExitStatus(5, "TLLM_EXIT_CANARY", "arena or stack canary broken"),
+    ExitStatus(6, "TLLM_EXIT_HISTORY", "continue refused: the board holds another history"),
+    ExitStatus(7, "TLLM_EXIT_CONTEXT_FULL", "continue refused: the conversation would not fit the context"),
     ExitStatus(249, "TLLM_EXIT_UNEXPECTED_IRQ", "unexpected interrupt"),
     ExitStatus(250, "TLLM_EXIT_HARDFAULT", "HardFault"),
     ExitStatus(251, "TLLM_EXIT_MEMMANAGE", "MemManage fault (stack overflow?)"),
@@ -106,6 +114,9 @@ def abi_header() -> str:
         f"#define TLLM_REQUEST_HEADER_BYTES {REQUEST_HEADER_BYTES}u",
         f"#define TLLM_REQUEST_CRC_OFFSET {REQUEST_CRC_OFFSET}u",
         f"#define TLLM_REQUEST_EXIT_AFTER 0x{REQUEST_EXIT_AFTER:X}u",
+        f"#define TLLM_REQUEST_CONTINUE 0x{REQUEST_CONTINUE:X}u /* the new turn of the conversation the board holds */",
+        f"#define TLLM_REQUEST_HISTORY_TOKENS_OFFSET {REQUEST_HISTORY_TOKENS_OFFSET}u",
+        f"#define TLLM_REQUEST_HISTORY_CRC_OFFSET {REQUEST_HISTORY_CRC_OFFSET}u",
         "",
         "/* q4x4 weight layout (codegen/quant/formats.py) */",
         f"#define TLLM_Q4X4_TILE {Q4X4_TILE}u",

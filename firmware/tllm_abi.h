@@ -4,7 +4,7 @@
 #ifndef TLLM_ABI_H
 #define TLLM_ABI_H
 
-#define TLLM_ABI_VERSION 6
+#define TLLM_ABI_VERSION 7
 
 /* weights blob (codegen/blob.py) */
 #define TLLM_BLOB_MAGIC "TLLMWTS1"
@@ -14,10 +14,13 @@
 
 /* request frame (codegen/protocol.py) */
 #define TLLM_REQUEST_MAGIC 0x51524C54u /* "TLRQ" read little-endian */
-#define TLLM_REQUEST_VERSION 2u
-#define TLLM_REQUEST_HEADER_BYTES 40u
+#define TLLM_REQUEST_VERSION 3u
+#define TLLM_REQUEST_HEADER_BYTES 48u
 #define TLLM_REQUEST_CRC_OFFSET 36u
 #define TLLM_REQUEST_EXIT_AFTER 0x1u
+#define TLLM_REQUEST_CONTINUE 0x2u /* the new turn of the conversation the board holds */
+#define TLLM_REQUEST_HISTORY_TOKENS_OFFSET 40u
+#define TLLM_REQUEST_HISTORY_CRC_OFFSET 44u
 
 /* q4x4 weight layout (codegen/quant/formats.py) */
 #define TLLM_Q4X4_TILE 4u
@@ -43,6 +46,8 @@
 #define TLLM_EXIT_BAD_REQUEST    3 /* bad request */
 #define TLLM_EXIT_BAD_WEIGHTS    4 /* weights blob mismatch */
 #define TLLM_EXIT_CANARY         5 /* arena or stack canary broken */
+#define TLLM_EXIT_HISTORY        6 /* continue refused: the board holds another history */
+#define TLLM_EXIT_CONTEXT_FULL   7 /* continue refused: the conversation would not fit the context */
 #define TLLM_EXIT_UNEXPECTED_IRQ 249 /* unexpected interrupt */
 #define TLLM_EXIT_HARDFAULT      250 /* HardFault */
 #define TLLM_EXIT_MEMMANAGE      251 /* MemManage fault (stack overflow?) */

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TLLM_API_VERSION 2 /* 2: tllm_model_desc.top_k */
+#define TLLM_API_VERSION 3 /* 2: tllm_model_desc.top_k; 3: tllm_continue, tllm_history_held */
 
 /* Every function returns TLLM_OK or one of these (tllm_status_message()
  * gives a one-line text for each). */
@@ -59,8 +59,10 @@ typedef enum {
     TLLM_ERR_TOKEN_ID = -6,         /* a prompt id >= the vocabulary size */
     TLLM_ERR_SAMPLING = -7,         /* temperature < 0 or NaN, top_p outside (0, 1] */
     TLLM_ERR_GREEDY_ONLY = -8,      /* temperature > 0 on a model compiled with --sampler greedy */
-    TLLM_ERR_CANARY = -9            /* after the generation: an arena guard word was overwritten
+    TLLM_ERR_CANARY = -9,           /* after the generation: an arena guard word was overwritten
                                        (memory corruption; the result is filled in, distrust it) */
+    TLLM_ERR_HISTORY = -10,         /* tllm_continue: the history named is not the one the engine holds */
+    TLLM_ERR_CONTEXT_FULL = -11     /* tllm_continue: the history and the new ids do not fit the context */
 } tllm_status;
 
 /* Why a generation stopped (tllm_result.stop_reason). */
@@ -142,6 +144,41 @@ tllm_status tllm_check_request(const tllm_gen_request *request);
  * TLLM_ERR_CANARY the result is filled in. */
 tllm_status tllm_generate(const tllm_gen_request *request, tllm_token_callback callback, void *user,
                           tllm_result *result);
+
+/* Multi-turn KV reuse.  After a generation that ran (max_new_tokens >= 1)
+ * the engine holds the conversation: every token since the last fresh
+ * tllm_generate, in order (each request's ids, each generated token).  All
+ * but the last are in the KV cache; the last, the final generated token, was
+ * sampled but not yet run through the model, so a continued generation's
+ * prefill starts with it, at the position after the cache's.  A request
+ * that runs nothing (max_new_tokens 0), every tllm_generate (refused or
+ * not: it starts a new one) and tllm_init end the conversation (n_tokens 0);
+ * a refused tllm_continue keeps it.  With
+ * speculative decoding only the tokens a pass delivered enter it (a
+ * rejected guess never does). */
+typedef struct {
+    uint32_t n_tokens; /* tokens in the conversation (0: none held) */
+    uint32_t crc;      /* CRC32 (zlib's) of their ids as little-endian uint16, in order */
+} tllm_history;
+
+/* The conversation the engine holds now. */
+const tllm_history *tllm_history_held(void);
+
+/* Runs the next turn of the held conversation: request->prompt_ids are the
+ * new ids only (n_prompt may be 0), history names the conversation the
+ * caller believes is held; TLLM_ERR_HISTORY when it is not exactly that
+ * (count and CRC), TLLM_ERR_CONTEXT_FULL when held + new ids would reach
+ * max_seq.  Either refusal leaves the held conversation as it was.  The
+ * tokens are those of a fresh tllm_generate on the whole conversation, bit
+ * for bit; the prefill runs only the last held token and the new ids
+ * (result->prefill_cost), and result->tokens points at the new ids. */
+tllm_status tllm_continue(const tllm_gen_request *request, const tllm_history *history,
+                          tllm_token_callback callback, void *user, tllm_result *result);
+
+/* Checks a continue without running it (tllm_continue checks it too), in
+ * this order: the history, the context, prompt ids, sampling options,
+ * greedy-only. */
+tllm_status tllm_check_continue(const tllm_gen_request *request, const tllm_history *history);
 
 /* The model's vocabulary size, context and options. */
 const tllm_model_desc *tllm_info(void);

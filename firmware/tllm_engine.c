@@ -22,6 +22,17 @@
  * which starts at the first position after the pass's last token.  The rule
  * and the order of the sampler's coins are codegen/reference/speculative.py's.
  *
+ * Multi-turn KV reuse (tllm_continue): the engine keeps the conversation
+ * it holds (tllm_history: its token count, a running CRC32 of its ids, the
+ * position of its last token) from one generation to the next.  A token
+ * enters the history when it enters the token buffer for good: a request's
+ * ids as the request starts, a generated token as it is emitted (with
+ * speculative decoding a rejected guess is never emitted, so never enters).
+ * The KV cache then holds every history token but the last (sampled, not
+ * yet run); a continued prefill starts with that one at held_pos.  The CRC
+ * runs over tokens, not cache slots: a cache that drops or shifts entries
+ * keeps it valid, and only held_pos has to follow the cache.
+ *
  * The state lives in the planned arena (tllm_gen_state), so a generation
  * allocates nothing.  No board function is called here: the clock comes in
  * through tllm_config, the text goes out through the token callback. */
@@ -30,6 +41,7 @@
 #include <string.h>
 
 #include "tllm_api.h"
+#include "tllm_crc32.h"
 #include "tllm_draft.h"
 #include "tllm_model_api.h"
 #include "tllm_sampler.h"
@@ -39,6 +51,26 @@ static int engine_ready;
 static const char *engine_detail; /* NULL: nothing to add */
 
 static uint64_t now(void) { return engine_clock ? engine_clock() : 0u; }
+
+/* The conversation held between generations (tllm_api.h): not in the
+ * generation state, which every generation clears. */
+static tllm_history held;  /* crc: the running (non-inverted) register while n_tokens > 0 */
+static uint32_t held_pos;   /* the cache position of the last held token (the next prefill's first) */
+static tllm_history held_out; /* what tllm_history_held hands out (the CRC inverted) */
+
+static void history_add(const uint16_t *ids, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t le[2] = {(uint8_t)(ids[i] & 0xFFu), (uint8_t)(ids[i] >> 8)};
+        held.crc = tllm_crc_update(held.crc, le, 2);
+    }
+    held.n_tokens += n;
+}
+
+const tllm_history *tllm_history_held(void) {
+    held_out.n_tokens = held.n_tokens;
+    held_out.crc = held.n_tokens ? ~held.crc : 0u;
+    return &held_out;
+}
 
 /* Phase marker for the instruction-count plugin (bench/tllm_icount.c): an
  * out-of-line empty function whose address the plugin watches. Called before
@@ -57,6 +89,7 @@ tllm_status tllm_init(const tllm_config *config) {
     engine_clock = config ? config->clock : 0;
     engine_ready = 0;
     engine_detail = 0;
+    held.n_tokens = 0; /* a re-init (after a broken canary) trusts no cache */
     tllm_model_canary_arm();
     if (tllm_weights_check(&engine_detail) != 0) return TLLM_ERR_WEIGHTS;
     engine_ready = 1;
@@ -96,20 +129,37 @@ const char *tllm_status_message(tllm_status status) {
     case TLLM_ERR_GREEDY_ONLY:
         return "this firmware decodes greedily only (compiled with --sampler greedy): send temperature 0";
     case TLLM_ERR_CANARY: return "arena guard word overwritten";
+    case TLLM_ERR_HISTORY: return "continue refused: the engine holds another conversation";
+    case TLLM_ERR_CONTEXT_FULL: return "continue refused: the conversation and the new ids do not fit the context";
     }
     return "unknown status";
+}
+
+/* The checks after the prompt's length: ids, sampling options, greedy-only. */
+static tllm_status check_ids_and_options(const tllm_gen_request *rq) {
+    if (rq->n_prompt && !rq->prompt_ids) return TLLM_ERR_ARGUMENT;
+    for (uint32_t i = 0; i < rq->n_prompt; i++)
+        if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
+    if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) return TLLM_ERR_SAMPLING;
+    if (tllm_model.greedy_only && rq->temperature != 0.0f) return TLLM_ERR_GREEDY_ONLY;
+    return TLLM_OK;
 }
 
 tllm_status tllm_check_request(const tllm_gen_request *rq) {
     if (!rq) return TLLM_ERR_ARGUMENT;
     if (rq->n_prompt == 0) return TLLM_ERR_EMPTY_PROMPT;
     if (rq->n_prompt >= tllm_model.max_seq) return TLLM_ERR_PROMPT_TOO_LONG;
-    if (!rq->prompt_ids) return TLLM_ERR_ARGUMENT;
-    for (uint32_t i = 0; i < rq->n_prompt; i++)
-        if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
-    if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) return TLLM_ERR_SAMPLING;
-    if (tllm_model.greedy_only && rq->temperature != 0.0f) return TLLM_ERR_GREEDY_ONLY;
-    return TLLM_OK;
+    return check_ids_and_options(rq);
+}
+
+/* A continue: the history first (a host out of step hears so whatever else
+ * is wrong), then the context, then what tllm_check_request checks. */
+tllm_status tllm_check_continue(const tllm_gen_request *rq, const tllm_history *h) {
+    if (!rq || !h) return TLLM_ERR_ARGUMENT;
+    const tllm_history *mine = tllm_history_held();
+    if (mine->n_tokens == 0 || h->n_tokens != mine->n_tokens || h->crc != mine->crc) return TLLM_ERR_HISTORY;
+    if (rq->n_prompt >= tllm_model.max_seq - mine->n_tokens) return TLLM_ERR_CONTEXT_FULL;
+    return check_ids_and_options(rq);
 }
 
 /* How many guesses the next pass may verify: the build's k, less where the
@@ -149,21 +199,25 @@ static uint32_t accept_pass(tllm_gen_state *st, const tllm_speculation *spec, fl
     }
 }
 
-tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callback, void *user,
-                          tllm_result *result) {
-    if (!engine_ready) return TLLM_ERR_NOT_READY;
-    const tllm_status ok = tllm_check_request(req);
-    if (ok != TLLM_OK) return ok;
+/* One generation: the prefill runs from cache position pos0 (0 for a fresh
+ * conversation; a continue's is the last held token's) through the request's
+ * ids, which go into the token buffer at `first` (0, or pos0 + 1: the buffer
+ * is indexed by cache position). */
+static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos0, tllm_token_callback callback,
+                       void *user, tllm_result *result) {
     const tllm_gen_request rq = *req;
     tllm_gen_state *st = tllm_model_state();
     uint16_t *tokens = tllm_model_tokens();
     memset(st, 0, sizeof *st);
     st->phase = TLLM_IDLE;
-    st->n_prompt = rq.n_prompt;
+    st->pos = pos0;
+    st->n_prompt = first + rq.n_prompt; /* the prefill's end position */
     st->max_new = rq.max_new_tokens;
     tllm_sampler_init(&st->sampler, rq.temperature, rq.top_p, rq.seed);
-    /* The console decodes its request straight into the token buffer. */
-    if (rq.prompt_ids != tokens) memmove(tokens, rq.prompt_ids, rq.n_prompt * sizeof tokens[0]);
+    /* The console hands over ids in its request buffer, never in the token buffer. */
+    if (rq.n_prompt && rq.prompt_ids != tokens + first)
+        memmove(tokens + first, rq.prompt_ids, rq.n_prompt * sizeof tokens[0]);
+    history_add(tokens + first, rq.n_prompt);
 
     float *logits = 0;
     uint64_t t_token = 0;
@@ -211,6 +265,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             break;
         case TLLM_EMIT: {
             const uint64_t t = now();
+            history_add(tokens + st->pos, 1u); /* delivered: the conversation's newest token */
             if (callback) {
                 tllm_token tok;
                 tok.index = st->n_generated - 1;
@@ -272,13 +327,33 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             break;
         }
     }
+    held_pos = st->pos; /* the last delivered token's position: not run yet */
+    if (st->n_generated == 0) held.n_tokens = 0; /* nothing ran: the new ids are not in the cache */
     if (result) {
         result->stop_reason = st->stop_reason;
-        result->n_prompt = st->n_prompt;
+        result->n_prompt = rq.n_prompt;
         result->n_generated = st->n_generated;
         result->prefill_cost = st->t_prefill - st->t_start;
-        result->tokens = tokens;
+        result->tokens = tokens + first;
         result->passes = st->passes;
     }
     return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
+}
+
+tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callback, void *user,
+                          tllm_result *result) {
+    if (!engine_ready) return TLLM_ERR_NOT_READY;
+    held.n_tokens = 0; /* a fresh conversation, or none when refused */
+    held.crc = ~0u;
+    const tllm_status ok = tllm_check_request(req);
+    if (ok != TLLM_OK) return ok;
+    return run(req, 0u, 0u, callback, user, result);
+}
+
+tllm_status tllm_continue(const tllm_gen_request *req, const tllm_history *history, tllm_token_callback callback,
+                          void *user, tllm_result *result) {
+    if (!engine_ready) return TLLM_ERR_NOT_READY;
+    const tllm_status ok = tllm_check_continue(req, history);
+    if (ok != TLLM_OK) return ok;
+    return run(req, held_pos + 1u, held_pos, callback, user, result);
 }

@@ -4,30 +4,15 @@
 #include <string.h>
 
 #include "tllm_board.h"
+#include "tllm_crc32.h"
 #include "tllm_request.h"
 
 static const uint8_t MAGIC[4] = {'T', 'L', 'R', 'Q'};
 
 /* ---------------------------------------------------------------- CRC32 */
 
-/* Half-byte table: 64 bytes of flash instead of 1 KiB; the console and a
- * request of a few hundred bytes are all it ever sees. */
-static const uint32_t CRC_NIBBLE[16] = {
-    0x00000000u, 0x1DB71064u, 0x3B6E20C8u, 0x26D930ACu, 0x76DC4190u, 0x6B6B51F4u, 0x4DB26158u, 0x5005713Cu,
-    0xEDB88320u, 0xF00F9344u, 0xD6D6A3E8u, 0xCB61B38Cu, 0x9B64C2B0u, 0x86D3D2D4u, 0xA00AE278u, 0xBDBDF21Cu,
-};
-
-static uint32_t crc_update(uint32_t c, const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        c = (c >> 4) ^ CRC_NIBBLE[c & 15u];
-        c = (c >> 4) ^ CRC_NIBBLE[c & 15u];
-    }
-    return c;
-}
-
 uint32_t tllm_crc32(uint32_t crc, const void *p, size_t n) {
-    return ~crc_update(~crc, (const uint8_t *)p, n);
+    return ~tllm_crc_update(~crc, (const uint8_t *)p, n);
 }
 
 static uint32_t load_le32(const uint8_t *p) {
@@ -39,9 +24,9 @@ uint32_t tllm_request_stored_crc(const uint8_t *buf) { return load_le32(buf + TL
 uint32_t tllm_request_crc(const uint8_t *buf, uint32_t total) {
     static const uint8_t zero[4] = {0, 0, 0, 0};
     uint32_t c = ~0u;
-    c = crc_update(c, buf, TLLM_REQUEST_CRC_OFFSET);
-    c = crc_update(c, zero, 4);
-    c = crc_update(c, buf + TLLM_REQUEST_CRC_OFFSET + 4u, total - (TLLM_REQUEST_CRC_OFFSET + 4u));
+    c = tllm_crc_update(c, buf, TLLM_REQUEST_CRC_OFFSET);
+    c = tllm_crc_update(c, zero, 4);
+    c = tllm_crc_update(c, buf + TLLM_REQUEST_CRC_OFFSET + 4u, total - (TLLM_REQUEST_CRC_OFFSET + 4u));
     return ~c;
 }
 
@@ -71,7 +56,7 @@ void tllm_console_write(const char *s, size_t n) {
                 con.pre[con.npre++] = c;
                 if (con.npre == 5) {
                     con.state = 1;
-                    con.crc = crc_update(~0u, (const uint8_t *)con.pre, 5);
+                    con.crc = tllm_crc_update(~0u, (const uint8_t *)con.pre, 5);
                     tllm_board_write(con.pre, 5);
                 }
                 run = i + 1;
@@ -96,7 +81,7 @@ void tllm_console_write(const char *s, size_t n) {
             con.npre = 0;
             run = i + 1;
         } else if (con.state == 1) {
-            con.crc = crc_update(con.crc, (const uint8_t *)&s[i], 1);
+            con.crc = tllm_crc_update(con.crc, (const uint8_t *)&s[i], 1);
         }
     }
     if (con.state != 0 && run < n) tllm_board_write(s + run, n - run);

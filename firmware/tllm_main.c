@@ -4,11 +4,12 @@
  *
  * Console lines (parsed by codegen/protocol.py; the text itself is printed by
  * the board from the vocabulary in flash):
- *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n>
+ *   @TLLM begin n_prompt=<n> max_new=<n> max_seq=<n> [continue=<held tokens>]
  *   @TLLM pass <index> tokens=<n> positions=<p>   (speculative builds: before a pass's first token,
  *     how many tokens it produced, the last pass may deliver fewer, and how many positions it ran)
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
- *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n>
+ *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n> history=<n>
+ *     history_crc=<crc>   (the conversation the board now holds: what the next continue must name)
  *   @TLLM canary arena=<ok|BROKEN> stack=<ok|BROKEN> stack_peak=<n> stack_bytes=<n> regions=<name>:<ok|BROKEN>,...
  *     (arena: every region's guard words; stack: the deepest stack use left
  *      the 16 guard bytes at the stack limit painted)
@@ -16,7 +17,12 @@
  * Requests come from memory (the board's request block, one generation) or,
  * when there is none, over the UART: "@TLLM ready max_request=<n>", the
  * request bytes, and after each generation "@TLLM done status=<n>".
- * Exit status: 0 ok, 3 bad request, 4 weights blob mismatch, 5 canary broken. */
+ * A continue request (flags TLLM_REQUEST_CONTINUE: multi-turn KV reuse, over
+ * the UART) carries only the new turn's ids and names the history it
+ * extends; the board refuses one that names another (status 6) or that
+ * would not fit the context (7), and keeps what it holds.
+ * Exit status: 0 ok, 3 bad request, 4 weights blob mismatch, 5 canary broken,
+ * 6 continue of another history, 7 continue past the context. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -28,7 +34,8 @@
 #include "tllm_request.h"
 
 enum { EXIT_OK = TLLM_EXIT_OK, EXIT_BAD_REQUEST = TLLM_EXIT_BAD_REQUEST, EXIT_BAD_WEIGHTS = TLLM_EXIT_BAD_WEIGHTS,
-       EXIT_CANARY = TLLM_EXIT_CANARY }; /* tllm_abi.h: stated once in codegen/abi.py */
+       EXIT_CANARY = TLLM_EXIT_CANARY, EXIT_HISTORY = TLLM_EXIT_HISTORY,
+       EXIT_CONTEXT_FULL = TLLM_EXIT_CONTEXT_FULL }; /* tllm_abi.h: stated once in codegen/abi.py */
 
 static void puts_(const char *s) { tllm_console_write(s, strlen(s)); }
 
@@ -66,7 +73,13 @@ int tllm_request_parse(const uint8_t *buf, size_t len, tllm_request *out, const 
     memcpy(&out->top_p, &w[6], 4);
     out->seed = (uint64_t)w[7] | ((uint64_t)w[8] << 32);
     out->flags = w[2] >> 16;
-    out->ids = buf + TLLM_REQUEST_HEADER_BYTES;
+    out->history_tokens = w[10];
+    out->history_crc = w[11];
+    if (!(out->flags & TLLM_REQUEST_CONTINUE) && (w[10] | w[11])) {
+        *why = "history fields set without the continue flag";
+        return -1;
+    }
+    out->ids = (const uint16_t *)(const void *)(buf + TLLM_REQUEST_HEADER_BYTES);
     return 0;
 }
 
@@ -74,30 +87,33 @@ static const char *reason_name(uint32_t r) {
     return r == TLLM_STOP_EOS ? "eos" : r == TLLM_STOP_CONTEXT ? "context" : "max_tokens";
 }
 
-/* A wire request (tllm_request.h) as the engine's request: the ids are
- * decoded into the model's token buffer, where the engine wants them (a
- * prompt too long for the context is refused by the check before any id is
- * read, so at most max_seq are decoded). */
-static tllm_gen_request to_gen_request(const tllm_request *rq) {
-    uint16_t *ids = tllm_model_tokens();
-    const uint32_t n = rq->n_prompt < tllm_model.max_seq ? rq->n_prompt : 0u;
-    for (uint32_t i = 0; i < n; i++) ids[i] = tllm_request_id(rq, i);
+static int is_continue(const tllm_request *rq) { return (rq->flags & TLLM_REQUEST_CONTINUE) != 0; }
+
+/* A wire request (tllm_request.h) as the engine's request: the ids stay in
+ * the request buffer, and the engine copies them into its token buffer once
+ * the request is accepted (a refused one leaves the held conversation). */
+static tllm_gen_request to_gen_request(const tllm_request *rq, tllm_history *history) {
     tllm_gen_request g;
-    g.prompt_ids = ids;
+    g.prompt_ids = rq->ids;
     g.n_prompt = rq->n_prompt;
     g.max_new_tokens = rq->max_new_tokens;
     g.temperature = rq->temperature;
     g.top_p = rq->top_p;
     g.seed = rq->seed;
+    history->n_tokens = rq->history_tokens;
+    history->crc = rq->history_crc;
     return g;
 }
 
 /* The request checks done as a request arrives; the greedy-only refusal
  * comes later, from the generation itself (as the protocol always had it:
- * such a request still counts for its exit flag). */
+ * such a request still counts for its exit flag), and so do a continue's
+ * history and context checks (statuses of their own). */
 static int check_request(const tllm_request *rq, const char **why) {
-    const tllm_gen_request g = to_gen_request(rq);
-    const tllm_status s = tllm_check_request(&g);
+    tllm_history h;
+    const tllm_gen_request g = to_gen_request(rq, &h);
+    /* a continue may bring no ids (its options are checked with its history) */
+    const tllm_status s = is_continue(rq) && g.n_prompt == 0 ? TLLM_OK : tllm_check_request(&g);
     if (s == TLLM_OK || s == TLLM_ERR_GREEDY_ONLY) return 0;
     *why = tllm_status_message(s);
     return -1;
@@ -165,11 +181,45 @@ static int print_token(const tllm_token *tok, void *user) {
     return 0;
 }
 
+static void put_hex32(uint32_t v) {
+    static const char hex[] = "0123456789abcdef";
+    char out[9];
+    for (int i = 7; i >= 0; i--, v >>= 4) out[i] = hex[v & 15u];
+    out[8] = 0;
+    puts_(out);
+}
+
+/* A continue the engine refused: what the board holds against what the
+ * request named, so a host out of step sees why in one line. */
+static int refused_continue(tllm_status s, const tllm_request *req) {
+    const tllm_history *mine = tllm_history_held();
+    puts_("@TLLM error request: ");
+    puts_(tllm_status_message(s));
+    puts_(" (the board holds ");
+    put_u64(mine->n_tokens);
+    puts_(" tokens crc ");
+    put_hex32(mine->crc);
+    puts_(", the request names ");
+    put_u64(req->history_tokens);
+    puts_(" crc ");
+    put_hex32(req->history_crc);
+    puts_(" and ");
+    put_u64(req->n_prompt);
+    puts_(" new of a context of ");
+    put_u64(tllm_model.max_seq);
+    puts_(")\n");
+    return s == TLLM_ERR_HISTORY ? EXIT_HISTORY : EXIT_CONTEXT_FULL;
+}
+
 /* Runs one generation; returns the exit status it earned. */
 static int generate(const tllm_request *req) {
-    const tllm_gen_request rq = to_gen_request(req);
-    const tllm_status refused = tllm_check_request(&rq);
-    if (refused != TLLM_OK) return bad_request(tllm_status_message(refused));
+    tllm_history named;
+    const tllm_gen_request rq = to_gen_request(req, &named);
+    const int cont = is_continue(req);
+    const uint32_t held = tllm_history_held()->n_tokens;
+    const tllm_status refused = cont ? tllm_check_continue(&rq, &named) : tllm_check_request(&rq);
+    if (refused == TLLM_ERR_HISTORY || refused == TLLM_ERR_CONTEXT_FULL) return refused_continue(refused, req);
+    if (refused != TLLM_OK) return bad_request(tllm_status_message(refused)); /* the held conversation stays */
 
     puts_("@TLLM begin n_prompt=");
     put_u64(rq.n_prompt);
@@ -177,11 +227,17 @@ static int generate(const tllm_request *req) {
     put_u64(rq.max_new_tokens);
     puts_(" max_seq=");
     put_u64(tllm_model.max_seq);
+    if (cont) {
+        puts_(" continue=");
+        put_u64(held);
+    }
     puts_("\n");
 
-    tllm_result res;
-    (void)tllm_generate(&rq, print_token, 0, &res); /* a broken arena canary is reported below */
+    tllm_result res; /* a broken arena canary is reported below */
+    if (cont) (void)tllm_continue(&rq, &named, print_token, 0, &res);
+    else (void)tllm_generate(&rq, print_token, 0, &res);
 
+    const tllm_history *now_held = tllm_history_held();
     puts_("@TLLM end reason=");
     puts_(reason_name(res.stop_reason));
     puts_(" n=");
@@ -190,8 +246,12 @@ static int generate(const tllm_request *req) {
     put_u64(res.prefill_cost);
     puts_(" passes=");
     put_u64(res.passes);
+    puts_(" history=");
+    put_u64(now_held->n_tokens);
+    puts_(" history_crc=");
+    put_hex32(now_held->crc);
     puts_("\n@TLLM text-begin\n");
-    print_text(res.tokens, 0, res.n_prompt + res.n_generated);
+    print_text(res.tokens, 0, res.n_prompt + res.n_generated); /* this request's ids and tokens */
     puts_("\n@TLLM text-end\n");
     return report_canaries() ? EXIT_OK : EXIT_CANARY;
 }

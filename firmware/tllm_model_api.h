@@ -20,7 +20,7 @@ typedef enum {
 typedef struct {
     uint32_t phase;
     uint32_t pos;        /* next position to compute */
-    uint32_t n_prompt;
+    uint32_t n_prompt;   /* where the prefill ends: the prompt's length, a continue's conversation so far */
     uint32_t n_generated;
     uint32_t max_new;
     int32_t token;       /* token being fed / just sampled */

@@ -106,10 +106,14 @@ def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]
 
 def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_tokens: int, max_seq: int,
                          eos_ids: Sequence[int], sampling: SamplingOptions, top_k: int = 0,
-                         k: int = 0) -> SpeculativeGeneration:
+                         k: int = 0, cached: int = 0) -> SpeculativeGeneration:
     """The engine's generation with up to k lookup guesses per pass (k = 0:
-    plain decoding, executor.generate's tokens); see the module docstring."""
-    executor.reset()
+    plain decoding, executor.generate's tokens); see the module docstring.
+    ``cached``: positions 0 .. cached - 1 of prompt_ids are in the executor's
+    KV cache already (a continued conversation, session.Session), so the
+    prefill starts at position ``cached``; 0 starts afresh."""
+    if not cached:
+        executor.reset()
     sampler = Sampler(sampling, top_k)
     tokens = list(prompt_ids)
     prompt, out, passes, positions = list(prompt_ids), [], [], []
@@ -117,8 +121,8 @@ def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_
     if max_new_tokens <= 0:
         return SpeculativeGeneration(prompt, out, "max_tokens", passes, [])
     logits = None
-    for pos, tok in enumerate(prompt):
-        logits = executor.step(tok, pos, need_logits=pos == len(prompt) - 1)
+    for pos in range(cached, len(prompt)):
+        logits = executor.step(prompt[pos], pos, need_logits=pos == len(prompt) - 1)
     pending, n_pos = [sampler.sample(logits)], 1
     while True:
         passes.append(len(pending))

@@ -6,9 +6,14 @@ a time, tokens delivered as the firmware prints them.
   UART, Unicorn for STM32H750 builds). Every request boots the image (about
   40 ms under QEMU), so no state leaks between requests; tokens stream live
   (the runner hands over each console line as it arrives).
+* :class:`SessionBackend`: the host build, QEMU or Unicorn kept running
+  between requests (its console on standard input, UART0 on a socket, the
+  H750's console USART), as a board is: multi-turn KV reuse (session.DeviceSession) continues the
+  conversation it holds whenever a prompt extends it token for token.
 * :class:`SerialBackend`: a flashed board over ``--serial PORT``, one
   persistent session: requests go out without the exit flag, so the board
-  serves one after another; a failed link is reopened on the next request.
+  serves one after another, continuing its conversation the same way; a
+  failed link is reopened on the next request.
 
 Also here: what a compiled OUT offers a chat front end (:class:`ModelInfo`),
 and the chat template (:func:`render_chat`), a small function of the messages
@@ -33,9 +38,12 @@ from ..build.out import image_path, load_out_tokenizer, read_manifest
 from ..errors import UserError
 from ..frontends.tokenizer import Tokenizer
 from ..reference.sampler import SamplingOptions
-from .console import RequestLost, talk_serial
+from .console import RequestLost
 from .firmware import run_firmware
-from .protocol import TokenLine, pack_request, parse_output, parse_token_line
+from .protocol import TokenLine, parse_token_line
+from .qemu import qemu_uart_session
+from .session import DeviceSession, HostPort
+from .unicorn_session import UnicornPort
 
 PLAIN_STOP = ("\nUser:",)  # the plain chat rendering's turn marker
 
@@ -53,6 +61,7 @@ class Generation:
     stop_reason: str | None
     prefill_count: int | None
     unit: str  # "instructions" or "cycles"
+    reused: int = 0  # tokens of the conversation the device kept in its KV cache (0: a fresh prefill)
 
 
 OnToken = Callable[[TokenLine], None]
@@ -81,9 +90,31 @@ def _line_sink(on_token: OnToken | None):
     return on_line
 
 
-def _generation(prompt_ids, out, unit: str) -> Generation:
+def _generation(prompt_ids, out, unit: str, reused: int = 0) -> Generation:
     return Generation(list(prompt_ids), out.generated_ids, out.token_texts, out.instructions_per_token,
-                      out.stop_reason, out.prefill_instructions, unit)
+                      out.stop_reason, out.prefill_instructions, unit, reused)
+
+
+def _session_turn(session: DeviceSession, where: str, timeout_s: float, prompt_ids, max_new_tokens, sampling,
+                  on_token, unit: str, close) -> Generation:
+    """One generation through a DeviceSession; a dead link or no answer closes it (``close``) and raises
+    DeviceError, a refusal raises it with the board's error line."""
+    try:
+        turn = session.generate(prompt_ids, max_new_tokens, sampling, on_line=_line_sink(on_token))
+    except RequestLost as e:  # sent twice (talk_serial resends once), served neither time
+        raise DeviceError(str(e)) from None
+    except Exception as e:  # serial.SerialException, OSError: the link or the process went away
+        close()
+        raise DeviceError(f"{where} failed: {e}") from None
+    out = turn.output
+    if turn.status is None:
+        close()
+        raise DeviceError(f"no answer from {where} within {timeout_s:.0f} s")
+    if turn.status != 0:
+        raise DeviceError(f"the board refused the request (status {turn.status}): {out.error or 'see its console'}")
+    if out.crc_errors:
+        raise DeviceError(f"{out.crc_errors} console line(s) failed their CRC on {where}")
+    return _generation(prompt_ids, out, unit, turn.reused)
 
 
 class RunBackend(Backend):
@@ -109,6 +140,54 @@ class RunBackend(Backend):
         return _generation(prompt_ids, fw.output, self.unit)
 
 
+class SessionBackend(Backend):
+    """The build's own runner kept up between requests (the host build on its
+    standard input, QEMU with UART0 on a socket, an STM32H750 image under
+    Unicorn with its console USART, unicorn_session.py): one firmware that holds its
+    conversation, continued where a prompt extends it (session.DeviceSession).
+    A failed run is started again on the next request."""
+
+    def __init__(self, out: Path, timeout_s: float = 600, host_wrapper: Sequence[str] = ()):
+        self.out = Path(out)
+        self.host_wrapper = tuple(host_wrapper)  # the host build runs under this command (HostPort)
+        self.board = load_board(read_manifest(self.out)["board"])
+        self.image = image_path(self.out, self.board)
+        if not self.image.is_file():
+            raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
+        self.name = self.board.run.emulator  # host | qemu | unicorn
+        self.timeout_s = timeout_s
+        self._session = None
+        self._close = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> DeviceSession:
+        if self._session is None:
+            if self.name == "host":
+                port = HostPort(self.image, self.host_wrapper)
+                self._close = port.close
+            elif self.name == "unicorn":
+                port = UnicornPort(self.image, self.board, self.out / "weights.bin")
+                self._close = port.close
+            else:
+                ctx = qemu_uart_session(self.image, self.board, self.out / "weights.bin")
+                port, _proc = ctx.__enter__()
+                self._close = lambda: ctx.__exit__(None, None, None)
+            self._session = DeviceSession(port, self.timeout_s, wait_ready=True)
+        return self._session
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, on_token=None) -> Generation:
+        with self._lock:
+            return _session_turn(self._open(), f"the {self.name} firmware", self.timeout_s, prompt_ids,
+                                 max_new_tokens, sampling, on_token, self.unit, self.close)
+
+    def close(self) -> None:
+        if self._close is not None:
+            try:
+                self._close()
+            finally:
+                self._session = self._close = None
+
+
 class SerialBackend(Backend):
     """A flashed board over a serial port, kept open between requests."""
 
@@ -118,50 +197,40 @@ class SerialBackend(Backend):
     def __init__(self, url: str, timeout_s: float = 600, baudrate: int = 115200):
         self.url, self.timeout_s, self.baudrate = url, timeout_s, baudrate
         self._port = None
+        self._session = None
         self._lock = threading.Lock()
-        self._first = True
 
-    def _open(self):
+    def _open(self) -> DeviceSession:
         if self._port is None:
             try:
                 self._port = serial.serial_for_url(self.url, baudrate=self.baudrate, timeout=0.5)
             except (serial.SerialException, ValueError) as e:
                 raise DeviceError(f"cannot open serial port {self.url}: {e}") from None
-        return self._port
+        if self._session is None:
+            # The board printed "@TLLM ready" once, long ago, or after its last
+            # request: it is waiting in its frame reader, so send right away.
+            self._session = DeviceSession(self._port, self.timeout_s, wait_ready=False)
+        return self._session
 
     def generate(self, prompt_ids, max_new_tokens, sampling, on_token=None) -> Generation:
         with self._lock:
-            port = self._open()
-            # The board printed "@TLLM ready" once, long ago, or after its last
-            # request: it is waiting in its frame reader, so send right away.
-            try:
-                status, text = talk_serial(port, pack_request(list(prompt_ids), max_new_tokens, sampling),
-                                           self.timeout_s, wait_ready=False, on_line=_line_sink(on_token))
-            except RequestLost as e:  # sent twice (talk_serial resends once), served neither time
-                raise DeviceError(str(e)) from None
-            except Exception as e:  # serial.SerialException, OSError: the link went away
-                self.close()
-                raise DeviceError(f"serial link {self.url} failed: {e}") from None
-            out = parse_output(text)
-            if status is None:
-                self.close()
-                raise DeviceError(f"no answer from the board on {self.url} within {self.timeout_s:.0f} s")
-            if status != 0:
-                raise DeviceError(f"the board refused the request (status {status}): {out.error or 'see its console'}")
-            if out.crc_errors:
-                raise DeviceError(f"{out.crc_errors} console line(s) failed their CRC on {self.url}")
-            return _generation(prompt_ids, out, self.unit)
+            return _session_turn(self._open(), f"the board on {self.url}", self.timeout_s, prompt_ids,
+                                 max_new_tokens, sampling, on_token, self.unit, self.close)
 
     def close(self) -> None:
         if self._port is not None:
             try:
                 self._port.close()
             finally:
-                self._port = None
+                self._port = self._session = None
 
 
 def open_backend(out: Path, serial_url: str | None = None, timeout_s: float = 600) -> Backend:
-    return SerialBackend(serial_url, timeout_s) if serial_url else RunBackend(out, timeout_s)
+    """A board over serial_url; else the build's own runner (host, QEMU, Unicorn), kept up between requests
+    as a board is (multi-turn KV reuse)."""
+    if serial_url:
+        return SerialBackend(serial_url, timeout_s)
+    return SessionBackend(out, timeout_s)
 
 
 # ---------------------------------------------------------------- the model behind OUT

@@ -26,21 +26,36 @@ import zlib
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..abi import (EXIT_CODES, REQUEST_CRC_OFFSET, REQUEST_EXIT_AFTER,  # noqa: F401 (re-exported)
-                  REQUEST_HEADER_BYTES, REQUEST_MAGIC, REQUEST_VERSION)
+from ..abi import (EXIT_CODES, REQUEST_CONTINUE, REQUEST_CRC_OFFSET, REQUEST_EXIT_AFTER,  # noqa: F401 (re-exported)
+                  REQUEST_HEADER_BYTES, REQUEST_HISTORY_CRC_OFFSET, REQUEST_HISTORY_TOKENS_OFFSET, REQUEST_MAGIC,
+                  REQUEST_VERSION)
 from ..reference.sampler import SamplingOptions
 
-REQUEST_HEADER = struct.Struct("<4sIHHIIffQI")  # see tllm_request.h
+REQUEST_HEADER = struct.Struct("<4sIHHIIffQIII")  # see tllm_request.h
 assert REQUEST_HEADER.size == REQUEST_HEADER_BYTES
+assert REQUEST_HEADER.size - 8 == REQUEST_HISTORY_TOKENS_OFFSET == REQUEST_HISTORY_CRC_OFFSET - 4
+
+
+def history_crc(tokens: Sequence[int]) -> int:
+    """The CRC32 the firmware keeps of the conversation it holds (tllm_history): zlib's over the ids as
+    little-endian uint16, in order; 0 for none."""
+    return zlib.crc32(struct.pack(f"<{len(tokens)}H", *tokens)) if len(tokens) else 0
 
 
 def pack_request(prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
-                 flags: int = 0) -> bytes:
+                 flags: int = 0, history: Sequence[int] | None = None) -> bytes:
+    """A request frame (tllm_request.h).  ``history``: a continue (multi-turn KV reuse): ``prompt_ids`` are
+    the new turn's ids only (none is fine), and ``history`` every token of the conversation the board must
+    hold (its earlier requests' ids and generated tokens, in order), named by count and CRC; the board
+    refuses it (status 6, TLLM_EXIT_HISTORY) when it holds another, 7 when the new ids would not fit."""
     ids = struct.pack(f"<{len(prompt_ids)}H", *prompt_ids)
     total = REQUEST_HEADER.size + len(ids)
     total += (-total) % 4
+    n_held, held_crc = (len(history), history_crc(history)) if history is not None else (0, 0)
+    if history is not None:
+        flags |= REQUEST_CONTINUE
     head = REQUEST_HEADER.pack(REQUEST_MAGIC, total, REQUEST_VERSION, flags, len(prompt_ids), max_new_tokens,
-                               sampling.temperature, sampling.top_p, sampling.seed, 0)
+                               sampling.temperature, sampling.top_p, sampling.seed, 0, n_held, held_crc)
     body = (head + ids).ljust(total, b"\0")
     return body[:REQUEST_CRC_OFFSET] + struct.pack("<I", zlib.crc32(body)) + body[REQUEST_CRC_OFFSET + 4:]
 
@@ -94,6 +109,8 @@ class FirmwareOutput:
     # a plain build prints none: every pass is one token
     pass_tokens: list[int] | None = None
     pass_positions: list[int] | None = None  # positions each pass ran through the weights (1: a plain step)
+    # the conversation the board holds after this generation (tokens, CRC: what the next continue names)
+    history: tuple[int, int] | None = None
 
     @property
     def tokens_per_pass(self) -> float | None:
@@ -102,7 +119,8 @@ class FirmwareOutput:
 
 
 _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
-_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?$")
+_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?"
+                  r"(?: history=(\d+) history_crc=([0-9a-f]{8}))?$")
 _PASS = re.compile(r"^@TLLM pass (\d+) tokens=(\d+) positions=(\d+)$")
 
 
@@ -150,7 +168,7 @@ def _unescape(s: str) -> bytes:
 
 def parse_output(console: str) -> FirmwareOutput:
     ids, texts, instr = [], [], []
-    reason = prefill = canary = error = stack_peak = canary_regions = None
+    reason = prefill = canary = error = stack_peak = canary_regions = history = None
     text_lines: list[str] | None = None
     text = ""
     crc_errors = 0
@@ -175,6 +193,7 @@ def parse_output(console: str) -> FirmwareOutput:
         elif m := _END.match(line):
             reason, prefill = m.group(1), int(m.group(3))
             passes = int(m.group(4)) if m.group(4) is not None else None
+            history = (int(m.group(5)), int(m.group(6), 16)) if m.group(5) is not None else None
         elif m := _PASS.match(line):
             pass_tokens.append(int(m.group(2)))
             pass_positions.append(int(m.group(3)))
@@ -192,4 +211,5 @@ def parse_output(console: str) -> FirmwareOutput:
         pass_tokens, pass_positions = [1] * passes, [1] * passes
     seen = passes is not None or pass_tokens
     return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions,
-                          crc_errors, passes, pass_tokens if seen else None, pass_positions if seen else None)
+                          crc_errors, passes, pass_tokens if seen else None, pass_positions if seen else None,
+                          history)

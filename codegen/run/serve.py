@@ -1,6 +1,7 @@
 """`tinyllm-gen serve OUT`: an OpenAI-compatible HTTP server in front of one
 device (codegen/backends.py: a board over --serial, else QEMU, Unicorn or the
-host build, one run per request).
+host build, kept running between requests so a request that extends the
+previous conversation continues it).
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (both
 streamed as server-sent events with ``"stream": true``, else one JSON body),
@@ -15,7 +16,11 @@ Sampling: ``temperature`` defaults to 0 (greedy, the firmware's bit-exact
 path; OpenAI's default is 1), ``top_p`` and ``seed`` (default 0) go to the
 firmware's sampler; ``stop`` strings end the text on the host (the device
 finishes its run). Each response carries ``x_tinyllm``: the token ids, the
-board's count per token and the prefill count."""
+board's count per token and the prefill count, and ``kept_tokens``: where a
+request's prompt extends the previous request's prompt and tokens exactly
+(token for token), the device continued the conversation it held and
+prefilled only the rest (multi-turn KV reuse, run/session.py); otherwise 0,
+a fresh prefill."""
 from __future__ import annotations
 
 import json
@@ -220,7 +225,8 @@ def _usage(gen_or_prompt: list[int], n_completion: int) -> dict:
 
 def _extension(gen: Generation, backend: Backend) -> dict:
     return {"generated_ids": gen.generated_ids, "counts_per_token": gen.counts, "prefill_count": gen.prefill_count,
-            "count_unit": gen.unit, "stop_reason": gen.stop_reason, "backend": backend.name}
+            "count_unit": gen.unit, "stop_reason": gen.stop_reason, "backend": backend.name,
+            "kept_tokens": gen.reused}  # of the prompt, in the device's KV cache from the last request
 
 
 class Handler(BaseHTTPRequestHandler):

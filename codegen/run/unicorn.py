@@ -106,6 +106,7 @@ class _Console:
     rx: bytearray = field(default_factory=bytearray)
     exit_code: int | None = None
     brr: int = 0
+    wait_rx: object = None  # called when the firmware polls an empty receiver (unicorn_session: waits for the host)
 
 
 def _load_segments(elf: bytes) -> list[tuple[int, bytes]]:
@@ -370,6 +371,8 @@ class _H750Machine:
 
         def uart_read(_mu, offset, _size, _user):
             if offset == USART_ISR:
+                if not console.rx and console.wait_rx is not None:
+                    console.wait_rx()
                 return USART_ISR_TXE_TC | (USART_ISR_RXNE if console.rx else 0)
             if offset == USART_RDR and console.rx:
                 return console.rx.pop(0)

@@ -83,6 +83,37 @@ int main(void) {
     CHECK(tllm_generate(&rq, NULL, NULL, &res) == TLLM_OK);
     CHECK(res.stop_reason == TLLM_STOP_CONTEXT && res.n_generated == 2);
 
+    /* multi-turn KV reuse: the context just filled holds max_seq tokens, so any continue is past it */
+    const tllm_history *held = tllm_history_held();
+    CHECK(held->n_tokens == info->max_seq && held->crc != 0);
+    tllm_history named = *held;
+    tllm_gen_request next = {ids + 10, 1, 4, 0.0f, 1.0f, 0};
+    CHECK(tllm_continue(&next, &named, NULL, NULL, &res) == TLLM_ERR_CONTEXT_FULL);
+    CHECK(tllm_check_continue(NULL, &named) == TLLM_ERR_ARGUMENT);
+    /* a fresh conversation of 5 ids and 4 tokens, then its continue and one of another history */
+    rq.n_prompt = 5;
+    rq.max_new_tokens = 4;
+    CHECK(tllm_generate(&rq, NULL, NULL, &res) == TLLM_OK);
+    CHECK(tllm_history_held()->n_tokens == 9);
+    named = *tllm_history_held();
+    named.crc ^= 1u;
+    CHECK(tllm_continue(&next, &named, NULL, NULL, &res) == TLLM_ERR_HISTORY);
+    named.crc ^= 1u, named.n_tokens++;
+    CHECK(tllm_check_continue(&next, &named) == TLLM_ERR_HISTORY);
+    named.n_tokens--;
+    CHECK(tllm_continue(&next, &named, NULL, NULL, &res) == TLLM_OK); /* the refusals kept it */
+    CHECK(res.n_prompt == 1 && res.n_generated == 4 && res.tokens[0] == ids[10]);
+    CHECK(tllm_history_held()->n_tokens == 14);
+    next.n_prompt = 0; /* no new ids: the last token, then on */
+    named = *tllm_history_held();
+    CHECK(tllm_continue(&next, &named, NULL, NULL, &res) == TLLM_OK && tllm_history_held()->n_tokens == 18);
+    next.max_new_tokens = 0; /* runs nothing: ends the conversation */
+    named = *tllm_history_held();
+    CHECK(tllm_continue(&next, &named, NULL, NULL, &res) == TLLM_OK && tllm_history_held()->n_tokens == 0);
+    CHECK(tllm_continue(&next, &named, NULL, NULL, &res) == TLLM_ERR_HISTORY);
+    CHECK(strcmp(tllm_status_message(TLLM_ERR_HISTORY), "unknown status") != 0);
+    CHECK(strcmp(tllm_status_message(TLLM_ERR_CONTEXT_FULL), "unknown status") != 0);
+
     /* token text */
     uint32_t len = 99;
     const uint8_t *text = tllm_token_text(-1, &len);

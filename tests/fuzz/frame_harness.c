@@ -9,7 +9,8 @@
  * it expire; a read waiting without one, in the hunt for a magic, does not
  * notice it).  The end of stdin is the end of the console input.
  *
- * The loop is tllm_main.c's: read a frame; a version-2 frame is "served"
+ * The loop is tllm_main.c's: read a frame; a frame of the current version
+ * (TLLM_REQUEST_VERSION) is "served"
  * (its bytes printed as "#served <hex>", then the request buffer, exactly
  * CAP bytes from malloc, is overwritten as the model's first step would);
  * any other version is refused (tllm_frame_refuse, "#refused <hex>"); each
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "tllm_board.h"
+#include "tllm_abi.h" /* TLLM_REQUEST_VERSION */
 #include "tllm_frame.h"
 
 void tllm_board_write(const char *buf, size_t n) { fwrite(buf, 1, n, stdout); }
@@ -67,7 +69,7 @@ int main(int argc, char **argv) {
         int status = 3;
         if (got == TLLM_FRAME_OK) {
             if (total < 10u || total > cap) return 66; /* the reader broke its own length checks */
-            if ((buf[8] | (buf[9] << 8)) == 2) {
+            if ((uint32_t)(buf[8] | (buf[9] << 8)) == TLLM_REQUEST_VERSION) {
                 put_frame("served", buf, total);
                 memset(buf, 0xA5, cap); /* the model's first step reuses the request buffer */
                 status = 0;

@@ -18,14 +18,16 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings, strategies as st
 
-from tinyllm_gen.run.protocol import REQUEST_CRC_OFFSET, check_line, pack_request
+from tinyllm_gen.run.protocol import (REQUEST_CONTINUE, REQUEST_CRC_OFFSET, REQUEST_HEADER_BYTES, REQUEST_VERSION,
+                                      check_line, history_crc, pack_request)
 from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.resources import firmware_dir
 
 MAGIC = b"TLRQ"
-HEADER = 40
+HEADER = REQUEST_HEADER_BYTES
+OLD = REQUEST_VERSION - 1  # a frame of the previous version: CRC good, refused for its version
 SILENCE = None  # an event: no byte for the frame timeout
-CAPS = (48, 72, 232, 1064)  # 1,064: the bundled model's request buffer
+CAPS = (48, 72, 232, 1072)  # 1,072: the bundled model's request buffer
 SETTINGS = settings(max_examples=400, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.data_too_large])
@@ -79,10 +81,10 @@ def run(harness: Path, cap: int, events) -> Run:
 # ---------------------------------------------------------------- frames
 
 
-def frame(n_ids: int, tag: int, version: int = 2) -> bytes:
-    """A request with a CRC that holds; `tag` (the seed) keeps frames apart."""
+def frame(n_ids: int, tag: int, version: int = REQUEST_VERSION, history: list[int] | None = None) -> bytes:
+    """A request with a CRC that holds; `tag` (the seed) keeps frames apart; `history`: a continue."""
     body = bytearray(pack_request([(7 * tag + i) % 300 for i in range(n_ids)], 1 + tag % 5,
-                                  SamplingOptions(seed=tag)))
+                                  SamplingOptions(seed=tag), history=history))
     struct.pack_into("<H", body, 8, version)
     struct.pack_into("<I", body, REQUEST_CRC_OFFSET, 0)
     struct.pack_into("<I", body, REQUEST_CRC_OFFSET, zlib.crc32(body))
@@ -151,13 +153,13 @@ def check_guarantee(harness: Path, cap: int, events, notes: list[str] | None = N
     for kind, f in r.order:
         cands = [p for p, g in good if p > at and g == f]
         assert cands, f"{kind} a frame that is not a good frame of the stream after offset {at}: {f[:12].hex()}..."
-        assert (kind == "served") == (struct.unpack_from("<H", f, 8)[0] == 2), (kind, f[8:10])
+        assert (kind == "served") == (struct.unpack_from("<H", f, 8)[0] == REQUEST_VERSION), (kind, f[8:10])
         at = cands[0]
         placed.append((kind, at))
     served_at = {p for k, p in placed if k == "served"}
     magics = s.magics()
     for q, f in good:
-        if struct.unpack_from("<H", f, 8)[0] != 2:
+        if struct.unpack_from("<H", f, 8)[0] != REQUEST_VERSION:
             continue  # the caller refuses it: not a frame to serve
         n = len(f)
         if any(q < i < q + n for i in s.silences):
@@ -185,7 +187,7 @@ def test_five_header_bytes_then_a_request(harness):
         assert r.served == [req]
 
 
-@pytest.mark.parametrize("cap", [232, 1064])
+@pytest.mark.parametrize("cap", [232, 1072])
 def test_a_header_claiming_the_whole_buffer_then_a_request(harness, cap):
     """48 bytes of a frame whose length is the request buffer's capacity, then
     a good request: swallowed as the dead frame's tail, then found again once
@@ -201,11 +203,11 @@ def test_a_header_claiming_the_whole_buffer_then_a_request(harness, cap):
 
 
 def test_a_refused_frame_hands_back_what_followed(harness):
-    """A dead frame swallows a version-3 frame (CRC good, refused by the
-    caller) and a good request: the refusal keeps the bytes after it."""
-    v3, req = frame(3, 4, version=3), frame(5, 5)
-    events = list(with_length(frame(60, 6), 1064)[:44] + v3 + req) + [SILENCE]
-    r = check_guarantee(harness, 1064, events)
+    """A dead frame swallows a frame of another version (CRC good, refused by
+    the caller) and a good request: the refusal keeps the bytes after it."""
+    v3, req = frame(3, 4, version=OLD), frame(5, 5)
+    events = list(with_length(frame(60, 6), 1072)[:44] + v3 + req) + [SILENCE]
+    r = check_guarantee(harness, 1072, events)
     assert r.refused == [v3] and r.served == [req]
 
 
@@ -213,7 +215,7 @@ def test_frames_swallowed_by_a_dead_frame_after_the_first_served_are_lost(harnes
     """Case (2) of the guarantee, pinned: the request buffer goes to the model
     with the first frame, so a second one received with it is dropped."""
     a, b = frame(2, 7), frame(2, 8)
-    r = check_guarantee(harness, 1064, list(with_length(frame(60, 9), 1064)[:44] + a + b) + [SILENCE])
+    r = check_guarantee(harness, 1072, list(with_length(frame(60, 9), 1072)[:44] + a + b) + [SILENCE])
     assert r.served == [a]
 
 
@@ -223,12 +225,16 @@ def test_frames_swallowed_by_a_dead_frame_after_the_first_served_are_lost(harnes
 @st.composite
 def segments(draw, cap: int, tag: int):
     max_ids = (cap - HEADER) // 2
-    kind = draw(st.sampled_from(["good", "good", "refused", "cut", "flip", "false", "junk", "silence"]))
-    make = lambda: frame(draw(st.integers(0, max_ids)), tag, 2)  # noqa: E731
+    kind = draw(st.sampled_from(["good", "good", "continue", "refused", "cut", "flip", "false", "junk", "silence"]))
+    make = lambda: frame(draw(st.integers(0, max_ids)), tag)  # noqa: E731
     if kind == "good":
         return list(make())
+    if kind == "continue":  # the multi-turn form: the framer serves it like any frame, its history fields intact
+        return list(frame(draw(st.integers(0, max_ids)), tag,
+                          history=draw(st.lists(st.integers(0, 0xFFFF), min_size=1, max_size=600))))
     if kind == "refused":
-        return list(frame(draw(st.integers(0, max_ids)), tag, draw(st.sampled_from([1, 3, 0xFFFF]))))
+        return list(frame(draw(st.integers(0, max_ids)), tag, draw(st.sampled_from([1, OLD, REQUEST_VERSION + 1,
+                                                                                   0xFFFF]))))
     if kind == "cut":
         f = make()
         return list(f[:draw(st.integers(1, len(f) - 1))])
@@ -261,10 +267,22 @@ def streams(draw):
     return cap, events
 
 
+def test_a_continue_frame_is_served_with_its_history_fields(harness):
+    """The continue form (multi-turn KV reuse) through the framer, cut by a
+    silence once and then whole: served byte for byte, history count and CRC
+    where tllm_request.h has them."""
+    held = [5, 300, 7, 65535]
+    req = frame(3, 11, history=held)
+    flags, = struct.unpack_from("<H", req, 10)
+    assert flags & REQUEST_CONTINUE and struct.unpack_from("<II", req, 40) == (4, history_crc(held))
+    r = check_guarantee(harness, 232, list(req[:30]) + [SILENCE] + list(req))
+    assert r.served == [req]
+
+
 @SETTINGS
 @given(streams())
 @example((232, list(frame(6, 1)[:5] + frame(6, 1))))
-@example((1064, list(with_length(frame(60, 3), 1064)[:48] + frame(4, 2)) + [SILENCE]))
+@example((1072, list(with_length(frame(60, 3), 1072)[:48] + frame(4, 2)) + [SILENCE]))
 def test_random_streams_keep_the_guarantee(harness, case):
     cap, events = case
     notes: list[str] = []

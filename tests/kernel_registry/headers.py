@@ -17,6 +17,9 @@ KERNEL_HEADERS = ("tllm_kernels.h", "tllm_kernels_m7.h", "tllm_kernels_gguf.h", 
 OTHER_HEADERS = {
     "tllm_abi.h": "constants shared with codegen/abi.py (tests/unit/test_abi.py); no functions",
     "tllm_api.h": "the C API for a user's own main (init, generate, status text): tests/emu/test_own_firmware.py",
+    "tllm_crc32.h": "CRC32 (zlib's) for request frames, console lines and the engine's history CRC, not a model "
+                    "kernel: zlib.crc32 is its twin (tests/fuzz/test_frame_property.py, tests/host/"
+                    "test_multiturn_host.py)",
     "tllm_board.h": "board hooks (console, clock, exit, copies), one implementation per board: the firmware tiers",
     "tllm_frame.h": "console framing and CRC lines: tests/emu/test_protocol_recovery.py, test_uart_protocol.py",
     "tllm_model_api.h": "what the generated model exports to the engine: every firmware run",

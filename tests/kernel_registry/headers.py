@@ -19,6 +19,8 @@ OTHER_HEADERS = {
     "tllm_api.h": "the C API for a user's own main (init, generate, status text): tests/emu/test_own_firmware.py",
     "tllm_board.h": "board hooks (console, clock, exit, copies), one implementation per board: the firmware tiers",
     "tllm_frame.h": "console framing and CRC lines: tests/emu/test_protocol_recovery.py, test_uart_protocol.py",
+    "tllm_m7_asm.h": "assembler macros (a string) pasted into tllm_kernels_m7.c's and tllm_kernels_gguf_m7.c's "
+                     "inline assembly; their kernels are registered (entries_m7.py, entries_gguf_m7.py)",
     "tllm_model_api.h": "what the generated model exports to the engine: every firmware run",
     "tllm_numerics.h": "compiler pragmas and #errors of the numerics contract; no functions",
     "tllm_request.h": "the request header parser: tests/emu/test_protocol_recovery.py",

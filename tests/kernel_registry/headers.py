@@ -40,6 +40,12 @@ EXCLUDED: dict[str, str] = {
                                  "tllm_argmax_batch_* case (entries_verify.py)",
     "tllm_verify_topk_chunks": "a per-token loop over tllm_topk_push (entries_topk.py), run inside every "
                                "tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_verify_chunks": "tllm_verify_argmax_chunks or tllm_verify_topk_chunks by whether a race is given: run "
+                          "inside every tllm_argmax_batch_* and tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_verify_q4": "the q4 chunk loop behind tllm_argmax_batch_q4 and tllm_topk_batch_q4, which are registered "
+                      "(entries_verify.py)",
+    "tllm_verify_q4x4": "the q4x4 chunk loop behind tllm_argmax_batch_q4x4 and tllm_topk_batch_q4x4, which are "
+                        "registered (entries_verify.py)",
     "tllm_verify_ggufx4": "tllm_verify_gguf's loop for the tiled GGUF layouts, its batched matmul and tile size "
                           "function pointers (tllm_ggufx4_matmat_fn, tllm_ggufx4_tile_bytes_fn); registered through "
                           "tllm_argmax_batch_q40x4 / q41x4 / q80x4 and tllm_topk_batch_q40x4 / q41x4 / q80x4 "

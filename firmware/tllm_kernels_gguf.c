@@ -258,18 +258,6 @@ static inline __attribute__((always_inline)) void matvec_gguf(int kind, const tl
     }
 }
 
-void tllm_matvec_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
-    matvec_gguf(GGUF_Q41, m, xq, xs, bias, out);
-}
-
-void tllm_matvec_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
-    matvec_gguf(GGUF_Q40, m, xq, xs, bias, out);
-}
-
-void tllm_matvec_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *out) {
-    matvec_gguf(GGUF_Q80, m, xq, xs, bias, out);
-}
-
 void tllm_embed_q41(const tllm_gguf_matrix *m, int32_t token, float *out) {
     const int32_t nb = m->cols / TLLM_GGUF_BLOCK;
     const uint8_t *blk = m->blocks + (uint32_t)token * (uint32_t)(nb * Q41_BYTES);
@@ -475,21 +463,6 @@ static inline __attribute__((always_inline)) void matmat_batches(int kind, const
     }
 }
 
-void tllm_matmat_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
-                     float *out) {
-    matmat_batches(GGUF_Q40, m, xq, xs, P, bias, out);
-}
-
-void tllm_matmat_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
-                     float *out) {
-    matmat_batches(GGUF_Q41, m, xq, xs, P, bias, out);
-}
-
-void tllm_matmat_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias,
-                     float *out) {
-    matmat_batches(GGUF_Q80, m, xq, xs, P, bias, out);
-}
-
 typedef void (*gguf_matvec_fn)(const tllm_gguf_matrix *, const int8_t *, const float *, const float *, float *);
 
 static int32_t argmax_chunked(gguf_matvec_fn mv, uint32_t block_bytes, const tllm_gguf_matrix *m, const int8_t *xq,
@@ -506,17 +479,21 @@ static int32_t argmax_chunked(gguf_matvec_fn mv, uint32_t block_bytes, const tll
     return best;
 }
 
-int32_t tllm_argmax_q40(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
-                        int32_t chunk_rows) {
-    return argmax_chunked(tllm_matvec_q40, Q40_BYTES, m, xq, xs, bias, chunk, chunk_rows);
-}
-
-int32_t tllm_argmax_q41(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
-                        int32_t chunk_rows) {
-    return argmax_chunked(tllm_matvec_q41, Q41_BYTES, m, xq, xs, bias, chunk, chunk_rows);
-}
-
-int32_t tllm_argmax_q80(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias, float *chunk,
-                        int32_t chunk_rows) {
-    return argmax_chunked(tllm_matvec_q80, Q80_BYTES, m, xq, xs, bias, chunk, chunk_rows);
-}
+/* Each format's matvec, batched matmat and greedy classifier: the loops
+ * above at its kind (and block size). */
+#define TLLM_GGUF_KERNELS(q, kind, block_bytes)                                                                    \
+    void tllm_matvec_##q(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias,          \
+                         float *out) {                                                                             \
+        matvec_gguf(kind, m, xq, xs, bias, out);                                                                   \
+    }                                                                                                              \
+    void tllm_matmat_##q(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, int32_t P, const float *bias, \
+                         float *out) {                                                                             \
+        matmat_batches(kind, m, xq, xs, P, bias, out);                                                             \
+    }                                                                                                              \
+    int32_t tllm_argmax_##q(const tllm_gguf_matrix *m, const int8_t *xq, const float *xs, const float *bias,       \
+                            float *chunk, int32_t chunk_rows) {                                                    \
+        return argmax_chunked(tllm_matvec_##q, block_bytes, m, xq, xs, bias, chunk, chunk_rows);                  \
+    }
+TLLM_GGUF_KERNELS(q40, GGUF_Q40, Q40_BYTES)
+TLLM_GGUF_KERNELS(q41, GGUF_Q41, Q41_BYTES)
+TLLM_GGUF_KERNELS(q80, GGUF_Q80, Q80_BYTES)

@@ -16,6 +16,7 @@
  * at P = 2 the nibble formats take a row pair against both tokens instead,
  * so that every x16b load and each block's activation work serve two rows. */
 #include "tllm_kernels_gguf_m7.h"
+#include "tllm_m7_asm.h"
 #include "tllm_math.h"
 
 #include <string.h>
@@ -136,24 +137,20 @@ static inline __attribute__((always_inline)) void matmat_c(int kind, const tllm_
         }
 }
 
-void tllm_matvec_q40x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matmat_c(KQ40, m, x16, 1, bias, out);
-}
-void tllm_matvec_q41x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matmat_c(KQ41, m, x16, 1, bias, out);
-}
-void tllm_matvec_q80x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matmat_c(KQ80, m, x16, 1, bias, out);
-}
-void tllm_matmat_q40x4_c(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    matmat_c(KQ40, m, xb, P, bias, out);
-}
-void tllm_matmat_q41x4_c(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    matmat_c(KQ41, m, xb, P, bias, out);
-}
-void tllm_matmat_q80x4_c(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    matmat_c(KQ80, m, xb, P, bias, out);
-}
+/* A layout's matvec and matmat by matmat_c, named tllm_matvec_<name> and
+ * tllm_matmat_<name>: the portable twins (name = layout_c) here, and the
+ * kernels themselves where there is no M7 assembly (TLLM_X4_KERNELS). */
+#define TLLM_X4_PORTABLE(name, kind)                                                                               \
+    void tllm_matvec_##name(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {      \
+        matmat_c(kind, m, x16, 1, bias, out);                                                                      \
+    }                                                                                                              \
+    void tllm_matmat_##name(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,          \
+                            float *out) {                                                                          \
+        matmat_c(kind, m, xb, P, bias, out);                                                                       \
+    }
+TLLM_X4_PORTABLE(q40x4_c, KQ40)
+TLLM_X4_PORTABLE(q41x4_c, KQ41)
+TLLM_X4_PORTABLE(q80x4_c, KQ80)
 
 /* --- embedding -------------------------------------------------------------- */
 static inline __attribute__((always_inline)) void embed(int kind, const tllm_ggufx4_matrix *m, int32_t token,
@@ -218,31 +215,12 @@ TLLM_X4_ARGMAX(q80x4, KQ80)
  * r12 x16, s0-s3 the rows' float sums.  Stack: [0] x16, [4] out, [8] tiles
  * left, [12] end of the x16 stream (int8: blocks per row; lr counts). */
 __asm__(
-    "    .syntax unified\n"
-    /* one row's 8 nibbles (word w) against r0-r3 */
-    "    .macro GXV_NIB acc, w, first\n"
-    "    and r9, \\w, r10\n"
-    "    .if \\first\n"
-    "    smuad \\acc, r9, r0\n"
-    "    .else\n"
-    "    smlad \\acc, r9, r0, \\acc\n"
-    "    .endif\n"
-    "    and r9, r10, \\w, lsr #4\n"
-    "    smlad \\acc, r9, r1, \\acc\n"
-    "    and r9, r10, \\w, lsr #8\n"
-    "    smlad \\acc, r9, r2, \\acc\n"
-    "    and r9, r10, \\w, lsr #12\n"
-    "    smlad \\acc, r9, r3, \\acc\n"
-    "    .endm\n"
+    TLLM_M7_ASM_MACROS
     /* one row's 8 int8 (two words) against r0-r3 */
     "    .macro GXV_I8 acc, first\n"
     "    ldrd r8, r9, [r11], #8\n"
     "    sxtb16 r10, r8\n"
-    "    .if \\first\n"
-    "    smuad \\acc, r10, r0\n"
-    "    .else\n"
-    "    smlad \\acc, r10, r0, \\acc\n"
-    "    .endif\n"
+    "    TLLM_SMLAD \\acc, r10, r0, \\first\n"
     "    sxtb16 r10, r8, ror #8\n"
     "    smlad \\acc, r10, r1, \\acc\n"
     "    sxtb16 r10, r9\n"
@@ -260,11 +238,11 @@ __asm__(
     "    GXV_I8 r7, \\first\n"
     "    .else\n"
     "    ldrd r8, lr, [r11], #8\n"
-    "    GXV_NIB r4, r8, \\first\n"
-    "    GXV_NIB r5, lr, \\first\n"
+    "    TLLM_NIB_ROW r4, r8, \\first\n"
+    "    TLLM_NIB_ROW r5, lr, \\first\n"
     "    ldrd r8, lr, [r11], #8\n"
-    "    GXV_NIB r6, r8, \\first\n"
-    "    GXV_NIB r7, lr, \\first\n"
+    "    TLLM_NIB_ROW r6, r8, \\first\n"
+    "    TLLM_NIB_ROW r7, lr, \\first\n"
     "    .endif\n"
     "    .endm\n"
     /* Q4_1 row i: raw (d, m) in dm, (float)isum in fi, float sum acc; s12 xsum, s13 sx */
@@ -282,13 +260,9 @@ __asm__(
     "    .if \\kind == 1\n"
     "    vldm r12!, {s12-s13}\n"        /* 8 * xsum, sx */
     "    vcvt.f32.s32 s12, s12, #3\n"   /* (float)xsum: exact */
-    "    vmov s4, s5, r4, r5\n"
-    "    vmov s6, s7, r6, r7\n"
+    "    TLLM_SUMS_TO_S 4\n"
     "    vldm r11!, {s8-s11}\n"         /* (d, m) of rows 0..3 */
-    "    vcvt.f32.s32 s4, s4\n"
-    "    vcvt.f32.s32 s5, s5\n"
-    "    vcvt.f32.s32 s6, s6\n"
-    "    vcvt.f32.s32 s7, s7\n"
+    "    TLLM_CVT_SUMS 4\n"
     "    GXV_Q41_ROW s8, s4, s0\n"
     "    GXV_Q41_ROW s9, s5, s1\n"
     "    GXV_Q41_ROW s10, s6, s2\n"
@@ -304,13 +278,9 @@ __asm__(
     "    .else\n"
     "    vldm r12!, {s12-s13}\n"        /* (8 * xsum), sx */
     "    .endif\n"
-    "    vmov s4, s5, r4, r5\n"
-    "    vmov s6, s7, r6, r7\n"
+    "    TLLM_SUMS_TO_S 4\n"
     "    vldm r11!, {s8-s9}\n"          /* d of rows 0, 1 | 2, 3 */
-    "    vcvt.f32.s32 s4, s4\n"
-    "    vcvt.f32.s32 s5, s5\n"
-    "    vcvt.f32.s32 s6, s6\n"
-    "    vcvt.f32.s32 s7, s7\n"
+    "    TLLM_CVT_SUMS 4\n"
     "    vcvtt.f32.f16 s11, s8\n"
     "    vcvtb.f32.f16 s10, s8\n"
     "    vcvtt.f32.f16 s15, s9\n"
@@ -326,12 +296,7 @@ __asm__(
     "    .endif\n"
     "    .endm\n"
     "    .macro GXV_MATVEC name, kind\n"
-    "    .section .text.\\name, \"ax\", %progbits\n"
-    "    .balign 4\n"
-    "    .global \\name\n"
-    "    .thumb_func\n"
-    "    .type \\name, %function\n"
-    "\\name:\n"
+    "    TLLM_FUNC \\name, .text.\\name\n"
     "    push {r4-r11, lr}\n"
     "    sub sp, sp, #16\n"
     "    ldrd r4, r5, [r3]\n"
@@ -343,14 +308,10 @@ __asm__(
     "    movs r6, #72\n"
     "    mla r6, r5, r6, r1\n"
     "    str r6, [sp, #12]\n"
-    "    movw r10, #0x000F\n"
-    "    movt r10, #0x000F\n"
+    "    TLLM_MASK\n"
     "    .endif\n"
     "    mov r11, r0\n"
-    "1:  ldr r12, [sp, #0]\n"
-    "    movs r0, #0\n"
-    "    vmov s0, s1, r0, r0\n"
-    "    vmov s2, s3, r0, r0\n"
+    "1:  TLLM_ROW_START\n"
     "    .if \\kind == 2\n"
     "    ldr lr, [sp, #12]\n"
     "    .endif\n"
@@ -366,15 +327,8 @@ __asm__(
     "    cmp r12, r9\n"
     "    .endif\n"
     "    bne 2b\n"
-    "    ldr r0, [sp, #4]\n"
-    "    vstm r0!, {s0-s3}\n"
-    "    str r0, [sp, #4]\n"
-    "    ldr r0, [sp, #8]\n"
-    "    subs r0, r0, #1\n"
-    "    str r0, [sp, #8]\n"
-    "    bne 1b\n"
-    "    add sp, sp, #16\n"
-    "    pop {r4-r11, pc}\n"
+    "    TLLM_MV_NEXT_TILE\n"
+    "    TLLM_RETURN 16, 0\n"
     "    .size \\name, . - \\name\n"
     "    .endm\n"
     "    GXV_MATVEC tllm_mv_q40x4, 0\n"
@@ -400,66 +354,6 @@ __asm__(
  * offset of this slot's fp16 d from r11 at the block's end (Q4_0, Q8_0). */
 __asm__(
     "    .syntax unified\n"
-    "    .macro GXM_SMLAD acc, lane, x, first\n"
-    "    .if \\first\n"
-    "    smuad \\acc, \\lane, \\x\n"
-    "    .else\n"
-    "    smlad \\acc, \\lane, \\x, \\acc\n"
-    "    .endif\n"
-    "    .endm\n"
-    /* the SMLAD of word n (rotation register xi) into token p's sum */
-    "    .macro GXM_MAC p, lane, xi, K, first\n"
-    "    .if \\p == 0\n"
-    "    GXM_MACX r4, \\lane, \\xi, \\K, \\first\n"
-    "    .elseif \\p == 1\n"
-    "    GXM_MACX r5, \\lane, \\xi, \\K, \\first\n"
-    "    .elseif \\p == 2\n"
-    "    GXM_MACX r6, \\lane, \\xi, \\K, \\first\n"
-    "    .else\n"
-    "    GXM_MACX r7, \\lane, \\xi, \\K, \\first\n"
-    "    .endif\n"
-    "    .endm\n"
-    "    .macro GXM_MACX acc, lane, xi, K, first\n"
-    "    .if \\xi == 0\n"
-    "    GXM_SMLAD \\acc, \\lane, r0, \\first\n"
-    "    .elseif \\xi == 1\n"
-    "    GXM_SMLAD \\acc, \\lane, r1, \\first\n"
-    "    .elseif \\xi == 2\n"
-    "    GXM_SMLAD \\acc, \\lane, r2, \\first\n"
-    "    .elseif \\xi == 3\n"
-    "    GXM_SMLAD \\acc, \\lane, r3, \\first\n"
-    "    .elseif \\xi == 4 && \\K == 7\n"
-    "    GXM_SMLAD \\acc, \\lane, r6, \\first\n"
-    "    .elseif (\\xi == 4 && \\K == 6) || (\\xi == 5 && \\K == 7)\n"
-    "    GXM_SMLAD \\acc, \\lane, r7, \\first\n"
-    "    .else\n"
-    "    GXM_SMLAD \\acc, \\lane, lr, \\first\n"
-    "    .endif\n"
-    "    .endm\n"
-    /* the next c words into the first c rotation registers */
-    "    .macro GXM_LDM c, K\n"
-    "    .if \\c == 1\n"
-    "    ldm r12!, {r0}\n"
-    "    .elseif \\c == 2\n"
-    "    ldm r12!, {r0, r1}\n"
-    "    .elseif \\c == 3\n"
-    "    ldm r12!, {r0-r2}\n"
-    "    .elseif \\c == 4\n"
-    "    ldm r12!, {r0-r3}\n"
-    "    .elseif \\c == 5 && \\K == 5\n"
-    "    ldm r12!, {r0-r3, lr}\n"
-    "    .elseif \\c == 5 && \\K == 6\n"
-    "    ldm r12!, {r0-r3, r7}\n"
-    "    .elseif \\c == 5\n"
-    "    ldm r12!, {r0-r3, r6}\n"
-    "    .elseif \\c == 6 && \\K == 6\n"
-    "    ldm r12!, {r0-r3, r7, lr}\n"
-    "    .elseif \\c == 6\n"
-    "    ldm r12!, {r0-r3, r6, r7}\n"
-    "    .else\n"
-    "    ldm r12!, {r0-r3, r6, r7, lr}\n"
-    "    .endif\n"
-    "    .endm\n"
     /* lane pair j of the quarter's weights (nibbles in r8; int8 in r8 r9) */
     "    .macro GXM_LANE kind, j\n"
     "    .if \\kind == 2\n"
@@ -472,22 +366,14 @@ __asm__(
     "    .else\n"
     "    sxtb16 r10, r9, ror #8\n"
     "    .endif\n"
-    "    .elseif \\j == 0\n"
-    "    and r9, r8, r10\n"
     "    .else\n"
-    "    and r9, r10, r8, lsr #(4 * \\j)\n"
+    "    TLLM_NIB_LANE \\j, r8\n"
     "    .endif\n"
     "    .endm\n"
     /* one block of one row against P tokens: 16 P words */
     "    .macro GXM_BLOCK kind, P, K\n"
     "    .if \\kind == 0\n"
-    "    .if \\P == 2\n"
-    "    ldm r12!, {r4, r5}\n"          /* the sums start at -8 * xsum */
-    "    .elseif \\P == 3\n"
-    "    ldm r12!, {r4-r6}\n"
-    "    .else\n"
-    "    ldm r12!, {r4-r7}\n"
-    "    .endif\n"
+    "    TLLM_LDM_SUMS \\P\n"           /* the sums start at -8 * xsum */
     "    .elseif \\kind == 1\n"
     "    .if \\P == 2\n"
     "    vldm r12!, {s12-s13}\n"        /* -8 * xsum */
@@ -517,48 +403,39 @@ __asm__(
     "    .if (gx_n % \\P) == 0\n"
     "    GXM_LANE \\kind, ((gx_n / \\P) % 4)\n"
     "    .endif\n"
-    "    .if (gx_n % \\K) == 0\n"
-    "    .if (16 * \\P - gx_n) >= \\K\n"
-    "    GXM_LDM \\K, \\K\n"
-    "    .else\n"
-    "    GXM_LDM (16 * \\P - gx_n), \\K\n"
-    "    .endif\n"
-    "    .endif\n"
     "    .if \\kind == 2\n"
-    "    GXM_MAC (gx_n % \\P), r10, (gx_n % \\K), \\K, (gx_n < \\P)\n"
+    "    TLLM_ROT_WORD gx_n, (16 * \\P), \\P, \\K, r10, (gx_n < \\P)\n"
     "    .else\n"
-    "    GXM_MAC (gx_n % \\P), r9, (gx_n % \\K), \\K, ((\\kind == 1) && (gx_n < \\P))\n"
+    "    TLLM_ROT_WORD gx_n, (16 * \\P), \\P, \\K, r9, ((\\kind == 1) && (gx_n < \\P))\n"
     "    .endif\n"
     "    .set gx_n, gx_n + 1\n"
     "    .endr\n"
     "    .endm\n"
-    /* token p's float part: fi = s4 + p, sx = s8 + p, acc = s0 + p */
-    "    .macro GXM_TOKEN kind, fi, sx, acc, nx\n"
+    /* a (row, token)'s float part: d (m) of the row, sx (-xsum) of the
+     * token, fi its (float)isum, acc its float sum; dsx, msx scratch */
+    "    .macro GXM_FLOAT kind, d, m, sx, nx, fi, acc, dsx, msx\n"
+    "    vmul.f32 \\dsx, \\d, \\sx\n"   /* d * sx */
     "    .if \\kind == 1\n"
-    "    vmul.f32 s19, s17, \\sx\n"     /* d * sx */
-    "    vmul.f32 s20, s18, \\sx\n"     /* m * sx */
-    "    vmul.f32 \\fi, s19, \\fi\n"    /* t = (d * sx) * (float)isum */
-    "    vmls.f32 \\fi, s20, \\nx\n"    /* t = t - (m * sx) * (-xsum) */
+    "    vmul.f32 \\msx, \\m, \\sx\n"   /* m * sx */
+    "    vmul.f32 \\fi, \\dsx, \\fi\n"  /* t = (d * sx) * (float)isum */
+    "    vmls.f32 \\fi, \\msx, \\nx\n"  /* t = t - (m * sx) * (-xsum) */
     "    vadd.f32 \\acc, \\acc, \\fi\n"
     "    .else\n"
-    "    vmul.f32 \\sx, s16, \\sx\n"    /* d * sx */
-    "    vmla.f32 \\acc, \\sx, \\fi\n"  /* acc = acc + (d * sx) * (float)isum' */
+    "    vmla.f32 \\acc, \\dsx, \\fi\n" /* acc = acc + (d * sx) * (float)isum' */
+    "    .endif\n"
+    "    .endm\n"
+    /* token p's float part: fi = s4 + p, sx = s8 + p, acc = s0 + p; the row's
+     * d in s16 (Q4_1: d, m in s17, s18) */
+    "    .macro GXM_TOKEN kind, fi, sx, acc, nx\n"
+    "    .if \\kind == 1\n"
+    "    GXM_FLOAT 1, s17, s18, \\sx, \\nx, \\fi, \\acc, s19, s20\n"
+    "    .else\n"
+    "    GXM_FLOAT \\kind, s16, s18, \\sx, \\nx, \\fi, \\acc, \\sx, s20\n"
     "    .endif\n"
     "    .endm\n"
     "    .macro GXM_END kind, P\n"
-    "    vmov s4, s5, r4, r5\n"
-    "    .if \\P == 3\n"
-    "    vmov s6, r6\n"
-    "    .elseif \\P == 4\n"
-    "    vmov s6, s7, r6, r7\n"
-    "    .endif\n"
-    "    .if \\P == 2\n"
-    "    vldm r12!, {s8-s9}\n"          /* sx of the P tokens */
-    "    .elseif \\P == 3\n"
-    "    vldm r12!, {s8-s10}\n"
-    "    .else\n"
-    "    vldm r12!, {s8-s11}\n"
-    "    .endif\n"
+    "    TLLM_SUMS_TO_S \\P\n"
+    "    TLLM_LDM_SX \\P\n"             /* sx of the P tokens */
     "    .if \\kind == 1\n"
     "    vldr s16, [r11, #16]\n"        /* this row's (d, m) */
     "    vcvtb.f32.f16 s17, s16\n"
@@ -577,14 +454,7 @@ __asm__(
     "    vmov s16, r9\n"
     "    vcvtb.f32.f16 s16, s16\n"
     "    .endif\n"
-    "    vcvt.f32.s32 s4, s4\n"
-    "    vcvt.f32.s32 s5, s5\n"
-    "    .if \\P >= 3\n"
-    "    vcvt.f32.s32 s6, s6\n"
-    "    .endif\n"
-    "    .if \\P >= 4\n"
-    "    vcvt.f32.s32 s7, s7\n"
-    "    .endif\n"
+    "    TLLM_CVT_SUMS \\P\n"
     "    GXM_TOKEN \\kind, s4, s8, s0, s12\n"
     "    GXM_TOKEN \\kind, s5, s9, s1, s13\n"
     "    .if \\P >= 3\n"
@@ -594,13 +464,52 @@ __asm__(
     "    GXM_TOKEN \\kind, s7, s11, s3, s15\n"
     "    .endif\n"
     "    .endm\n"
+    /* P = 2, nibbles: two rows of a tile (slots 2h, 2h + 1) against the two
+     * tokens at once (TLLM_PAIR_QUARTER), so that each LDM of x16b words
+     * serves both rows, and each block's activation work (scales, sums) and
+     * the loop serve both: per 8 inputs one LDRD of the pair's weight words,
+     * two LDM, eight AND, sixteen SMLAD.  s0 s1 / s2 s3 the rows' float sums
+     * (tokens 0, 1); [8] counts rows from the pair's first, [36] (Q4_0) the
+     * offset of the pair's fp16 d word from r11. */
+    "    .macro GXM2_BLOCK kind\n"
+    "    .if \\kind == 0\n"
+    "    ldm r12!, {r4, r5}\n"         /* the sums start at -8 * xsum */
+    "    mov r6, r4\n"
+    "    mov r7, r5\n"
+    "    .else\n"
+    "    vldm r12!, {s12-s13}\n"       /* -8 * xsum */
+    "    .endif\n"
+    "    TLLM_PAIR_QUARTER (32 - 8 * (1 - \\kind)), (\\kind == 1)\n"
+    "    TLLM_PAIR_QUARTER 16, 0\n"
+    "    TLLM_PAIR_QUARTER 16, 0\n"
+    "    TLLM_PAIR_QUARTER 16, 0\n"
+    "    TLLM_SUMS_TO_S 4\n"
+    "    TLLM_LDM_SX 2\n"              /* sx of the two tokens */
+    "    .if \\kind == 1\n"
+    "    vldr d8, [r11, #16]\n"        /* the rows' (d, m): s16 row 0's, s17 row 1's */
+    "    vcvtb.f32.f16 s18, s16\n"
+    "    vcvtt.f32.f16 s19, s16\n"
+    "    vcvtb.f32.f16 s20, s17\n"
+    "    vcvtt.f32.f16 s21, s17\n"
+    "    vcvt.f32.s32 s12, s12, #3\n"  /* -xsum, exactly */
+    "    vcvt.f32.s32 s13, s13, #3\n"
+    "    .else\n"
+    "    ldr r9, [sp, #36]\n"
+    "    ldr r9, [r11, r9]\n"          /* the rows' d */
+    "    vmov s16, r9\n"
+    "    vcvtb.f32.f16 s18, s16\n"
+    "    vcvtt.f32.f16 s20, s16\n"
+    "    .endif\n"
+    "    TLLM_CVT_SUMS 4\n"
+    "    GXM_FLOAT \\kind, s18, s19, s8, s12, s4, s0, s22, s23\n"
+    "    GXM_FLOAT \\kind, s18, s19, s9, s13, s5, s1, s22, s23\n"
+    "    GXM_FLOAT \\kind, s20, s21, s8, s12, s6, s2, s22, s23\n"
+    "    GXM_FLOAT \\kind, s20, s21, s9, s13, s7, s3, s22, s23\n"
+    "    .endm\n"
+    /* One matmat; pair: P = 2 with nibbles (GXM2_BLOCK, slots 0 and 2). */
     "    .macro GXM_MATMAT name, kind, P\n"
-    "    .section .text.\\name, \"ax\", %progbits\n"
-    "    .balign 4\n"
-    "    .global \\name\n"
-    "    .thumb_func\n"
-    "    .type \\name, %function\n"
-    "\\name:\n"
+    "    .set gx_pair, (\\P == 2) && (\\kind != 2)\n"
+    "    TLLM_FUNC \\name, .text.\\name\n"
     "    push {r4-r11, lr}\n"
     "    vpush {s16-s23}\n"
     "    sub sp, sp, #40\n"
@@ -615,12 +524,11 @@ __asm__(
     "    mla r6, r5, r6, r1\n"
     "    str r6, [sp, #16]\n"
     "    .if \\kind != 2\n"
-    "    movw r10, #0x000F\n"
-    "    movt r10, #0x000F\n"
+    "    TLLM_MASK\n"
     "    .endif\n"
     "    movs r0, #0\n"
     "    str r0, [sp, #20]\n"
-    "0:  ldr r0, [sp, #20]\n"          /* slot s */
+    "0:  ldr r0, [sp, #20]\n"          /* slot s (pair: rows 2h, 2h + 1 of every tile) */
     "    ldr r1, [sp, #24]\n"
     "    subs r1, r1, r0\n"
     "    ble 9f\n"
@@ -643,219 +551,31 @@ __asm__(
     "    ldr r2, [sp, #32]\n"
     "    add r2, r2, r0, lsl #2\n"
     "    str r2, [sp, #4]\n"
-    "1:  ldr r12, [sp, #0]\n"          /* a row */
-    "    movs r0, #0\n"
-    "    vmov s0, s1, r0, r0\n"
-    "    vmov s2, s3, r0, r0\n"
-    "2:  GXM_BLOCK \\kind, \\P, (9 - \\P)\n"
+    "1:  TLLM_ROW_START\n"             /* a row (pair) */
+    "2:\n"
+    "    .if gx_pair\n"
+    "    GXM2_BLOCK \\kind\n"
+    "    .else\n"
+    "    GXM_BLOCK \\kind, \\P, (9 - \\P)\n"
     "    GXM_END \\kind, \\P\n"
+    "    .endif\n"
     "    ldr r9, [sp, #16]\n"
     "    cmp r12, r9\n"
     "    bne 2b\n"
-    "    ldr r0, [sp, #4]\n"
-    "    ldr r1, [sp, #12]\n"
-    "    vstr s0, [r0]\n"
-    "    add r2, r0, r1\n"
-    "    vstr s1, [r2]\n"
-    "    .if \\P >= 3\n"
-    "    add r2, r2, r1\n"
-    "    vstr s2, [r2]\n"
+    "    .if gx_pair\n"
+    "    TLLM_MM2_STORE 12\n"
+    "    TLLM_MM_NEXT_SLOT 20, 2\n"
+    "    .else\n"
+    "    TLLM_MM_STORE \\P, 12\n"
+    "    TLLM_MM_NEXT_SLOT 20, 1\n"
     "    .endif\n"
-    "    .if \\P >= 4\n"
-    "    add r2, r2, r1\n"
-    "    vstr s3, [r2]\n"
-    "    .endif\n"
-    "    adds r0, r0, #16\n"
-    "    str r0, [sp, #4]\n"
-    "    ldr r0, [sp, #8]\n"
-    "    subs r0, r0, #4\n"
-    "    str r0, [sp, #8]\n"
-    "    bgt 1b\n"
-    "    ldr r0, [sp, #20]\n"
-    "    adds r0, r0, #1\n"
-    "    str r0, [sp, #20]\n"
-    "    cmp r0, #4\n"
-    "    bne 0b\n"
-    "9:  add sp, sp, #40\n"
-    "    vpop {s16-s23}\n"
-    "    pop {r4-r11, pc}\n"
+    "9:  TLLM_RETURN 40, 1\n"
     "    .size \\name, . - \\name\n"
     "    .endm\n"
-    /* P = 2, nibbles: two rows of a tile (slots 2h, 2h + 1) against the two
-     * tokens at once, so that each LDM of x16b words (two lane pairs, both
-     * tokens) serves both rows, and each block's activation work (scales,
-     * sums) and the loop serve both: per 8 inputs one LDRD of the pair's
-     * weight words, two LDM, eight AND, sixteen SMLAD.  r0 r1 / r8 lr the
-     * words of lane pairs j / j + 1 (tokens 0, 1), r2 r3 the rows' words,
-     * r4 r5 row 0's sums (tokens 0, 1), r6 r7 row 1's; s0 s1 / s2 s3 their
-     * float sums.  Stack as GXM_MATMAT's; [8] counts rows from the pair's
-     * first, [36] (Q4_0) the offset of the pair's fp16 d word from r11. */
-    "    .macro GXM2_LANES j, first\n"
-    "    .if \\j == 0\n"
-    "    and r9, r2, r10\n"
-    "    .else\n"
-    "    and r9, r10, r2, lsr #(4 * \\j)\n"
-    "    .endif\n"
-    "    .if (\\j % 2) == 0\n"
-    "    GXM_SMLAD r4, r9, r0, \\first\n"
-    "    GXM_SMLAD r5, r9, r1, \\first\n"
-    "    .else\n"
-    "    GXM_SMLAD r4, r9, r8, \\first\n"
-    "    GXM_SMLAD r5, r9, lr, \\first\n"
-    "    .endif\n"
-    "    .if \\j == 0\n"
-    "    and r9, r3, r10\n"
-    "    .else\n"
-    "    and r9, r10, r3, lsr #(4 * \\j)\n"
-    "    .endif\n"
-    "    .if (\\j % 2) == 0\n"
-    "    GXM_SMLAD r6, r9, r0, \\first\n"
-    "    GXM_SMLAD r7, r9, r1, \\first\n"
-    "    .else\n"
-    "    GXM_SMLAD r6, r9, r8, \\first\n"
-    "    GXM_SMLAD r7, r9, lr, \\first\n"
-    "    .endif\n"
-    "    .endm\n"
-    "    .macro GXM2_QUARTER kind, k\n"
-    "    .if \\k == 0\n"
-    "    ldrd r2, r3, [r11, #(32 - 8 * (1 - \\kind))]!\n"
-    "    .else\n"
-    "    ldrd r2, r3, [r11, #16]!\n"
-    "    .endif\n"
-    "    ldm r12!, {r0, r1, r8, lr}\n"
-    "    GXM2_LANES 0, ((\\kind == 1) && (\\k == 0))\n"
-    "    GXM2_LANES 1, 0\n"
-    "    ldm r12!, {r0, r1, r8, lr}\n"
-    "    GXM2_LANES 2, 0\n"
-    "    GXM2_LANES 3, 0\n"
-    "    .endm\n"
-    /* (row, token)'s float part: d (m) of the row, sx (-xsum) of the token */
-    "    .macro GXM2_TOKEN kind, d, m, sx, nx, fi, acc\n"
-    "    .if \\kind == 1\n"
-    "    vmul.f32 s22, \\d, \\sx\n"    /* d * sx */
-    "    vmul.f32 s23, \\m, \\sx\n"    /* m * sx */
-    "    vmul.f32 \\fi, s22, \\fi\n"   /* t = (d * sx) * (float)isum */
-    "    vmls.f32 \\fi, s23, \\nx\n"   /* t = t - (m * sx) * (-xsum) */
-    "    vadd.f32 \\acc, \\acc, \\fi\n"
-    "    .else\n"
-    "    vmul.f32 s22, \\d, \\sx\n"    /* d * sx */
-    "    vmla.f32 \\acc, s22, \\fi\n"  /* acc = acc + (d * sx) * (float)(isum - 8 * xsum) */
-    "    .endif\n"
-    "    .endm\n"
-    "    .macro GXM2_BLOCK kind\n"
-    "    .if \\kind == 0\n"
-    "    ldm r12!, {r4, r5}\n"         /* the sums start at -8 * xsum */
-    "    mov r6, r4\n"
-    "    mov r7, r5\n"
-    "    .else\n"
-    "    vldm r12!, {s12-s13}\n"       /* -8 * xsum */
-    "    .endif\n"
-    "    GXM2_QUARTER \\kind, 0\n"
-    "    GXM2_QUARTER \\kind, 1\n"
-    "    GXM2_QUARTER \\kind, 2\n"
-    "    GXM2_QUARTER \\kind, 3\n"
-    "    vmov s4, s5, r4, r5\n"
-    "    vmov s6, s7, r6, r7\n"
-    "    vldm r12!, {s8-s9}\n"         /* sx of the two tokens */
-    "    .if \\kind == 1\n"
-    "    vldr d8, [r11, #16]\n"        /* the rows' (d, m): s16 row 0's, s17 row 1's */
-    "    vcvtb.f32.f16 s18, s16\n"
-    "    vcvtt.f32.f16 s19, s16\n"
-    "    vcvtb.f32.f16 s20, s17\n"
-    "    vcvtt.f32.f16 s21, s17\n"
-    "    vcvt.f32.s32 s12, s12, #3\n"  /* -xsum, exactly */
-    "    vcvt.f32.s32 s13, s13, #3\n"
-    "    .else\n"
-    "    ldr r9, [sp, #36]\n"
-    "    ldr r9, [r11, r9]\n"          /* the rows' d */
-    "    vmov s16, r9\n"
-    "    vcvtb.f32.f16 s18, s16\n"
-    "    vcvtt.f32.f16 s20, s16\n"
-    "    .endif\n"
-    "    vcvt.f32.s32 s4, s4\n"
-    "    vcvt.f32.s32 s5, s5\n"
-    "    vcvt.f32.s32 s6, s6\n"
-    "    vcvt.f32.s32 s7, s7\n"
-    "    GXM2_TOKEN \\kind, s18, s19, s8, s12, s4, s0\n"
-    "    GXM2_TOKEN \\kind, s18, s19, s9, s13, s5, s1\n"
-    "    GXM2_TOKEN \\kind, s20, s21, s8, s12, s6, s2\n"
-    "    GXM2_TOKEN \\kind, s20, s21, s9, s13, s7, s3\n"
-    "    .endm\n"
-    "    .macro GXM2_MATMAT name, kind\n"
-    "    .section .text.\\name, \"ax\", %progbits\n"
-    "    .balign 4\n"
-    "    .global \\name\n"
-    "    .thumb_func\n"
-    "    .type \\name, %function\n"
-    "\\name:\n"
-    "    push {r4-r11, lr}\n"
-    "    vpush {s16-s23}\n"
-    "    sub sp, sp, #40\n"
-    "    str r1, [sp, #0]\n"
-    "    str r2, [sp, #32]\n"
-    "    str r0, [sp, #28]\n"
-    "    ldrd r4, r5, [r3]\n"
-    "    str r4, [sp, #24]\n"
-    "    lsls r6, r4, #2\n"
-    "    str r6, [sp, #12]\n"
-    "    movs r6, #144\n"
-    "    mla r6, r5, r6, r1\n"
-    "    str r6, [sp, #16]\n"
-    "    movw r10, #0x000F\n"
-    "    movt r10, #0x000F\n"
-    "    movs r0, #0\n"
-    "    str r0, [sp, #20]\n"
-    "0:  ldr r0, [sp, #20]\n"          /* slot pair: rows 2h, 2h + 1 of every tile */
-    "    ldr r1, [sp, #24]\n"
-    "    subs r1, r1, r0\n"
-    "    ble 9f\n"
-    "    str r1, [sp, #8]\n"
-    "    ldr r2, [sp, #28]\n"
-    "    add r11, r2, r0, lsl #2\n"
-    "    sub r11, r11, #(32 - 8 * (1 - \\kind))\n"
-    "    movs r2, #16\n"                /* Q4_0: the d word at 64 + 2s, r11 at 48 + 4s: 16 - 2s */
-    "    sub r2, r2, r0, lsl #1\n"
-    "    str r2, [sp, #36]\n"
-    "    ldr r2, [sp, #32]\n"
-    "    add r2, r2, r0, lsl #2\n"
-    "    str r2, [sp, #4]\n"
-    "1:  ldr r12, [sp, #0]\n"
-    "    movs r0, #0\n"
-    "    vmov s0, s1, r0, r0\n"
-    "    vmov s2, s3, r0, r0\n"
-    "2:  GXM2_BLOCK \\kind\n"
-    "    ldr r9, [sp, #16]\n"
-    "    cmp r12, r9\n"
-    "    bne 2b\n"
-    "    ldr r0, [sp, #4]\n"
-    "    ldr r1, [sp, #12]\n"
-    "    vstr s0, [r0]\n"
-    "    add r2, r0, r1\n"
-    "    vstr s1, [r2]\n"
-    "    ldr r1, [sp, #8]\n"
-    "    cmp r1, #2\n"
-    "    blt 6f\n"                      /* the pair's second row is the last tile's padding */
-    "    vstr s2, [r0, #4]\n"
-    "    vstr s3, [r2, #4]\n"
-    "6:  adds r0, r0, #16\n"
-    "    str r0, [sp, #4]\n"
-    "    subs r1, r1, #4\n"
-    "    str r1, [sp, #8]\n"
-    "    bgt 1b\n"
-    "    ldr r0, [sp, #20]\n"
-    "    adds r0, r0, #2\n"
-    "    str r0, [sp, #20]\n"
-    "    cmp r0, #4\n"
-    "    bne 0b\n"
-    "9:  add sp, sp, #40\n"
-    "    vpop {s16-s23}\n"
-    "    pop {r4-r11, pc}\n"
-    "    .size \\name, . - \\name\n"
-    "    .endm\n"
-    "    GXM2_MATMAT tllm_mm_q40x4_p2, 0\n"
+    "    GXM_MATMAT tllm_mm_q40x4_p2, 0, 2\n"
     "    GXM_MATMAT tllm_mm_q40x4_p3, 0, 3\n"
     "    GXM_MATMAT tllm_mm_q40x4_p4, 0, 4\n"
-    "    GXM2_MATMAT tllm_mm_q41x4_p2, 1\n"
+    "    GXM_MATMAT tllm_mm_q41x4_p2, 1, 2\n"
     "    GXM_MATMAT tllm_mm_q41x4_p3, 1, 3\n"
     "    GXM_MATMAT tllm_mm_q41x4_p4, 1, 4\n"
     "    GXM_MATMAT tllm_mm_q80x4_p2, 2, 2\n"
@@ -909,45 +629,19 @@ static inline __attribute__((always_inline)) void matmat_asm(x4_asm_fn *const *f
             for (int32_t r = 0; r < m->rows; r++) out[p * m->rows + r] = out[p * m->rows + r] + bias[r];
 }
 
-void tllm_matvec_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matvec_asm(tllm_mv_q40x4, KQ40, m, x16, bias, out);
-}
-void tllm_matvec_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matvec_asm(tllm_mv_q41x4, KQ41, m, x16, bias, out);
-}
-void tllm_matvec_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matvec_asm(tllm_mv_q80x4, KQ80, m, x16, bias, out);
-}
-
-void tllm_matmat_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    static x4_asm_fn *const fns[3] = {tllm_mm_q40x4_p2, tllm_mm_q40x4_p3, tllm_mm_q40x4_p4};
-    matmat_asm(fns, tllm_mv_q40x4, KQ40, m, xb, P, bias, out);
-}
-void tllm_matmat_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    static x4_asm_fn *const fns[3] = {tllm_mm_q41x4_p2, tllm_mm_q41x4_p3, tllm_mm_q41x4_p4};
-    matmat_asm(fns, tllm_mv_q41x4, KQ41, m, xb, P, bias, out);
-}
-void tllm_matmat_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    static x4_asm_fn *const fns[3] = {tllm_mm_q80x4_p2, tllm_mm_q80x4_p3, tllm_mm_q80x4_p4};
-    matmat_asm(fns, tllm_mv_q80x4, KQ80, m, xb, P, bias, out);
-}
+/* tllm_matvec_<layout>, tllm_matmat_<layout>: the assembly above */
+#define TLLM_X4_KERNELS(layout, kind)                                                                              \
+    void tllm_matvec_##layout(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {    \
+        matvec_asm(tllm_mv_##layout, kind, m, x16, bias, out);                                                     \
+    }                                                                                                              \
+    void tllm_matmat_##layout(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias,        \
+                              float *out) {                                                                        \
+        static x4_asm_fn *const fns[3] = {tllm_mm_##layout##_p2, tllm_mm_##layout##_p3, tllm_mm_##layout##_p4};     \
+        matmat_asm(fns, tllm_mv_##layout, kind, m, xb, P, bias, out);                                              \
+    }
 #else
-void tllm_matvec_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matmat_c(KQ40, m, x16, 1, bias, out);
-}
-void tllm_matvec_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matmat_c(KQ41, m, x16, 1, bias, out);
-}
-void tllm_matvec_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *x16, const float *bias, float *out) {
-    matmat_c(KQ80, m, x16, 1, bias, out);
-}
-void tllm_matmat_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    matmat_c(KQ40, m, xb, P, bias, out);
-}
-void tllm_matmat_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    matmat_c(KQ41, m, xb, P, bias, out);
-}
-void tllm_matmat_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out) {
-    matmat_c(KQ80, m, xb, P, bias, out);
-}
+#define TLLM_X4_KERNELS(layout, kind) TLLM_X4_PORTABLE(layout, kind)
 #endif
+TLLM_X4_KERNELS(q40x4, KQ40)
+TLLM_X4_KERNELS(q41x4, KQ41)
+TLLM_X4_KERNELS(q80x4, KQ80)

@@ -22,7 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tllm_board.h"
+#define MICRO_SEED 0x12345678u
+#include "micro_harness.h"
 #include "tllm_kernels.h"
 #include "tllm_kernels_m7.h"
 #include "tllm_kernels_gguf.h"
@@ -76,42 +77,6 @@ static int8_t x_s8[MAX_COLS], out_s8[MAX_ROWS], w_s8[TLLM_BENCH_MAX_ELEMS];
 static int32_t bias_s32[MAX_ROWS];
 #endif
 
-static uint32_t rng = 0x12345678u;
-static uint32_t next(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 17;
-    rng ^= rng << 5;
-    return rng;
-}
-
-__attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
-
-static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
-
-static void put_u32(uint32_t v, int hex) {
-    char b[12];
-    int n = 0;
-    do {
-        b[n++] = "0123456789abcdef"[v % (hex ? 16u : 10u)];
-        v /= hex ? 16u : 10u;
-    } while (v);
-    for (int i = 0; i < n / 2; i++) {
-        const char c = b[i];
-        b[i] = b[n - 1 - i];
-        b[n - 1 - i] = c;
-    }
-    b[n] = 0;
-    puts_(b);
-}
-
-/* FNV-1a of the bytes: the host recomputes the batched outputs with numpy
- * (tests/emu/test_batched_qemu.py) and compares hashes */
-static uint32_t fnv1a(const void *data, uint32_t n) {
-    const uint8_t *p = data;
-    uint32_t h = 2166136261u;
-    for (uint32_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-    return h;
-}
 
 static void fill(uint32_t rows, uint32_t cols) {
     const uint32_t group = TLLM_BENCH_GROUP;

@@ -15,7 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tllm_board.h"
+#define MICRO_SEED 0x9E3779B9u
+#include "micro_harness.h"
 #include "tllm_kernels.h"
 #include "tllm_kernels_gguf.h"
 #include "tllm_kernels_gguf_m7.h"
@@ -37,40 +38,6 @@ static uint8_t xb[TLLM_MAX_BATCH + 1][TLLM_MAX_BATCH * X16_BYTES] __attribute__(
 static float out_mv[MAX_ROWS], out_c[TLLM_MAX_BATCH * MAX_ROWS], out_mm[TLLM_MAX_BATCH + 1][TLLM_MAX_BATCH * MAX_ROWS];
 static float chunk[ARGMAX_ROWS];
 
-static uint32_t rng = 0x9E3779B9u;
-static uint32_t next(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 17;
-    rng ^= rng << 5;
-    return rng;
-}
-
-__attribute__((noinline)) void tllm_mark(void) { __asm__ volatile(""); }
-
-static void puts_(const char *s) { tllm_board_write(s, strlen(s)); }
-
-static void put_u32(uint32_t v, int hex) {
-    char b[12];
-    int n = 0;
-    do {
-        b[n++] = "0123456789abcdef"[v % (hex ? 16u : 10u)];
-        v /= hex ? 16u : 10u;
-    } while (v);
-    for (int i = 0; i < n / 2; i++) {
-        const char c = b[i];
-        b[i] = b[n - 1 - i];
-        b[n - 1 - i] = c;
-    }
-    b[n] = 0;
-    puts_(b);
-}
-
-static uint32_t fnv1a(const void *data, uint32_t n) {
-    const uint8_t *p = data;
-    uint32_t h = 2166136261u;
-    for (uint32_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
-    return h;
-}
 
 /* Random quants; every fp16 d (and Q4_1's m) 2^-7 (0x2000): the count does not depend on the values.
  * The same bytes serve as the file's row-major blocks (scale_at: the block's fp16 fields) and as tiles

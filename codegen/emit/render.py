@@ -50,7 +50,7 @@ RUNTIME_SOURCES = ("tllm_kernels.c", "tllm_kernels_m7.c", "tllm_kernels_gguf.c",
 RUNTIME_HEADERS = ("tllm_abi.h", "tllm_api.h", "tllm_board.h", "tllm_numerics.h", "tllm_math.h", "tllm_kernels.h",
                    "tllm_kernels_m7.h", "tllm_kernels_gguf.h", "tllm_kernels_gguf_m7.h", "tllm_cmsis.h", "tllm_model_api.h",
                    "tllm_request.h", "tllm_sampler.h", "tllm_frame.h", "tllm_stream.h", "tllm_topk.h", "tllm_draft.h",
-                   "tllm_verify.h", "tllm_crc32.h")
+                   "tllm_verify.h", "tllm_crc32.h", "tllm_m7_asm.h")
 # OUT/cmake: the CMake functions (the same file a user's project includes) and the toolchain file.
 CMAKE_FILES = ("TinyLLM.cmake",)
 VOCAB_CHUNK = 64  # tokens per string literal line in tllm_vocab.c

@@ -34,10 +34,38 @@ def full_read(m: Q4Ref | GGUFRef) -> tuple[WeightRead, ...]:
 TILED_PREFILL_RUNTIME = (("tiled prefill runtime",), 3_584)
 
 
-class _Int8Matvec(Kernel):
+class _Matvec(Kernel):
+    """What every layout's matvec shares: its call and batched call by layout
+    name (tllm_matvec_<layout>, tllm_matmat_<layout>: the arguments are the
+    activation format's), the whole matrix read once per token, and its
+    description."""
+
+    @property
+    def layout(self) -> str:
+        """The C kernels' name part: a GGUF matrix's suffix (q41, q41x4); the q4 layouts state theirs."""
+        return self.matrix.suffix
+
+    def c_call(self) -> CCall:
+        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
+
+    def weight_reads(self) -> tuple[WeightRead, ...]:
+        return full_read(self.matrix)
+
+    def batched(self, ctx: BatchContext) -> CCall:
+        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
+                                                                               buf(self.out)]))
+
+    def describe(self) -> tuple[str, BufferRef]:
+        m = self.matrix
+        if isinstance(m, Q4Ref):
+            return f"{self.layout}_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
+        blocks = "GGUF blocks in 4-row tiles" if m.tiled else "GGUF blocks"
+        return f"{m.qtype} matvec {m.rows}x{m.cols} ({blocks}){_bias(self.bias)}", self.out
+
+
+class _Int8Matvec(_Matvec):
     """A matrix against int8 activations with one float scale per group
-    (QuantizeI8's q8/qs): the q4 layout and the kept GGUF blocks share the
-    call, the batched call and the reads; each names its layout."""
+    (QuantizeI8's q8/qs): the q4 layout and the kept GGUF blocks."""
 
     BATCHED_CODE_BYTES: ClassVar[int] = 2_048  # the portable batched kernels and tllm_model_prefill (measured)
 
@@ -47,19 +75,9 @@ class _Int8Matvec(Kernel):
     def c_args(self) -> list:
         return [matrix(self.matrix), buf(self.xq), buf(self.xs), vec(self.bias), buf(self.out)]
 
-    def c_call(self) -> CCall:
-        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return full_read(self.matrix)
-
     def batch_inputs(self) -> list:
         """The matrix and the batch's activations (token p's at p x one token's)."""
         return [matrix(self.matrix), buf(self.xq), buf(self.xs)]
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
-                                                                               buf(self.out)]))
 
 
 @dataclass(frozen=True)
@@ -75,10 +93,6 @@ class MatvecQ4(_Int8Matvec):
     layout: ClassVar[str] = "q4"
     layout_name: ClassVar[str] = "q4"
 
-    def describe(self) -> tuple[str, BufferRef]:
-        m = self.matrix
-        return f"q4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
-
 
 @dataclass(frozen=True)
 class MatvecGGUF(_Int8Matvec):
@@ -92,20 +106,33 @@ class MatvecGGUF(_Int8Matvec):
     out: BufferRef
 
     @property
-    def layout(self) -> str:
-        return self.matrix.suffix
-
-    @property
     def layout_name(self) -> str:
         return self.matrix.qtype
 
-    def describe(self) -> tuple[str, BufferRef]:
-        m = self.matrix
-        return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks){_bias(self.bias)}", self.out
+
+class _X16Matvec(_Matvec):
+    """A matrix in 4-row tiles against the int16 x16 stream (Cortex-M7 SMLAD):
+    q4x4 and llama.cpp's blocks in tiles share the arguments (the batch's:
+    the P-token x16b stream), the streamed form and the tiled prefill
+    runtime; each names its layout and its pinned blob's kind."""
+
+    def c_args(self) -> list:
+        return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]
+
+    def batch_inputs(self) -> list:
+        """The matrix and the batch's x16b stream."""
+        return [matrix(self.matrix), buf(self.x_stream)]
+
+    def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
+        rows, chunks = chunks_of(self.matrix, chunk_bytes)
+        return StreamedMatvec(self, rows, chunks)
+
+    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
+        return super().batched_code_parts() + (TILED_PREFILL_RUNTIME,)
 
 
 @dataclass(frozen=True)
-class MatvecQ4x4(Kernel):
+class MatvecQ4x4(_X16Matvec):
     """tllm_matvec_q4x4: 4-row tiles against the x16 stream (Cortex-M7 SMLAD)."""
 
     # the M7's three assembly variants of tllm_matvec_q4x4 (4, 8, 16 blocks per group), its C and wrapper;
@@ -120,45 +147,18 @@ class MatvecQ4x4(Kernel):
     layout: ClassVar[str] = "q4x4"
     layout_name: ClassVar[str] = "q4x4"
 
-    def c_args(self) -> list:
-        return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]
-
-    def c_call(self) -> CCall:
-        return CCall("tllm_matvec_q4x4", tuple(self.c_args()))
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return full_read(self.matrix)
-
-    def describe(self) -> tuple[str, BufferRef]:
-        m = self.matrix
-        return f"q4x4_matvec {m.rows}x{m.cols} g{m.group}{_bias(self.bias)}", self.out
-
-    def batch_inputs(self) -> list:
-        """The matrix and the batch's x16b stream."""
-        return [matrix(self.matrix), buf(self.x_stream)]
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        return CCall("tllm_matmat_q4x4", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias), buf(self.out)]))
-
-    def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
-        rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedMatvec(self, rows, chunks)
-
     def pin_candidate(self) -> PinCandidate:
         return PinCandidate(self.matrix.name, "q4x4", whole_matrix_bytes(self.matrix), 1.0)
 
     def code_key(self) -> tuple:
         return (type(self),)
 
-    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
-        return super().batched_code_parts() + (TILED_PREFILL_RUNTIME,)
-
     def tile_output(self) -> BufferRef:
         return self.out
 
 
 @dataclass(frozen=True)
-class MatvecGGUFx4(Kernel):
+class MatvecGGUFx4(_X16Matvec):
     """llama.cpp's blocks in 4-row tiles (q40x4 / q41x4 / q80x4, the same
     bytes as the file, moved) against the x16 stream of group 32:
     tllm_matvec_q41x4 etc. (Cortex-M7 SMLAD, tllm_kernels_gguf_m7.h)."""
@@ -167,10 +167,6 @@ class MatvecGGUFx4(Kernel):
     x_stream: BufferRef
     bias: VectorRef | None
     out: BufferRef
-
-    @property
-    def layout(self) -> str:
-        return self.matrix.suffix
 
     @property
     def layout_name(self) -> str:
@@ -183,34 +179,6 @@ class MatvecGGUFx4(Kernel):
     # (P = 2..4 assembly); measured: the arm-none-eabi-size of the kept functions, per layout
     CODE_BYTES: ClassVar[int] = 1_664
     BATCHED_CODE_BYTES: ClassVar[int] = 2_560
-
-    def batched_code_parts(self) -> tuple[tuple[tuple, int], ...]:
-        return super().batched_code_parts() + (TILED_PREFILL_RUNTIME,)
-
-    def c_args(self) -> list:
-        return [matrix(self.matrix), buf(self.x_stream), vec(self.bias), buf(self.out)]
-
-    def c_call(self) -> CCall:
-        return CCall(f"tllm_matvec_{self.layout}", tuple(self.c_args()))
-
-    def weight_reads(self) -> tuple[WeightRead, ...]:
-        return full_read(self.matrix)
-
-    def describe(self) -> tuple[str, BufferRef]:
-        m = self.matrix
-        return f"{m.qtype} matvec {m.rows}x{m.cols} (GGUF blocks in 4-row tiles){_bias(self.bias)}", self.out
-
-    def batch_inputs(self) -> list:
-        """The matrix and the batch's x16b stream."""
-        return [matrix(self.matrix), buf(self.x_stream)]
-
-    def batched(self, ctx: BatchContext) -> CCall:
-        return CCall(f"tllm_matmat_{self.layout}", tuple(self.batch_inputs() + [fixed("n"), vec(self.bias),
-                                                                               buf(self.out)]))
-
-    def streamed(self, chunk_bytes: int) -> "StreamedMatvec":
-        rows, chunks = chunks_of(self.matrix, chunk_bytes)
-        return StreamedMatvec(self, rows, chunks)
 
     def pin_candidate(self) -> PinCandidate:
         return PinCandidate(self.matrix.name, self.matrix.blob_kind, whole_matrix_bytes(self.matrix), 1.0)

@@ -308,6 +308,18 @@ _CONFIG_VALUES = {  # key -> [(value, expect)]; "drop" removes the key
 }
 
 
+def _fifo_and_directory(work: Path, b: Bases, fifo_dir: str, dir_dir: str, name: str, fifo_label: str,
+                        dir_label: str):
+    """Two cases: the model folder's file `name` as a FIFO (isolated: an open
+    would block) and as a directory; both refused, naming the file."""
+    d = _dir(work, fifo_dir, {name: None}, b.hf)
+    _fifo(d / name)
+    yield Case(fifo_label, ["inspect", str(d)], "error", needle=name, isolate=True)
+    d = _dir(work, dir_dir, {name: None}, b.hf)
+    (d / name).mkdir()
+    yield Case(dir_label, ["inspect", str(d)], "error", needle=name)
+
+
 @generator("config_json", cases=220)
 def gen_config_json(rng: random.Random, b: Bases, work: Path, n: int):
     table = [(k, v, e) for k, vals in _CONFIG_VALUES.items() for v, e in vals]
@@ -330,14 +342,9 @@ def gen_config_json(rng: random.Random, b: Bases, work: Path, n: int):
         yield Case(f"config file {label}", ["inspect", str(d)], expect, needle="config.json")
         k += 1
     # config.json not a regular file / missing; a generation_config.json that must be ignored
-    d = _dir(work, f"c{k}", {"config.json": None}, b.hf)
-    _fifo(d / "config.json")
-    yield Case("config.json is a FIFO", ["inspect", str(d)], "error", needle="config.json", isolate=True)
-    k += 1
-    d = _dir(work, f"c{k}", {"config.json": None}, b.hf)
-    (d / "config.json").mkdir()
-    yield Case("config.json is a directory", ["inspect", str(d)], "error", needle="config.json")
-    k += 1
+    yield from _fifo_and_directory(work, b, f"c{k}", f"c{k + 1}", "config.json", "config.json is a FIFO",
+                                   "config.json is a directory")
+    k += 2
     d = _dir(work, f"c{k}", {"config.json": None}, b.hf)
     yield Case("config.json missing", ["inspect", str(d)], "error", needle="config.json")
     k += 1
@@ -406,14 +413,9 @@ def gen_safetensors(rng: random.Random, b: Bases, work: Path, n: int):
     yield case("header not json", struct.pack("<Q", 4) + b"{{{{" + data, "error")
     yield case("header deep", _st_bytes({"a": json.loads(_deep(500))}, b""), "error")
     # whole-file FIFO, directory
-    d = _dir(work, f"s{k}", {"model.safetensors": None}, b.hf)
-    _fifo(d / "model.safetensors")
-    yield Case("safetensors FIFO", ["inspect", str(d)], "error", needle="model.safetensors", isolate=True)
-    k += 1
-    d = _dir(work, f"s{k}", {"model.safetensors": None}, b.hf)
-    (d / "model.safetensors").mkdir()
-    yield Case("safetensors is a directory", ["inspect", str(d)], "error", needle="model.safetensors")
-    k += 1
+    yield from _fifo_and_directory(work, b, f"s{k}", f"s{k + 1}", "model.safetensors", "safetensors FIFO",
+                                   "safetensors is a directory")
+    k += 2
     d = _dir(work, f"s{k}", {"model.safetensors.index.json": _deep(100000)}, b.hf)
     yield Case("shard index deeply nested", ["inspect", str(d)], "error", needle="index")
     k += 1

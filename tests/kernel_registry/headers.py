@@ -22,6 +22,8 @@ OTHER_HEADERS = {
                     "test_multiturn_host.py)",
     "tllm_board.h": "board hooks (console, clock, exit, copies), one implementation per board: the firmware tiers",
     "tllm_frame.h": "console framing and CRC lines: tests/emu/test_protocol_recovery.py, test_uart_protocol.py",
+    "tllm_m7_asm.h": "assembler macros (a string) pasted into tllm_kernels_m7.c's and tllm_kernels_gguf_m7.c's "
+                     "inline assembly; their kernels are registered (entries_m7.py, entries_gguf_m7.py)",
     "tllm_model_api.h": "what the generated model exports to the engine: every firmware run",
     "tllm_numerics.h": "compiler pragmas and #errors of the numerics contract; no functions",
     "tllm_request.h": "the request header parser: tests/emu/test_protocol_recovery.py",
@@ -41,6 +43,12 @@ EXCLUDED: dict[str, str] = {
                                  "tllm_argmax_batch_* case (entries_verify.py)",
     "tllm_verify_topk_chunks": "a per-token loop over tllm_topk_push (entries_topk.py), run inside every "
                                "tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_verify_chunks": "tllm_verify_argmax_chunks or tllm_verify_topk_chunks by whether a race is given: run "
+                          "inside every tllm_argmax_batch_* and tllm_topk_batch_* case (entries_verify.py)",
+    "tllm_verify_q4": "the q4 chunk loop behind tllm_argmax_batch_q4 and tllm_topk_batch_q4, which are registered "
+                      "(entries_verify.py)",
+    "tllm_verify_q4x4": "the q4x4 chunk loop behind tllm_argmax_batch_q4x4 and tllm_topk_batch_q4x4, which are "
+                        "registered (entries_verify.py)",
     "tllm_verify_ggufx4": "tllm_verify_gguf's loop for the tiled GGUF layouts, its batched matmul and tile size "
                           "function pointers (tllm_ggufx4_matmat_fn, tllm_ggufx4_tile_bytes_fn); registered through "
                           "tllm_argmax_batch_q40x4 / q41x4 / q80x4 and tllm_topk_batch_q40x4 / q41x4 / q80x4 "

@@ -31,7 +31,7 @@ FLOORS = [
     ("build", ("build",)),
     ("run", ("run", "convert")),
     ("compile", ("compile",)),
-    ("tools", ("bench", "cli")),
+    ("tools", ("bench", "cli", "__main__")),
 ]
 # Imports that may stay inside a function: optional heavy dependencies (not
 # installed with the core package) and the CLI's lazy loading of its commands.

@@ -110,6 +110,9 @@ typedef struct {
                                    model's arena: valid until the next tllm_generate */
     uint32_t passes;            /* passes over the weights that produced the generated tokens
                                    (n_generated / passes: tokens per pass, 1 without speculation) */
+    uint32_t shifts;            /* context shifts (a rolling-context build, 0 otherwise) */
+    uint32_t n_tokens;          /* ids at tokens: n_prompt + n_generated, less after a shift
+                                   (the sinks and the window the model still sees) */
 } tllm_result;
 
 typedef struct {

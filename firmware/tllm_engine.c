@@ -22,6 +22,12 @@
  * which starts at the first position after the pass's last token.  The rule
  * and the order of the sampler's coins are codegen/reference/speculative.py's.
  *
+ * With a rolling context (tllm_model.context_roll, compile --context-policy
+ * roll) EMIT never stops at the context's end: when the token just emitted
+ * sits at the last position, context_shift drops the oldest positions after
+ * the sinks first.  A verification pass never crosses the end (guess_room),
+ * so plain and speculative runs shift at the same tokens.
+ *
  * The state lives in the planned arena (tllm_gen_state), so a generation
  * allocates nothing.  No board function is called here: the clock comes in
  * through tllm_config, the text goes out through the token callback. */
@@ -122,6 +128,17 @@ static uint32_t guess_room(const tllm_gen_state *st, uint32_t k) {
     return k < room ? k : room;
 }
 
+/* The cache is full (the token just emitted sits at max_seq - 1): drop
+ * roll->discard positions after the sinks, move the rest of the KV rows and
+ * the token buffer down (the draft reads the buffer as the model's
+ * context), and step back.  The rule is codegen/context.py's. */
+static void context_shift(tllm_gen_state *st, uint16_t *tokens, const tllm_context_roll *roll) {
+    const uint32_t from = roll->sinks + roll->discard;
+    roll->shift((int32_t)(st->pos - from)); /* rows from .. pos - 1: pos's token has not run yet */
+    memmove(tokens + roll->sinks, tokens + from, (st->pos + 1u - from) * sizeof tokens[0]);
+    st->pos -= roll->discard;
+}
+
 /* The token at verified position i given the guess g there (g < 0: none):
  * the sampler's (tllm_sample_guess) from position i's logits, from its
  * top-K set, or a greedy-only build's argmax.  It is g exactly when the
@@ -173,6 +190,8 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
     uint32_t pass_tokens = 0; /* tokens the current pass produced */
     uint32_t pass_positions = 0; /* positions it ran through the weights */
     uint32_t queued = 0;      /* of them, still to emit after the current one */
+    const tllm_context_roll *roll = tllm_model.context_roll;
+    uint32_t shifts = 0;
     st->t_start = now();
     st->t_prefill = st->t_start; /* max_new_tokens 0: no prefill ran, prefill_cost 0 (it used to wrap) */
     st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
@@ -224,7 +243,7 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
             }
             if (is_eos(st->token)) st->stop_reason = TLLM_STOP_EOS;
             else if (st->n_generated >= st->max_new) st->stop_reason = TLLM_STOP_MAX_TOKENS;
-            else if (st->pos + 1 >= tllm_model.max_seq) st->stop_reason = TLLM_STOP_CONTEXT;
+            else if (st->pos + 1 >= tllm_model.max_seq && !roll) st->stop_reason = TLLM_STOP_CONTEXT;
             else if (stop_asked) st->stop_reason = TLLM_STOP_CALLBACK;
             t_token = now(); /* the callback's time is not the model's cost */
             if (st->stop_reason) {
@@ -235,6 +254,10 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
                 st->token = tokens[st->pos];
                 st->n_generated++;
             } else {
+                if (roll && st->pos + 1 >= tllm_model.max_seq) { /* no pass ends past max_seq - 1: queued is 0 */
+                    context_shift(st, tokens, roll);
+                    shifts++;
+                }
                 st->phase = spec ? TLLM_DRAFT : TLLM_DECODE;
             }
             break;
@@ -279,6 +302,8 @@ tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callb
         result->prefill_cost = st->t_prefill - st->t_start;
         result->tokens = tokens;
         result->passes = st->passes;
+        result->shifts = shifts;
+        result->n_tokens = st->n_generated ? st->pos + 1u : st->n_prompt; /* the last token sits at pos */
     }
     return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
 }

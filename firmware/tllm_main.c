@@ -8,7 +8,7 @@
  *   @TLLM pass <index> tokens=<n> positions=<p>   (speculative builds: before a pass's first token,
  *     how many tokens it produced, the last pass may deliver fewer, and how many positions it ran)
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
- *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n>
+ *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n>[ shifts=<n>]
  *   @TLLM canary arena=<ok|BROKEN> stack=<ok|BROKEN> stack_peak=<n> stack_bytes=<n> regions=<name>:<ok|BROKEN>,...
  *     (arena: every region's guard words; stack: the deepest stack use left
  *      the 16 guard bytes at the stack limit painted)
@@ -190,8 +190,12 @@ static int generate(const tllm_request *req) {
     put_u64(res.prefill_cost);
     puts_(" passes=");
     put_u64(res.passes);
+    if (res.shifts) { /* a rolling context moved: the text below is what the model still sees */
+        puts_(" shifts=");
+        put_u64(res.shifts);
+    }
     puts_("\n@TLLM text-begin\n");
-    print_text(res.tokens, 0, res.n_prompt + res.n_generated);
+    print_text(res.tokens, 0, res.n_tokens);
     puts_("\n@TLLM text-end\n");
     return report_canaries() ? EXIT_OK : EXIT_CANARY;
 }

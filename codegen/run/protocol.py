@@ -94,6 +94,7 @@ class FirmwareOutput:
     # a plain build prints none: every pass is one token
     pass_tokens: list[int] | None = None
     pass_positions: list[int] | None = None  # positions each pass ran through the weights (1: a plain step)
+    shifts: int = 0  # context shifts (a rolling-context build: compile --context-policy roll)
 
     @property
     def tokens_per_pass(self) -> float | None:
@@ -102,7 +103,7 @@ class FirmwareOutput:
 
 
 _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
-_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?$")
+_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?(?: shifts=(\d+))?$")
 _PASS = re.compile(r"^@TLLM pass (\d+) tokens=(\d+) positions=(\d+)$")
 
 
@@ -155,6 +156,7 @@ def parse_output(console: str) -> FirmwareOutput:
     text = ""
     crc_errors = 0
     passes, pass_tokens, pass_positions = None, [], []
+    shifts = 0
     for line in console.split("\n"):
         if line.startswith("@TLLM"):  # the story text between text-begin/end has no such lines
             line, ok = check_line(line)
@@ -175,6 +177,7 @@ def parse_output(console: str) -> FirmwareOutput:
         elif m := _END.match(line):
             reason, prefill = m.group(1), int(m.group(3))
             passes = int(m.group(4)) if m.group(4) is not None else None
+            shifts = int(m.group(5) or 0)
         elif m := _PASS.match(line):
             pass_tokens.append(int(m.group(2)))
             pass_positions.append(int(m.group(3)))
@@ -192,4 +195,5 @@ def parse_output(console: str) -> FirmwareOutput:
         pass_tokens, pass_positions = [1] * passes, [1] * passes
     seen = passes is not None or pass_tokens
     return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions,
-                          crc_errors, passes, pass_tokens if seen else None, pass_positions if seen else None)
+                          crc_errors, passes, pass_tokens if seen else None, pass_positions if seen else None,
+                          shifts)

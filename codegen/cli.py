@@ -488,9 +488,11 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
               show_default=True, help="As compile's: gguf keeps a GGUF's blocks (their layouts), the others re-round.")
 @_classifier_option
 @_kv_region_option
+@_context_policy_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region, as_json):
+             prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region,
+             context_policy, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from dataclasses import replace
@@ -499,7 +501,8 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .lower.prefill import parse_batch
 
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels,
-                   weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region)
+                   weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
+                   context_policy=context_policy)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
                            unroll_layers, speculate)

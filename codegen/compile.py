@@ -192,7 +192,8 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
 
 def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | None) -> FitRequest:
     return FitRequest(board, opts.ram_budget, opts.max_seq, opts.stream, opts.stream_chunk, opts.prefill_batch,
-                      vocab, opts.unroll_layers, opts.kv_region, parse_speculate(opts.speculate))
+                      vocab, opts.unroll_layers, opts.kv_region, parse_speculate(opts.speculate),
+                      parse_context_policy(opts.context_policy) is not None)
 
 
 def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
@@ -378,13 +379,14 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                speculate: str = "off") -> tuple[dict, str]:
     """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
     spec = parse_speculate(speculate)
+    rolling = parse_context_policy(opts.context_policy) is not None
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
     req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers,
-                     opts.kv_region, spec)
+                     opts.kv_region, spec, rolling)
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
@@ -400,8 +402,13 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                          kv=kv_read(res.plan, res.step.config))
     doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
     doc["traffic"] = traffic.json()
-    return (doc,
-            _plan_text(res, stream, sampler, saved, batch_rows, rows))
+    text = _plan_text(res, stream, sampler, saved, batch_rows, rows)
+    roll = context_roll(opts.context_policy, res.plan.max_seq)
+    if roll is not None:  # only when rolling: plans that stop keep their documents
+        doc["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}
+        text += (f"  context {roll.policy}: past max_seq {res.plan.max_seq} the first {roll.sinks} positions stay "
+                 f"and the oldest {roll.discard} after them are dropped per shift (docs/rolling-context.md)\n")
+    return doc, text
 
 
 def _plan_doc(res, stream: str, pred: dict, saved: dict | None, batch_rows: list, rows: list) -> dict:

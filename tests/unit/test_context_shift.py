@@ -95,3 +95,22 @@ def test_compile_refuses_a_bad_policy_with_exit_status_2(tmp_path):
                            str(tmp_path / "out"), "--context-policy", "roll:many"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "--context-policy 'roll:many' is not known" in proc.stderr
+
+
+@pytest.mark.parametrize("fp32", [False, True], ids=["quantized", "float"])
+def test_the_reference_rolls_past_the_context_and_stops_without_a_policy(fp32):
+    from tinyllm_gen.compile import CompileOptions, quantize
+    from tinyllm_gen.frontends import load_model
+    from tinyllm_gen.reference.executor import Executor, FloatKernels, QuantKernels
+    from tinyllm_gen.reference.sampler import SamplingOptions
+    from tinyllm_gen.reference.speculative import generate_speculative
+
+    m = load_model(STORY)
+    kernels = FloatKernels(m.graph, 32) if fp32 else QuantKernels(quantize(m, CompileOptions()), 32)
+    ex, ids, eos = Executor(m.graph, kernels), m.tokenizer.encode("One day"), m.graph.config.eos_ids
+    stopped = generate_speculative(ex, ids, 128, 32, eos, SamplingOptions())
+    assert (len(ids) + len(stopped.generated_ids), stopped.stop_reason, stopped.shifts) == (32, "context", 0)
+    rolled = generate_speculative(ex, ids, 128, 32, eos, SamplingOptions(), roll=context_roll("roll", 32))
+    assert (len(rolled.generated_ids), rolled.stop_reason) == (128, "max_tokens")
+    assert rolled.shifts == 8  # the first at 31 - 3 prompt ids = 29 tokens, then one per 14
+    assert rolled.generated_ids[:len(stopped.generated_ids)] == stopped.generated_ids  # the same until the shift

@@ -222,6 +222,13 @@ _speculate_option = click.option(
          "built yet (refused). See docs/speculative.md.")
 
 
+_context_policy_option = click.option(
+    "--context-policy", default="stop", show_default=True, metavar="stop|roll[:sinks]",
+    help="When the KV cache is full: stop (reason context), or roll: keep the first sinks positions (default 4) "
+         "and the most recent ones, dropping half of the rest and moving the cache down (keys re-rotated), so "
+         "generation goes on past max_seq. The prompt must still fit the context. See docs/rolling-context.md.")
+
+
 _kv_region_option = click.option(
     "--kv-region", type=click.Choice(["auto", "sram", "sdram"]), default="sram", show_default=True,
     help="Where the KV cache goes: sram (the --ram-budget plan); sdram: the board's external SDRAM (the "
@@ -257,23 +264,26 @@ _kernels_option = click.option(
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
 @_classifier_option
 @_kv_region_option
+@_context_policy_option
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
                 weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers, classifier_quant,
-                kv_region):
+                kv_region, context_policy):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
+    from .context import parse_context_policy
     from .lower.prefill import parse_batch
     from .lower.speculate import parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
+    parse_context_policy(context_policy)
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
-                   kv_region=kv_region)
+                   kv_region=kv_region, context_policy=context_policy)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -379,7 +389,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
             "text": tok.decode(o.generated_ids), "firmware_text": o.text, "stop_reason": o.stop_reason,
             "instructions_per_token": o.instructions_per_token, "prefill_instructions": o.prefill_instructions,
             "canary_ok": o.canary_ok, "passes": o.passes, "tokens_per_pass": o.tokens_per_pass,
-            "pass_tokens": o.pass_tokens, "pass_positions": o.pass_positions,
+            "pass_tokens": o.pass_tokens, "pass_positions": o.pass_positions, "context_shifts": o.shifts,
         }))
     else:
         click.echo(o.text)
@@ -389,8 +399,9 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
             where = "; emulated by Unicorn" if fw.result.command[:1] == ["unicorn"] else ""
             spec = (f", {o.passes} passes over the weights ({o.tokens_per_pass:.2f} tokens per pass)"
                     if o.passes and o.passes != len(per) else "")
+            rolled = f", {o.shifts} context shifts" if o.shifts else ""
             click.echo(f"[{len(per)} tokens, {o.stop_reason}; median {per[len(per) // 2]:,} {unit}/token, "
-                       f"prefill {o.prefill_instructions:,}{spec}{where}]", err=True)
+                       f"prefill {o.prefill_instructions:,}{spec}{rolled}{where}]", err=True)
     if check:
         from .run.check import check_tokens
 
@@ -413,8 +424,10 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
               help="Speculative decoding as a build compiled with it runs (reference/speculative.py): lookup:k "
                    "guesses per pass (lookup alone: k as compile picks it for the default board); give the "
                    "manifest's options.speculate to reproduce a build's sampled tokens.")
+@_context_policy_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate):
+              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate,
+              context_policy):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, context_for, parse_size, quantize, require_tokenizer, speculate_k_for
     from .frontends import load_model
@@ -423,7 +436,10 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     from .reference.sampler import SamplingOptions, top_k_of
     from .reference.speculative import generate_speculative
 
+    from .context import context_roll, parse_context_policy
+
     draft, k = parse_speculate(speculate)
+    parse_context_policy(context_policy)
     if draft == "auto":
         raise UserError("--speculate auto is compile's choice per board: give the reference off or lookup[:k] "
                         "(a build's manifest names it in options.speculate)")
@@ -444,13 +460,13 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(qg, seq)
     gen = generate_speculative(Executor(m.graph, kernels), ids, max_new_tokens, seq, m.graph.config.eos_ids,
                                SamplingOptions(temperature, top_p, seed), top_k=top_k_of(sampler),
-                               k=k if draft == "lookup" else 0)
+                               k=k if draft == "lookup" else 0, roll=context_roll(context_policy, seq))
     text = tok.decode(gen.generated_ids)
     if as_json:
         click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
                                "text": text, "stop_reason": gen.stop_reason, "passes": gen.passes,
                                "tokens_per_pass": gen.tokens_per_pass, "pass_tokens": gen.pass_tokens,
-                               "pass_positions": list(gen.pass_positions)}))
+                               "pass_positions": list(gen.pass_positions), "context_shifts": gen.shifts}))
     else:
         click.echo(text if chat else prompt + text)
 
@@ -472,9 +488,11 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
               show_default=True, help="As compile's: gguf keeps a GGUF's blocks (their layouts), the others re-round.")
 @_classifier_option
 @_kv_region_option
+@_context_policy_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region, as_json):
+             prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region,
+             context_policy, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from dataclasses import replace
@@ -483,7 +501,8 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .lower.prefill import parse_batch
 
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels,
-                   weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region)
+                   weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
+                   context_policy=context_policy)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
                            unroll_layers, speculate)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .bind import Program, bind, verify_program
 from .board import Board, load_board
+from .context import ContextRoll, context_roll, parse_context_policy
 from .emit import EmittedTree, emit_tree
 from .errors import UserError, first_line
 from .fit.search import (AUTO, KV_REGIONS, FitRequest, Planner, check_code, check_weights, model_context,
@@ -80,6 +81,8 @@ class CompileOptions:
     # speculative decoding (lower/speculate.py): off (plain decoding, the default), lookup (k by the timing
     # model), lookup:k, or auto (lookup where the timing model predicts a gain and the plan fits, else off)
     speculate: str = "off"
+    # when the KV cache is full (context.py): stop (the default), or roll[:sinks] (keep the sinks and a window)
+    context_policy: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -189,10 +192,12 @@ def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = N
 
 def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | None) -> FitRequest:
     return FitRequest(board, opts.ram_budget, opts.max_seq, opts.stream, opts.stream_chunk, opts.prefill_batch,
-                      vocab, opts.unroll_layers, opts.kv_region, parse_speculate(opts.speculate))
+                      vocab, opts.unroll_layers, opts.kv_region, parse_speculate(opts.speculate),
+                      parse_context_policy(opts.context_policy) is not None)
 
 
-def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program) -> dict:
+def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
+                     roll: ContextRoll | None = None) -> dict:
     """The options the manifest and every banner record."""
     options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
                "max_seq": program.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
@@ -207,12 +212,15 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program)
         options.update(kv_region=opts.kv_region)
     if program.speculate is not None:  # only when on: plain trees keep their manifests' options
         options.update(speculate=f"{program.speculate.draft}:{program.speculate.k}")
+    if roll is not None:  # only when rolling: trees that stop keep their manifests' options
+        options.update(context_policy=roll.policy)
     return options
 
 
 def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
+    parse_context_policy(opts.context_policy)
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
@@ -230,7 +238,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     if limit is not None and len(blob.data) > limit:
         raise UserError(f"weights are {len(blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
-    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program), opts.unroll_layers)
+    roll = context_roll(opts.context_policy, program.max_seq)
+    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program, roll), opts.unroll_layers, roll)
     return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off, speculate_note(fitted))
 
 
@@ -370,13 +379,14 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                speculate: str = "off") -> tuple[dict, str]:
     """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
     spec = parse_speculate(speculate)
+    rolling = parse_context_policy(opts.context_policy) is not None
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
     req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers,
-                     opts.kv_region, spec)
+                     opts.kv_region, spec, rolling)
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
@@ -392,8 +402,13 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                          kv=kv_read(res.plan, res.step.config))
     doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
     doc["traffic"] = traffic.json()
-    return (doc,
-            _plan_text(res, stream, sampler, saved, batch_rows, rows))
+    text = _plan_text(res, stream, sampler, saved, batch_rows, rows)
+    roll = context_roll(opts.context_policy, res.plan.max_seq)
+    if roll is not None:  # only when rolling: plans that stop keep their documents
+        doc["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}
+        text += (f"  context {roll.policy}: past max_seq {res.plan.max_seq} the first {roll.sinks} positions stay "
+                 f"and the oldest {roll.discard} after them are dropped per shift (docs/rolling-context.md)\n")
+    return doc, text
 
 
 def _plan_doc(res, stream: str, pred: dict, saved: dict | None, batch_rows: list, rows: list) -> dict:

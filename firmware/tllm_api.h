@@ -108,10 +108,15 @@ typedef struct {
     uint32_t n_generated;
     uint64_t prefill_cost;      /* clock units spent on the prompt (one model step per prompt
                                    token; only the last one runs the classifier) */
-    const uint16_t *tokens;     /* prompt then generated ids (n_prompt + n_generated), in the
-                                   model's arena: valid until the next tllm_generate */
+    const uint16_t *tokens;     /* this request's ids then the generated ids (n_tokens of them), in
+                                   the model's arena: valid until the next tllm_generate or
+                                   tllm_continue */
     uint32_t passes;            /* passes over the weights that produced the generated tokens
                                    (n_generated / passes: tokens per pass, 1 without speculation) */
+    uint32_t shifts;            /* context shifts (a rolling-context build, 0 otherwise) */
+    uint32_t n_tokens;          /* ids at tokens: n_prompt + n_generated; after a shift the whole
+                                   buffer from its start instead (the sinks and the window the
+                                   model still sees) */
 } tllm_result;
 
 typedef struct {

@@ -33,6 +33,12 @@
  * runs over tokens, not cache slots: a cache that drops or shifts entries
  * keeps it valid, and only held_pos has to follow the cache.
  *
+ * With a rolling context (tllm_model.context_roll, compile --context-policy
+ * roll) EMIT never stops at the context's end: when the token just emitted
+ * sits at the last position, context_shift drops the oldest positions after
+ * the sinks first.  A verification pass never crosses the end (guess_room),
+ * so plain and speculative runs shift at the same tokens.
+ *
  * The state lives in the planned arena (tllm_gen_state), so a generation
  * allocates nothing.  No board function is called here: the clock comes in
  * through tllm_config, the text goes out through the token callback. */
@@ -158,7 +164,10 @@ tllm_status tllm_check_continue(const tllm_gen_request *rq, const tllm_history *
     if (!rq || !h) return TLLM_ERR_ARGUMENT;
     const tllm_history *mine = tllm_history_held();
     if (mine->n_tokens == 0 || h->n_tokens != mine->n_tokens || h->crc != mine->crc) return TLLM_ERR_HISTORY;
-    if (rq->n_prompt >= tllm_model.max_seq - mine->n_tokens) return TLLM_ERR_CONTEXT_FULL;
+    /* A rolling build that shifted holds more history than cache (held_pos + 1 < n_tokens): its
+     * conversation no longer fits, so it is refused as full and the host starts afresh. */
+    if (held_pos + 1u != mine->n_tokens || rq->n_prompt >= tllm_model.max_seq - mine->n_tokens)
+        return TLLM_ERR_CONTEXT_FULL;
     return check_ids_and_options(rq);
 }
 
@@ -170,6 +179,17 @@ static uint32_t guess_room(const tllm_gen_state *st, uint32_t k) {
     const uint32_t room = tllm_model.max_seq - 2u - st->pos;   /* EMIT stopped at pos + 1 == max_seq */
     if (k > left) k = left;
     return k < room ? k : room;
+}
+
+/* The cache is full (the token just emitted sits at max_seq - 1): drop
+ * roll->discard positions after the sinks, move the rest of the KV rows and
+ * the token buffer down (the draft reads the buffer as the model's
+ * context), and step back.  The rule is codegen/context.py's. */
+static void context_shift(tllm_gen_state *st, uint16_t *tokens, const tllm_context_roll *roll) {
+    const uint32_t from = roll->sinks + roll->discard;
+    roll->shift((int32_t)(st->pos - from)); /* rows from .. pos - 1: pos's token has not run yet */
+    memmove(tokens + roll->sinks, tokens + from, (st->pos + 1u - from) * sizeof tokens[0]);
+    st->pos -= roll->discard;
 }
 
 /* The token at verified position i given the guess g there (g < 0: none):
@@ -227,6 +247,8 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
     uint32_t pass_tokens = 0; /* tokens the current pass produced */
     uint32_t pass_positions = 0; /* positions it ran through the weights */
     uint32_t queued = 0;      /* of them, still to emit after the current one */
+    const tllm_context_roll *roll = tllm_model.context_roll;
+    uint32_t shifts = 0;
     st->t_start = now();
     st->t_prefill = st->t_start; /* max_new_tokens 0: no prefill ran, prefill_cost 0 (it used to wrap) */
     st->phase = st->max_new ? TLLM_PREFILL : TLLM_DONE;
@@ -279,7 +301,7 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
             }
             if (is_eos(st->token)) st->stop_reason = TLLM_STOP_EOS;
             else if (st->n_generated >= st->max_new) st->stop_reason = TLLM_STOP_MAX_TOKENS;
-            else if (st->pos + 1 >= tllm_model.max_seq) st->stop_reason = TLLM_STOP_CONTEXT;
+            else if (st->pos + 1 >= tllm_model.max_seq && !roll) st->stop_reason = TLLM_STOP_CONTEXT;
             else if (stop_asked) st->stop_reason = TLLM_STOP_CALLBACK;
             t_token = now(); /* the callback's time is not the model's cost */
             if (st->stop_reason) {
@@ -290,6 +312,10 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
                 st->token = tokens[st->pos];
                 st->n_generated++;
             } else {
+                if (roll && st->pos + 1 >= tllm_model.max_seq) { /* no pass ends past max_seq - 1: queued is 0 */
+                    context_shift(st, tokens, roll);
+                    shifts++;
+                }
                 st->phase = spec ? TLLM_DRAFT : TLLM_DECODE;
             }
             break;
@@ -334,8 +360,15 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
         result->n_prompt = rq.n_prompt;
         result->n_generated = st->n_generated;
         result->prefill_cost = st->t_prefill - st->t_start;
-        result->tokens = tokens + first;
         result->passes = st->passes;
+        result->shifts = shifts;
+        if (shifts) { /* the buffer was moved: what the model still sees, from its start */
+            result->tokens = tokens;
+            result->n_tokens = st->pos + 1u;
+        } else { /* this request's ids and tokens */
+            result->tokens = tokens + first;
+            result->n_tokens = rq.n_prompt + st->n_generated;
+        }
     }
     return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
 }

@@ -585,3 +585,59 @@ void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const
         }
     }
 }
+
+/* ---- context shift (compile --context-policy roll; twins: exact.kv_shift_i8 / kv_shift_kv4) ----
+ * Rows to + delta .. to + delta + n_rows - 1 move down to rows to ..; rows
+ * ascending, so each source row is read before a later destination reaches
+ * it.  V moves as it is; each key head is dequantized, turned back by delta
+ * positions (cos/sin: the RoPE tables' row delta) and quantized again. */
+
+/* a' = a*c + b*s, b' = b*c - a*s over the rotate-half pairs (i, i + hd/2). */
+static void rope_back(float *x, int32_t head_dim, const float *cos, const float *sin) {
+    const int32_t half = head_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cos[i] + b * sin[i];
+        x[i + half] = b * cos[i] - a * sin[i];
+    }
+}
+
+void tllm_kv_shift_i8(const tllm_attention_shape *shape, const tllm_kv_layer *kv, int32_t to, int32_t delta,
+                      int32_t n_rows, const float *cos, const float *sin) {
+    const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, kv_dim = n_kv * hd;
+    float x[TLLM_MAX_HEAD_DIM];
+    for (int32_t r = to; r < to + n_rows; r++) {
+        const int32_t s = r + delta;
+        for (int32_t kh = 0; kh < n_kv; kh++) {
+            const int8_t *q = kv->k + s * kv_dim + kh * hd;
+            const float scale = kv->k_scale[s * n_kv + kh];
+            for (int32_t i = 0; i < hd; i++) x[i] = (float)q[i] * scale;
+            rope_back(x, hd, cos, sin);
+            tllm_quantize_i8(x, hd, hd, kv->k + r * kv_dim + kh * hd, kv->k_scale + r * n_kv + kh);
+        }
+        memcpy(kv->v + r * kv_dim, kv->v + s * kv_dim, (size_t)kv_dim);
+        memcpy(kv->v_scale + r * n_kv, kv->v_scale + s * n_kv, (size_t)n_kv * sizeof(float));
+    }
+}
+
+void tllm_kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
+                       int32_t n_rows, const float *cos, const float *sin) {
+    const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, group = kv->group;
+    const int32_t row_bytes = n_kv * hd / 2, row_scales = n_kv * (hd / group);
+    float x[TLLM_MAX_HEAD_DIM];
+    for (int32_t r = to; r < to + n_rows; r++) {
+        const int32_t s = r + delta;
+        for (int32_t kh = 0; kh < n_kv; kh++) {
+            const uint8_t *q = kv->k + s * row_bytes + kh * (hd / 2);
+            const float *scale = kv->k_scale + s * row_scales + kh * (hd / group);
+            for (int32_t i = 0; i < hd; i++) x[i] = (float)nibble_at(q, i) * scale[i / group];
+            /* hook: undo the K rotation of x (a Hadamard-rotated int4 cache) before the RoPE delta */
+            rope_back(x, hd, cos, sin);
+            /* hook: redo the K rotation of x before it is quantized again */
+            tllm_quantize_i4(x, hd, group, kv->k + r * row_bytes + kh * (hd / 2),
+                             kv->k_scale + r * row_scales + kh * (hd / group));
+        }
+        memcpy(kv->v + r * row_bytes, kv->v + s * row_bytes, (size_t)row_bytes);
+        memcpy(kv->v_scale + r * row_scales, kv->v_scale + s * row_scales, (size_t)row_scales * sizeof(float));
+    }
+}

@@ -100,6 +100,17 @@ void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed,
 void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                         const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
 
+/* Context shift (compile --context-policy roll, docs/rolling-context.md): in
+ * one layer's cache, rows to + delta .. to + delta + n_rows - 1 move to rows
+ * to .. to + n_rows - 1.  V moves as it is; each key head is dequantized
+ * (x = (float)q * scale), turned back by delta positions (a' = a*c + b*s,
+ * b' = b*c - a*s, cos/sin: the RoPE tables' row delta) and quantized again.
+ * Twins: exact.kv_shift_i8, exact.kv_shift_kv4. */
+void tllm_kv_shift_i8(const tllm_attention_shape *shape, const tllm_kv_layer *kv, int32_t to, int32_t delta,
+                      int32_t n_rows, const float *cos, const float *sin);
+void tllm_kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
+                       int32_t n_rows, const float *cos, const float *sin);
+
 /* a += b */
 void tllm_add(float *a, const float *b, int32_t n);
 

@@ -8,8 +8,9 @@
  *   @TLLM pass <index> tokens=<n> positions=<p>   (speculative builds: before a pass's first token,
  *     how many tokens it produced, the last pass may deliver fewer, and how many positions it ran)
  *   @TLLM tok <index> <id> <instructions> "<escaped token text>"
- *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n> history=<n>
- *     history_crc=<crc>   (the conversation the board now holds: what the next continue must name)
+ *   @TLLM end reason=<eos|max_tokens|context> n=<n> prefill_instructions=<n> passes=<n>[ shifts=<n>]
+ *     history=<n> history_crc=<crc>   (shifts: a rolling context moved; history: the conversation the
+ *     board now holds, what the next continue must name)
  *   @TLLM canary arena=<ok|BROKEN> stack=<ok|BROKEN> stack_peak=<n> stack_bytes=<n> regions=<name>:<ok|BROKEN>,...
  *     (arena: every region's guard words; stack: the deepest stack use left
  *      the 16 guard bytes at the stack limit painted)
@@ -246,12 +247,16 @@ static int generate(const tllm_request *req) {
     put_u64(res.prefill_cost);
     puts_(" passes=");
     put_u64(res.passes);
+    if (res.shifts) { /* a rolling context moved: the text below is what the model still sees */
+        puts_(" shifts=");
+        put_u64(res.shifts);
+    }
     puts_(" history=");
     put_u64(now_held->n_tokens);
     puts_(" history_crc=");
     put_hex32(now_held->crc);
     puts_("\n@TLLM text-begin\n");
-    print_text(res.tokens, 0, res.n_prompt + res.n_generated); /* this request's ids and tokens */
+    print_text(res.tokens, 0, res.n_tokens);
     puts_("\n@TLLM text-end\n");
     return report_canaries() ? EXIT_OK : EXIT_CANARY;
 }

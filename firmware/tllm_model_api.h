@@ -47,6 +47,19 @@ typedef struct {
     tllm_topk *(*topk)(int32_t i); /* after verify: position i's set (top-K builds; NULL otherwise) */
 } tllm_speculation;
 
+/* Rolling context (compile --context-policy roll[:sinks], docs/rolling-context.md):
+ * when the token after the next would not fit, the engine drops `discard`
+ * positions after the first `sinks` and moves the rest down.  A build that
+ * stops at the context's end has none (tllm_model_info.context_roll is NULL). */
+typedef struct {
+    uint32_t sinks;   /* the first positions, always kept (attention sinks) */
+    uint32_t discard; /* positions dropped per shift, the oldest after the sinks */
+    /* Every layer's KV rows sinks + discard .. sinks + discard + n_rows - 1
+     * move to rows sinks .., each key turned back by discard positions
+     * (tllm_kv_shift_i8 / tllm_kv_shift_kv4). */
+    void (*shift)(int32_t n_rows);
+} tllm_context_roll;
+
 typedef struct {
     uint32_t vocab_size;
     uint32_t max_seq;
@@ -56,6 +69,7 @@ typedef struct {
     uint32_t top_k;       /* --sampler topk:K: K (sampling within the K largest logits); 0 otherwise */
     uint32_t prefill_batch; /* prompt tokens tllm_model_prefill takes per call (1..4, codegen/lower/prefill.py) */
     const tllm_speculation *speculation; /* the verification pass; NULL: plain decoding */
+    const tllm_context_roll *context_roll; /* the rolling context; NULL: stop at max_seq */
 } tllm_model_info;
 
 extern const tllm_model_info tllm_model;

@@ -19,6 +19,7 @@ from .. import __version__
 from ..abi import ABI_VERSION  # ABI_VERSION: the runtime's TLLM_ABI_VERSION (firmware/tllm_abi.h)
 from ..bind import Program
 from ..board import Board
+from ..context import ContextRoll
 from ..families import config_header, family_files
 from ..frontends.tokenizer import Tokenizer
 from ..kernels import FcS4PerChannel
@@ -275,11 +276,15 @@ def config_doc(c) -> dict:
 
 
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
-              unroll_layers: bool = False) -> EmittedTree:
-    """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py)."""
+              unroll_layers: bool = False, roll: ContextRoll | None = None) -> EmittedTree:
+    """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py).
+    roll: the rolling context (context.py; None: generation stops at max_seq)."""
     c, plan = program.config, program.plan
     env = _env()
-    ctx = _context(program, tokenizer, board, options, unroll_layers)
+    ctx = dict(_context(program, tokenizer, board, options, unroll_layers), context_roll=roll)
+    report = report_doc(program, board)
+    if roll is not None:  # only when rolling: reports of builds that stop stay as they were
+        report["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}
 
     def render(name: str, **extra) -> bytes:
         return env.get_template(name).render(**ctx, **extra).encode()
@@ -290,7 +295,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
         "weights.bin": program.blob.data,
         "memory_report.txt": plan_text(plan).encode(),
-        **report_files(report_doc(program, board)),
+        **report_files(report),
     }
     if not ctx["weights_external"]:
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")

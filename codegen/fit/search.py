@@ -79,6 +79,7 @@ class FitRequest:
     unroll_layers: bool = False  # compile --unroll-layers (the code flash)
     kv_region: str = "sram"  # sram | sdram | auto (KV_REGIONS)
     speculate: tuple[str, int | None] = ("off", None)  # (off | auto | lookup, k or None), lower/speculate.py
+    rolling: bool = False  # compile --context-policy roll (context.py): the shift kernels' code
 
 
 @dataclass(frozen=True)
@@ -315,11 +316,11 @@ def plan_step(planner: Planner, step: LoweredStep, src: StepSource, req: FitRequ
     else:
         seq, note = model_context(step.config, requested_seq), SeqNote()
     plan = planner.plan_or_explain(step, seq)
-    code = code_flash(step, board, req.unroll_layers)  # without the vocabulary: it goes where it fits
+    code = code_flash(step, board, req.unroll_layers, rolling=req.rolling)  # without the vocabulary: it goes where it fits
     vocab = vocab_nbytes(*req.vocab) if req.vocab is not None else 0
     external_vocab = req.vocab is not None and vocab_goes_to_weights(board, vocab, code.total_bytes if code else 0)
     if code is not None and req.vocab is not None and not external_vocab:
-        code = code_flash(step, board, req.unroll_layers, vocab)
+        code = code_flash(step, board, req.unroll_layers, vocab, req.rolling)
     wbytes = weights_blob_bytes(src, seq, req.vocab if external_vocab else None)
     return Fitted(step, plan, wbytes, board.weights.max_bytes, note, external_vocab, code,
                   stream=step.stream.options if step.stream is not None else None)

@@ -14,6 +14,7 @@ arm-none-eabi-size's sections):
   + PREFILL (+ per layer unrolled, + the stream's) when prefill_batch > 1: the batched kernels and tllm_model_prefill
   + VERIFY + the head's verification forms (kernels/) with --speculate: tllm_model_verify (its layers are
                                           tllm_model_prefill's)
+  + ROLL with --context-policy roll       the KV shift kernel and the model's context_shift
   + 20 x streamed matrices + 12 x pinned  the stream tables (tllm_stream.h, one run of chunks per matrix), exact
   + the vocabulary when it stays in code flash: its text and offsets, exact
 
@@ -64,6 +65,8 @@ VERIFY_BYTES = 512  # tllm_model_verify, its descriptor and the engine's per-pos
 STREAM_RUN_BYTES = 20  # sizeof(tllm_stream_run): src, stride, len, last_len, count (one run per streamed matrix)
 STREAM_PIN_BYTES = 12  # sizeof(tllm_stream_pin): src, len, dst
 VOCAB_ALIGN_BYTES = 4  # the byte table is padded to the offsets' alignment
+# --context-policy roll: tllm_kv_shift_i8 or _kv4 and context_shift (measured +588 B int8, +524 B int4 on QEMU)
+ROLL_BYTES = 640
 ERROR_BOUND_BYTES = 4 * 1024  # estimate - built, checked by the test above
 
 
@@ -134,7 +137,8 @@ def _verify_bytes(step: LoweredStep) -> int:
     return VERIFY_BYTES + sum(dict(part for call in step.head_calls for part in call.args.verify_code_parts()).values())
 
 
-def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0) -> CodeFlash | None:
+def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_bytes: int = 0,
+               rolling: bool = False) -> CodeFlash | None:
     """The code-flash estimate of this step (after the stream and prefill
     passes) on this board (None on the host)."""
     region = code_region(board)
@@ -151,6 +155,7 @@ def code_flash(step: LoweredStep, board, unroll_layers: bool = False, vocab_byte
     elif plan is not None:
         runtime += STREAM_PINS_ONLY_BYTES
     prefill = _prefill_bytes(step, form, layers) + _verify_bytes(step)
+    runtime += ROLL_BYTES if rolling else 0
     tables = STREAM_RUN_BYTES * plan.n_runs + STREAM_PIN_BYTES * len(plan.pinned) if plan is not None else 0
     return CodeFlash(runtime + prefill, tables, vocab_bytes + VOCAB_ALIGN_BYTES if vocab_bytes else 0, region.size,
                      region.name, unroll_layers, prefill)

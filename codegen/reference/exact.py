@@ -537,3 +537,53 @@ def dequant_row_gguf(qtype: str, d: np.ndarray, m: np.ndarray | None, q: np.ndar
     if qtype == "Q4_1":
         return dr * q.astype(F32) + np.repeat(m.astype(F32), 32)
     return dr * q.astype(F32)
+
+
+# --- context shift (compile --context-policy roll, docs/rolling-context.md) --
+def rope_back(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """RoPE by minus the angle whose cos/sin are given, on rows [..., hd]
+    (rotate-half pairs (i, i + hd/2)): a' = a*c + b*s, b' = b*c - a*s, each
+    product rounded to float32, then the sum or difference (C: tllm_kv_shift_*,
+    built with -ffp-contract=off).  cos/sin: the RoPE tables' row `delta`, so
+    the result is the key RoPE'd `delta` positions earlier, to float rounding."""
+    x = np.asarray(x, dtype=F32)
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    c, s = np.asarray(cos, F32), np.asarray(sin, F32)
+    return np.concatenate([a * c + b * s, b * c - a * s], axis=-1).astype(F32)
+
+
+def kv_shift_i8(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray, to: int, delta: int,
+                n_rows: int, cos: np.ndarray, sin: np.ndarray) -> None:
+    """One layer's int8 cache, in place: rows to + delta .. to + delta + n_rows - 1
+    move to rows to .. to + n_rows - 1 (k_q/v_q [T, kv_heads, hd], k_s/v_s
+    [T, kv_heads]).  V moves as it is (values and scales).  Each key head:
+      x[i] = (float)k8[i] * ks               (one float32 product)
+      x = rope_back(x, cos, sin)             (cos/sin: the RoPE tables' row delta)
+      k8, ks = quantize_rows_i8(x)           (tllm_quantize_i8, one group per head)
+    C twin: tllm_kv_shift_i8 (rows ascending: a row is read before it is overwritten)."""
+    src = slice(to + delta, to + delta + n_rows)
+    dst = slice(to, to + n_rows)
+    x = k_q[src].astype(F32) * k_s[src][..., None]
+    k_q[dst], k_s[dst] = quantize_rows_i8(rope_back(x, cos, sin))
+    v_q[dst], v_s[dst] = v_q[src].copy(), v_s[src].copy()
+
+
+def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray, to: int, delta: int,
+                 n_rows: int, cos: np.ndarray, sin: np.ndarray, group: int) -> None:
+    """kv_shift_i8 over an int4 cache (k_q/v_q [T, kv_heads, hd] int4 values
+    held in int8, k_s/v_s [T, kv_heads, hd/group]).  Each key head:
+      x[i] = (float)k4[i] * ks[i / group]    (one float32 product)
+      [undo the K rotation here, when the cache holds rotated keys]
+      x = rope_back(x, cos, sin)
+      [redo the K rotation here]
+      k4, ks = quantize_rows_i4(x, group)
+    C twin: tllm_kv_shift_kv4."""
+    src = slice(to + delta, to + delta + n_rows)
+    dst = slice(to, to + n_rows)
+    x = k_q[src].astype(F32) * np.repeat(k_s[src], group, axis=-1)
+    # hook: undo the K rotation of x (a Hadamard-rotated int4 cache) before the RoPE delta
+    x = rope_back(x, cos, sin)
+    # hook: redo the K rotation of x before it is quantized again
+    k_q[dst], k_s[dst] = quantize_rows_i4(x, group)
+    v_q[dst], v_s[dst] = v_q[src].copy(), v_s[src].copy()

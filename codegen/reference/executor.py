@@ -135,6 +135,16 @@ class FloatKernels:
         g = gate.astype(np.float64)
         return (g / (1.0 + np.exp(-g)) * up).astype(np.float32)
 
+    def shift(self, sinks: int, discard: int, n_rows: int) -> None:
+        """The context shift (context.py) on the float cache: rows sinks + discard .. move to sinks ..,
+        keys turned back by discard positions (float32 rotation, as the quantized cache's)."""
+        c = self.g.config
+        src, dst = slice(sinks + discard, sinks + discard + n_rows), slice(sinks, sinks + n_rows)
+        keys = self.k_cache[:, src].reshape(c.n_layers, n_rows, c.n_kv_heads, c.head_dim)
+        back = exact.rope_back(keys, self.cos[discard], self.sin[discard])
+        self.k_cache[:, dst] = back.reshape(c.n_layers, n_rows, c.kv_dim)
+        self.v_cache[:, dst] = self.v_cache[:, src].copy()
+
 
 class Executor:
     """Runs decode steps of a Graph with a kernel set."""
@@ -190,18 +200,21 @@ def generate(
     eos_ids: Sequence[int],
     sampling: SamplingOptions,
     top_k: int = 0,
+    roll=None,
 ) -> Generation:
     """The same state machine as firmware/tllm_engine.c: prefill the prompt
     one token at a time (the head only for the last prompt token, whose
     logits are the only ones read), then sample / emit / step until EOS, the
     token limit or the end of the context.  top_k: a `--sampler topk:K`
     build's K (sampler.py), 0 for the full and greedy builds.  BLAS runs
-    on one thread meanwhile (blas.py)."""
+    on one thread meanwhile (blas.py).  roll: a rolling context
+    (context.ContextRoll; None: stop at the context's end), shifted as
+    context.py states."""
     with one_blas_thread():
-        return _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k)
+        return _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k, roll)
 
 
-def _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k) -> Generation:
+def _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k, roll) -> Generation:
     executor.reset()
     sampler = Sampler(sampling, top_k)
     prompt = list(prompt_ids)
@@ -220,7 +233,10 @@ def _generate(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, 
         if len(out) >= max_new_tokens:
             return Generation(prompt, out, "max_tokens")
         if pos + 1 >= max_seq:  # the token buffer holds max_seq ids
-            return Generation(prompt, out, "context")
+            if roll is None:
+                return Generation(prompt, out, "context")
+            executor.kernels.shift(roll.sinks, roll.discard, pos - roll.sinks - roll.discard)
+            pos -= roll.discard
         logits = executor.step(tok, pos)
         pos += 1
 
@@ -296,6 +312,17 @@ class QuantKernels:
 
     def silu_mul(self, node, gate, up):
         return exact.silu_mul(gate, up)
+
+    def shift(self, sinks: int, discard: int, n_rows: int) -> None:
+        """The context shift (context.py) layer by layer, as the firmware's context_shift calls
+        tllm_kv_shift_i8 / tllm_kv_shift_kv4 (exact.kv_shift_i8 / kv_shift_kv4)."""
+        cos, sin = self.cos[discard], self.sin[discard]
+        for layer in range(self.qg.config.n_layers):
+            caches = (self.k_q[layer], self.k_s[layer], self.v_q[layer], self.v_s[layer])
+            if self.qg.kv_bits == 4:
+                exact.kv_shift_kv4(*caches, sinks, discard, n_rows, cos, sin, self.kv4_group)
+            else:
+                exact.kv_shift_i8(*caches, sinks, discard, n_rows, cos, sin)
 
 
 class QuantLinears:

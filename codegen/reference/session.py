@@ -13,7 +13,10 @@ before its position and its own token), which tests/host/test_multiturn_host.py
 checks against the firmware and against that fresh generation.
 
 A turn that runs nothing (max_new_tokens 0) leaves no conversation, as the
-firmware's; a refused continue (the context) leaves it as it was."""
+firmware's; a refused continue (the context) leaves it as it was.  On a
+rolling-context build a turn may shift the cache; the conversation then
+holds at least max_seq tokens, so the next continue is refused (the context)
+exactly as the firmware's count check refuses it, and the host starts afresh."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -30,8 +33,10 @@ class ContextFull(ValueError):
 class Session:
     """One conversation on one executor (its KV cache is the session's)."""
 
-    def __init__(self, executor: Executor, max_seq: int, eos_ids: Sequence[int], top_k: int = 0, k: int = 0):
+    def __init__(self, executor: Executor, max_seq: int, eos_ids: Sequence[int], top_k: int = 0, k: int = 0,
+                 roll=None):
         self.executor, self.max_seq, self.eos_ids, self.top_k, self.k = executor, max_seq, tuple(eos_ids), top_k, k
+        self.roll = roll  # a rolling-context build's context.ContextRoll (None: stop)
         self.tokens: list[int] = []  # the held conversation ([]: none)
 
     def generate(self, new_ids: Sequence[int], max_new_tokens: int, sampling: SamplingOptions,
@@ -47,6 +52,6 @@ class Session:
                                   f"{self.max_seq}")
             prompt, cached = self.tokens + list(new_ids), len(self.tokens) - 1
         gen = generate_speculative(self.executor, prompt, max_new_tokens, self.max_seq, self.eos_ids, sampling,
-                                   self.top_k, self.k, cached=cached)
+                                   self.top_k, self.k, cached=cached, roll=self.roll)
         self.tokens = prompt + gen.generated_ids if gen.generated_ids else []
         return gen

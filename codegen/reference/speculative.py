@@ -75,6 +75,7 @@ class SpeculativeGeneration:
     pass_positions: list[int] = ()  # positions each pass ran through the weights: 1, or its guesses + 1
     guessed: int = 0  # guesses verified over the whole generation
     accepted: int = 0  # of them, kept
+    shifts: int = 0  # context shifts (a rolling context, context.py)
 
     @property
     def passes(self) -> int:
@@ -106,18 +107,22 @@ def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]
 
 def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_tokens: int, max_seq: int,
                          eos_ids: Sequence[int], sampling: SamplingOptions, top_k: int = 0,
-                         k: int = 0, cached: int = 0) -> SpeculativeGeneration:
+                         k: int = 0, cached: int = 0, roll=None) -> SpeculativeGeneration:
     """The engine's generation with up to k lookup guesses per pass (k = 0:
     plain decoding, executor.generate's tokens); see the module docstring.
     ``cached``: positions 0 .. cached - 1 of prompt_ids are in the executor's
     KV cache already (a continued conversation, session.Session), so the
-    prefill starts at position ``cached``; 0 starts afresh."""
+    prefill starts at position ``cached``; 0 starts afresh.  ``roll``: a
+    rolling context (context.ContextRoll; None: stop at the context's end):
+    after a pass whose last token sits at max_seq - 1 the KV cache and the
+    token buffer (the draft's context) shift as context.py states, before
+    the next pass is drafted."""
     if not cached:
         executor.reset()
     sampler = Sampler(sampling, top_k)
     tokens = list(prompt_ids)
     prompt, out, passes, positions = list(prompt_ids), [], [], []
-    guessed = accepted = 0
+    guessed = accepted = shifts = 0
     if max_new_tokens <= 0:
         return SpeculativeGeneration(prompt, out, "max_tokens", passes, [])
     logits = None
@@ -132,11 +137,16 @@ def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_
             out.append(tok)
             pos = len(tokens) - 1
             if tok in eos_ids:
-                return SpeculativeGeneration(prompt, out, "eos", passes, positions, guessed, accepted)
+                return SpeculativeGeneration(prompt, out, "eos", passes, positions, guessed, accepted, shifts)
             if len(out) >= max_new_tokens:
-                return SpeculativeGeneration(prompt, out, "max_tokens", passes, positions, guessed, accepted)
-            if pos + 1 >= max_seq:  # the token buffer holds max_seq ids
+                return SpeculativeGeneration(prompt, out, "max_tokens", passes, positions, guessed, accepted, shifts)
+            if pos + 1 >= max_seq and roll is None:  # the token buffer holds max_seq ids
                 return SpeculativeGeneration(prompt, out, "context", passes, positions, guessed, accepted)
+        if roll is not None and pos + 1 >= max_seq:  # only a pass's last token reaches max_seq - 1 (k_eff)
+            executor.kernels.shift(roll.sinks, roll.discard, pos - roll.sinks - roll.discard)
+            del tokens[roll.sinks:roll.sinks + roll.discard]
+            pos -= roll.discard
+            shifts += 1
         k_eff = min(k, max_new_tokens - len(out) - 1, max_seq - 2 - pos)
         guesses = lookup_draft(tokens, k_eff) if k_eff > 0 else []
         if not guesses:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..build.out import read_manifest
+from ..context import context_roll
 from ..errors import UserError
 from ..frontends.tokenizer import Tokenizer
 from ..ir import ModelConfig
@@ -48,7 +49,8 @@ def check_tokens(out: Path, tokenizer: Tokenizer, prompt_ids: Sequence[int], max
     opts = m["options"]  # a speculative build's sampled tokens are the speculative reference's (its k)
     want = generate_speculative(Executor(qg.graph, QuantKernels(qg, seq)), list(prompt_ids), max_new_tokens, seq,
                                 qg.config.eos_ids, sampling, top_k=top_k_of(opts.get("sampler", "full")),
-                                k=built_k(opts)).generated_ids
+                                k=built_k(opts), roll=context_roll(opts.get("context_policy", "stop"), seq)
+                                ).generated_ids
     if list(got) == list(want):
         return None
     i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))

@@ -100,9 +100,11 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     image = image_path(out, board)
     if not image.is_file():
         raise UserError(f"{out}: firmware not built; run `tinyllm-gen build {out}` first")
-    if len(prompt_ids) >= manifest["max_seq"]:
+    if len(prompt_ids) >= manifest["max_seq"]:  # a rolling context rolls the generation, never the prompt
+        rolling = str(manifest.get("options", {}).get("context_policy", "stop")).startswith("roll")
         raise UserError(f"the prompt is {len(prompt_ids)} tokens but the firmware's context is "
-                        f"{manifest['max_seq']}: shorten the prompt or compile with a larger --max-seq")
+                        f"{manifest['max_seq']}{' (rolling: the prompt must still fit)' if rolling else ''}: "
+                        "shorten the prompt or compile with a larger --max-seq")
     if manifest.get("options", {}).get("sampler") == "greedy" and sampling.temperature > 0:
         raise UserError(f"{out} was compiled with --sampler greedy: run it with --temperature 0, or compile "
                         "with --sampler full to sample")

@@ -111,6 +111,7 @@ class FirmwareOutput:
     pass_positions: list[int] | None = None  # positions each pass ran through the weights (1: a plain step)
     # the conversation the board holds after this generation (tokens, CRC: what the next continue names)
     history: tuple[int, int] | None = None
+    shifts: int = 0  # context shifts (a rolling-context build: compile --context-policy roll)
 
     @property
     def tokens_per_pass(self) -> float | None:
@@ -119,7 +120,7 @@ class FirmwareOutput:
 
 
 _TOK = re.compile(r'^@TLLM tok (\d+) (\d+) (\d+) "(.*)"$')
-_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?"
+_END = re.compile(r"^@TLLM end reason=(\w+) n=(\d+) prefill_instructions=(\d+)(?: passes=(\d+))?(?: shifts=(\d+))?"
                   r"(?: history=(\d+) history_crc=([0-9a-f]{8}))?$")
 _PASS = re.compile(r"^@TLLM pass (\d+) tokens=(\d+) positions=(\d+)$")
 
@@ -173,6 +174,7 @@ def parse_output(console: str) -> FirmwareOutput:
     text = ""
     crc_errors = 0
     passes, pass_tokens, pass_positions = None, [], []
+    shifts = 0
     for line in console.split("\n"):
         if line.startswith("@TLLM"):  # the story text between text-begin/end has no such lines
             line, ok = check_line(line)
@@ -193,7 +195,8 @@ def parse_output(console: str) -> FirmwareOutput:
         elif m := _END.match(line):
             reason, prefill = m.group(1), int(m.group(3))
             passes = int(m.group(4)) if m.group(4) is not None else None
-            history = (int(m.group(5)), int(m.group(6), 16)) if m.group(5) is not None else None
+            shifts = int(m.group(5) or 0)
+            history = (int(m.group(6)), int(m.group(7), 16)) if m.group(6) is not None else None
         elif m := _PASS.match(line):
             pass_tokens.append(int(m.group(2)))
             pass_positions.append(int(m.group(3)))
@@ -212,4 +215,4 @@ def parse_output(console: str) -> FirmwareOutput:
     seen = passes is not None or pass_tokens
     return FirmwareOutput(ids, texts, instr, reason, prefill, text, canary, error, stack_peak, canary_regions,
                           crc_errors, passes, pass_tokens if seen else None, pass_positions if seen else None,
-                          history)
+                          history, shifts)

@@ -44,6 +44,8 @@ CASES = [  # (id, model, options)
     ("m7-16-layers-stream-speculate", dict(layers=16), dict(board="stm32h750b-dk", stream="all", speculate="lookup:3")),
     ("m7-16-layers-stream-topk-speculate", dict(layers=16), dict(board="stm32h750b-dk", stream="all", sampler="topk:8",
                                                                  speculate="lookup:3")),
+    ("m7-8-layers-kv4-roll", dict(layers=8), dict(board="stm32h750b-dk", kv_bits=4, context_policy="roll")),
+    ("qemu-1-layer-roll", dict(layers=1), dict(board="qemu-mps2-an500", context_policy="roll:2")),
 ]
 
 

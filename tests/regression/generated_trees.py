@@ -59,6 +59,9 @@ CASES = (
     Case("qemu-qwen2", "qwen2"),
     Case("dk-qwen2-stream-all", "qwen2", {"board": "stm32h750b-dk", "stream": "all"}),
     Case("host-qwen2-unrolled-kv4", "qwen2", {"board": "host", "unroll_layers": True, "kv_bits": 4}),
+    Case("qemu-roll-seq32", "bundled", {"context_policy": "roll", "max_seq": 32}),
+    Case("dk-stream-all-kv4-roll2", "bundled", {"board": "stm32h750b-dk", "stream": "all", "kv_bits": 4,
+                                                "context_policy": "roll:2", "max_seq": 32}),
 )
 
 

@@ -107,7 +107,7 @@ def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]
 
 def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_tokens: int, max_seq: int,
                          eos_ids: Sequence[int], sampling: SamplingOptions, top_k: int = 0,
-                         k: int = 0, cached: int = 0, roll=None) -> SpeculativeGeneration:
+                         k: int = 0, roll=None, cached: int = 0) -> SpeculativeGeneration:
     """The engine's generation with up to k lookup guesses per pass (k = 0:
     plain decoding, executor.generate's tokens); see the module docstring.
     ``cached``: positions 0 .. cached - 1 of prompt_ids are in the executor's

@@ -81,7 +81,7 @@ def test_a_damaged_first_send_is_sent_again(built, how):
     with qemu_uart_session(built.out / "build" / "firmware.elf", board, built.out / "weights.bin") as (port, qemu):
         link = FaultyLink(port, 1, how)
         seen = []
-        status, text = talk_serial(link, pack_request(ids, 12, GREEDY), 120, on_line=seen.append)
+        status, text = talk_serial(link, pack_request(ids, 12, GREEDY), 600, on_line=seen.append)  # a backstop
     assert status == 0 and link.writes == 2
     assert parse_output(text).generated_ids == reference_tokens(built.model_dir, 32, ids, GREEDY, SHAPES_CONTEXT)[:12]
     assert any(("crc mismatch" if how == "flip" else "timeout, partial frame dropped") in ln for ln in seen), seen

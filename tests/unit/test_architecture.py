@@ -17,7 +17,7 @@ PKG = ROOT / "codegen"
 # bottom to top: import -> IR -> quantize -> lower -> plan -> fit -> bind ->
 # emit -> build / run -> compile -> cli.
 FLOORS = [
-    ("ground", ("errors", "abi", "resources", "ir", "verify", "memory_map")),
+    ("ground", ("errors", "abi", "resources", "ir", "verify", "memory_map", "context")),
     ("data", ("board", "frontends", "quant.formats", "quant.kv")),
     ("families", ("families",)),
     ("reference", ("reference",)),

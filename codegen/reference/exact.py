@@ -372,6 +372,37 @@ def quantize_rows_i4(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]
     return q.reshape(x.shape), scales
 
 
+def hadamard_heads(x: np.ndarray, n_heads: int, head_dim: int) -> np.ndarray:
+    """Unnormalised Walsh-Hadamard transform of each head (the last axis
+    holds n_heads * head_dim floats; head_dim a power of two).
+
+    Stages at distances 1, 2, .. head_dim/2 turn each pair (a, b) into
+    (a + b, a - b), one float32 add or subtract per element per stage: the C
+    loop's order, so the bits are C's.  H is symmetric and H @ H = head_dim *
+    I: the transform is its own inverse up to the factor head_dim (a KV
+    shift can undo a rotation, dividing by head_dim, a power of two, and
+    redo it), and (Hq).(Hk) = head_dim * q.k, so attention over rotated
+    queries and keys divides its scale by head_dim (rotated_attention_scale).
+    C twin: tllm_hadamard_heads (tllm_attention_kv4_hadamard uses it)."""
+    x = np.asarray(x, dtype=F32)
+    assert head_dim > 0 and head_dim & (head_dim - 1) == 0, "the Walsh-Hadamard transform needs a power of two"
+    lead = x.shape[:-1]
+    y = x.reshape(-1, n_heads, head_dim)
+    length = 1
+    while length < head_dim:
+        b = y.reshape(y.shape[0], n_heads, head_dim // (2 * length), 2, length)
+        a, c = b[..., 0, :], b[..., 1, :]
+        y = np.stack([a + c, a - c], axis=-2).astype(F32).reshape(y.shape)
+        length *= 2
+    return y.reshape(*lead, n_heads * head_dim)
+
+
+def rotated_attention_scale(scale: np.float32, head_dim: int) -> np.float32:
+    """The scale over Hadamard-rotated q and k: scale / head_dim, exact (a
+    power of two), as tllm_attention_kv4_hadamard computes it."""
+    return F32(F32(scale) / F32(head_dim))
+
+
 def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray,
                   scale: np.float32, group: int) -> np.ndarray:
     """Attention of one query over an int4 KV cache (grouped-query aware).

@@ -285,11 +285,14 @@ class QuantKernels:
                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale)
 
     def _attention_kv4(self, layer, hd, nh, nkv, q, k, v, pos):
-        g = self.kv4_group
+        g, scale = self.kv4_group, self.att_scale
+        if self.qg.kv_rotate == "hadamard":  # tllm_attention_kv4_hadamard
+            q, k = exact.hadamard_heads(q, nh, hd), exact.hadamard_heads(k, nkv, hd)
+            scale = exact.rotated_attention_scale(scale, hd)
         self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i4(k.reshape(nkv, hd), g)
         self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i4(v.reshape(nkv, hd), g)
         return exact.attention_kv4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
-                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale, g)
+                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], scale, g)
 
     def add(self, node, a, b):
         return (a + b).astype(np.float32)

@@ -35,8 +35,9 @@ class Attention(Kernel):
     Hadamard-rotated k and q (tllm_attention_kv4_hadamard); the scratch is
     the same (the rotation works in the output buffer)."""
 
-    KV4_CODE_BYTES: ClassVar[int] = 1_024  # the int4 KV kernels (measured)
-    HADAMARD_CODE_BYTES: ClassVar[int] = 160  # tllm_hadamard_heads and the rotated entry point
+    # the int4 KV kernels (measured), with the rotation: both entry points share one body that holds
+    # tllm_hadamard_heads inlined, so rotated and unrotated images are the same size
+    KV4_CODE_BYTES: ClassVar[int] = 1_184
     layer: int
     q: BufferRef
     k: BufferRef

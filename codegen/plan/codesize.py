@@ -98,8 +98,6 @@ def _kernel_bytes(step: LoweredStep) -> int:
     total = sum(dict(part for call in step.calls for part in call.args.code_parts()).values())
     if step.kv_bits == 4:
         total += Attention.KV4_CODE_BYTES
-    if any(isinstance(call.args, Attention) and call.args.rotate for call in step.calls):
-        total += Attention.HADAMARD_CODE_BYTES
     return total
 
 

@@ -291,6 +291,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
         click.echo(f"KV cache {p.kv_cache_bytes:,} B in {', '.join(p.kv_cache_regions)} (outside the RAM budget)")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
+    if kv_rotation_note(kv_rotate, int(kv_bits), compiled.model.graph.config.head_dim):
+        click.echo(kv_rotation_note(kv_rotate, int(kv_bits), compiled.model.graph.config.head_dim))
     if compiled.speculate_note:
         click.echo(compiled.speculate_note)
     if compiled.program.stream is not None:

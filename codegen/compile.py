@@ -36,7 +36,7 @@ from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
-from .quant.kv import kv_rotation
+from .quant.kv import kv_rotation, kv_rotation_note
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
@@ -406,8 +406,12 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                          kv=kv_read(res.plan, res.step.config))
     doc = _plan_doc(res, stream, pred, saved, batch_rows, rows)
     doc["traffic"] = traffic.json()
-    return (doc,
-            _plan_text(res, stream, sampler, saved, batch_rows, rows))
+    text = _plan_text(res, stream, sampler, saved, batch_rows, rows)
+    note = kv_rotation_note(opts.kv_rotate, opts.kv_bits, m.graph.config.head_dim)
+    if note:  # auto left the int4 cache unrotated: say why
+        doc["kv_rotate_note"] = note
+        text += f"  {note}\n"
+    return doc, text
 
 
 def _plan_doc(res, stream: str, pred: dict, saved: dict | None, batch_rows: list, rows: list) -> dict:

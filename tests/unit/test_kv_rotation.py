@@ -156,3 +156,17 @@ def test_reference_differs_with_and_without_rotation(model):
         ex.reset()
         logits[rot] = np.stack([ex.step(t, p) for p, t in enumerate([1, 5, 9, 14, 2, 7])])
     assert not np.array_equal(logits["off"], logits["hadamard"])
+
+
+def test_plan_says_auto_left_a_non_power_of_two_head_unrotated(tmp_path):
+    from tinyllm_gen.compile import plan_model
+
+    d = make_hf_model(tmp_path / "hd48", arch="llama", dim=96, hidden=96, layers=2, heads=2, kv_heads=1, vocab=300,
+                      context=64, tied=True, seed=6)
+    doc, text = plan_model(d, None, CompileOptions(kv_bits=4), "full", "group", "off", None, 1, False)
+    assert doc["kv_rotate"] == "off" and "head_dim 48 is not a power of two" in doc["kv_rotate_note"]
+    assert "--kv-rotate auto: no Hadamard rotation" in text and "int4 unrotated" in text
+    doc, text = plan_model(tmp_path / "hd48", None, CompileOptions(kv_bits=8), "full", "group", "off", None, 1, False)
+    assert "kv_rotate" not in doc and "kv-rotate" not in text
+    with pytest.raises(UserError, match="power-of-two head_dim"):
+        plan_model(d, None, CompileOptions(kv_bits=4, kv_rotate="hadamard"), "full", "group", "off", None, 1, False)

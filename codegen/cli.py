@@ -10,6 +10,7 @@ import click
 from . import __version__
 from .abi import GROUP_SIZES
 from .errors import UserError, one_line
+from .quant.kv import KV_ROTATIONS, kv_rotation, kv_rotation_note
 
 GROUP_CHOICES = [str(g) for g in GROUP_SIZES]  # --group-size, stated once (abi.py)
 KV_CHOICES = ["8", "4"]
@@ -128,6 +129,10 @@ def _quant_options(f):
                      help="RAM budget (bytes, K or M suffix).")(f)
     f = click.option("--max-seq", type=MAX_SEQ, default=None,
                      help="Context length (default: the model's; auto: the longest that fits).")(f)
+    f = click.option("--kv-rotate", type=click.Choice(KV_ROTATIONS), default="auto", show_default=True,
+                     help="Hadamard rotation of each head's k and q before the int4 KV cache quantizes them "
+                          "(the same scores, far less int4 loss); auto: on for int4 KV where head_dim is a "
+                          "power of two. int8 KV is never rotated.")(f)
     f = click.option("--kv-bits", type=click.Choice(KV_CHOICES), default="8", show_default=True,
                      help="KV cache precision (4: group-wise int4).")(f)
     f = click.option("--group-size", type=click.Choice(GROUP_CHOICES), default="32", show_default=True,
@@ -169,11 +174,11 @@ _sampler_option = click.option(
     "samples within them, top_p within the K.")
 
 
-def _compile_options(board, group_size, kv_bits, max_seq, ram_budget):
+def _compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate="auto"):
     from .compile import CompileOptions, parse_size
 
     return CompileOptions(board=board, group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq,
-                          ram_budget=parse_size(ram_budget))
+                          ram_budget=parse_size(ram_budget), kv_rotate=kv_rotate)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -265,9 +270,9 @@ _kernels_option = click.option(
 @_classifier_option
 @_kv_region_option
 @_context_policy_option
-def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_seq, ram_budget, quant, calibration,
-                weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers, classifier_quant,
-                kv_region, context_policy):
+def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_rotate, max_seq, ram_budget, quant,
+                calibration, weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers,
+                classifier_quant, kv_region, context_policy):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
@@ -279,7 +284,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
     parse_context_policy(context_policy)
-    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels, quant=quant,
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
+                   quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
@@ -295,6 +301,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, max_
         click.echo(f"KV cache {p.kv_cache_bytes:,} B in {', '.join(p.kv_cache_regions)} (outside the RAM budget)")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
+    if kv_rotation_note(kv_rotate, int(kv_bits), compiled.model.graph.config.head_dim):
+        click.echo(kv_rotation_note(kv_rotate, int(kv_bits), compiled.model.graph.config.head_dim))
     if compiled.speculate_note:
         click.echo(compiled.speculate_note)
     if compiled.program.stream is not None:
@@ -426,7 +434,7 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
                    "manifest's options.speculate to reproduce a build's sampled tokens.")
 @_context_policy_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate,
+              kv_bits, kv_rotate, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate,
               context_policy):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import CompileOptions, context_for, parse_size, quantize, require_tokenizer, speculate_k_for
@@ -448,7 +456,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     if sampler == "greedy" and temperature > 0:
         raise UserError("--sampler greedy decodes greedily only: pass --temperature 0")
     opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq, quant=quant,
-                          calibration=calibration, weight_quant=weight_quant)
+                          calibration=calibration, weight_quant=weight_quant, kv_rotate=kv_rotate)
     seq = context_for(m, opts, parse_size(ram_budget))  # --max-seq auto: the context compile would pick
     ids = _prompt_ids(tok, prompt, chat)
     if len(ids) >= seq:
@@ -490,8 +498,8 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_kv_region_option
 @_context_policy_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, sampler, quant, stream, stream_chunk,
-             prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region,
+def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, max_seq, ram_budget, sampler, quant, stream,
+             stream_chunk, prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region,
              context_policy, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
@@ -500,7 +508,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, max_seq, ram_budget, 
     from .compile import parse_size, plan_model
     from .lower.prefill import parse_batch
 
-    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget), kernels=kernels,
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
                    weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
                    context_policy=context_policy)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
@@ -603,6 +611,11 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
               help="Group sizes (repeatable; default: 32, 64, 128).")
 @click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(KV_CHOICES),
               help="KV cache precisions (repeatable; default: 8, 4).")
+@click.option("--kv-rotate", "kv_rotates", multiple=True, type=click.Choice(KV_ROTATIONS),
+              help="Rotations of the int4 KV cache to compare (repeatable; default: auto, Hadamard where "
+                   "head_dim is a power of two; int8 KV is never rotated).")
+@click.option("--max-seq", "eval_max_seq", type=click.IntRange(2), default=None,
+              help="Cut each document at this many tokens, a build's context (default: the model's).")
 @click.option("--calibration", type=_TextFile(), default=None,
               help="Calibration text for clip/awq (default: a built-in sample); keep it apart from --data.")
 @click.option("--classifier-quant", "classifier_quants", multiple=True, type=click.Choice(["keep", "q4"]),
@@ -610,8 +623,8 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="tokenizer.bin for llama2.c checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calibration, classifier_quants, tokenizer,
-             as_json):
+def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, kv_rotates, eval_max_seq, calibration,
+             classifier_quants, tokenizer, as_json):
     """Perplexity and top-1 agreement: float vs the quantized reference (the firmware's exact logits)."""
     from .compress.eval import (QuantConfig, encode_documents, evaluate, format_table, make_quantizer,
                                 read_documents)
@@ -620,16 +633,24 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, calib
 
     m = load_model(model, tokenizer)
     verify_graph(m.graph)
-    docs = encode_documents(m, read_documents(data), max_tokens or None)
+    docs = encode_documents(m, read_documents(data), max_tokens or None, eval_max_seq)
     from .compile import resolve_weight_quant
 
     methods = weight_quants or (resolve_weight_quant(m, "auto"),)
     for w in methods:
         resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
-    configs = [QuantConfig(w, int(g), int(k), c) for w in methods
-               for g in (group_sizes or GROUP_CHOICES) for k in (kv_bits or KV_CHOICES)
-               for c in ((classifier_quants or ("keep",)) if w == "gguf" else ("keep",))
-               if w != "gguf" or g == "32"]  # llama.cpp's blocks are 32 weights
+    hd = m.graph.config.head_dim
+    rotations = {(int(k), r): kv_rotation(r, int(k), hd) for k in (kv_bits or KV_CHOICES)
+                 for r in (kv_rotates or ("auto",)) if int(k) == 4 or r != "hadamard"}  # int8: never rotated
+    for (k, r) in rotations:
+        if kv_rotation_note(r, k, hd):
+            click.echo(kv_rotation_note(r, k, hd), err=True)
+    configs = list(dict.fromkeys(
+        QuantConfig(w, int(g), int(k), c, rotations[(int(k), r)]) for w in methods
+        for g in (group_sizes or GROUP_CHOICES) for k in (kv_bits or KV_CHOICES) for r in (kv_rotates or ("auto",))
+        if (int(k), r) in rotations
+        for c in ((classifier_quants or ("keep",)) if w == "gguf" else ("keep",))
+        if w != "gguf" or g == "32"))  # llama.cpp's blocks are 32 weights
     if not configs:
         raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")
     total = sum(len(d) - 1 for d in docs) * (1 + len(configs))

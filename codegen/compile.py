@@ -37,6 +37,7 @@ from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
+from .quant.kv import kv_rotation, kv_rotation_note
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
@@ -58,6 +59,9 @@ class CompileOptions:
     board: str = "qemu-mps2-an500"
     group_size: int = 32
     kv_bits: int = 8
+    # int4 KV: Hadamard rotation of k and q per head (quant/kv.py): auto (on where head_dim is a power of two),
+    # hadamard, off; resolved into QuantizedGraph.kv_rotate by quantize()
+    kv_rotate: str = "auto"
     max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits (fit/search.py)
     ram_budget: int = DEFAULT_RAM_BUDGET
     kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
@@ -160,6 +164,12 @@ def resolve_weight_quant(model: ImportedModel, weight_quant: str) -> str:
 
 
 def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
+    """The weights as the build stores them, with the KV cache's rotation resolved."""
+    rotation = kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim)  # a bad option first
+    return replace(quantize_weights(model, opts, board), kv_rotate=rotation)
+
+
+def quantize_weights(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
     graph = verify_graph(model.graph)
     weight_quant = resolve_weight_quant(model, opts.weight_quant)
     if opts.quant == "per-channel" and opts.weight_quant == "auto":
@@ -202,6 +212,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
     options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
                "max_seq": program.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
                "kernels": qg.kernels, "sampler": opts.sampler}
+    if qg.kv_bits == 4:  # int4 trees say which rotation their cache uses; int8 trees keep their manifests
+        options.update(kv_rotate=qg.kv_rotate)
     if program.stream is not None:  # only when on: trees compiled without it keep their manifests
         options.update(stream=opts.stream, stream_chunk=program.stream.options.chunk_bytes)
     if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
@@ -247,7 +259,8 @@ def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
     """The context `reference --max-seq auto` runs at: what compile would pick for the default board."""
     if opts.max_seq != AUTO:
         return resolve_max_seq(model, opts.max_seq)
-    src = StepSource(model.graph, opts.group_size, opts.kv_bits)
+    src = StepSource(model.graph, opts.group_size, opts.kv_bits,
+                     kv_rotate=kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim))
     return Planner(load_board(opts.board), budget).auto_max_seq(lower_step(src), model.graph.config.max_seq)
 
 
@@ -371,7 +384,8 @@ def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: B
     if opts.classifier_quant == "q4" and classifier in kept:
         kept[classifier] = "Q4_0"  # what requantize_classifier stores
     kept = tuple(sorted(kept.items()))
-    return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept)
+    return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept,
+                      kv_rotate=kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim))
 
 
 def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,
@@ -408,6 +422,10 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
         doc["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}
         text += (f"  context {roll.policy}: past max_seq {res.plan.max_seq} the first {roll.sinks} positions stay "
                  f"and the oldest {roll.discard} after them are dropped per shift (docs/rolling-context.md)\n")
+    note = kv_rotation_note(opts.kv_rotate, opts.kv_bits, m.graph.config.head_dim)
+    if note:  # auto left the int4 cache unrotated: say why
+        doc["kv_rotate_note"] = note
+        text += f"  {note}\n"
     return doc, text
 
 

@@ -531,15 +531,52 @@ __attribute__((noinline)) static void tllm_attention_values_kv4(const float *e, 
     }
 }
 
-void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
-                        const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
+/* Walsh-Hadamard transform of each head, in place and unnormalised: the
+ * butterflies (a, b) -> (a + b, a - b) at distances 1, 2, 4 .. head_dim/2
+ * (head_dim a power of two), j ascending within each stage; one float add
+ * or subtract per element per stage, so the twin's vectorised stages give
+ * the same bits.  H is symmetric and H * H = head_dim * I: applying it twice
+ * gives head_dim * x (exact while no rounding occurs, e.g. small integers),
+ * so a KV shift can undo a rotation (then divide by head_dim, a power of
+ * two) and redo it.  (Hq).(Hk) = head_dim * q.k: attention over rotated
+ * queries and keys divides its scale by head_dim.
+ * Twin: exact.hadamard_heads. */
+void tllm_hadamard_heads(float *x, int32_t n_heads, int32_t head_dim) {
+    for (int32_t h = 0; h < n_heads; h++, x += head_dim) {
+        for (int32_t len = 1; len < head_dim; len <<= 1) {
+            for (int32_t i = 0; i < head_dim; i += 2 * len) {
+                for (int32_t j = i; j < i + len; j++) {
+                    const float a = x[j], b = x[j + len];
+                    x[j] = a + b;
+                    x[j + len] = a - b;
+                }
+            }
+        }
+    }
+}
+
+/* The int4 attention; with `rotate` each kv head's k and each head's q are
+ * Hadamard-rotated (tllm_hadamard_heads) before they are quantized, in the
+ * output buffer (k before any head's output is written, q in its own head's
+ * slot, which only that head's output overwrites later), and the scale is
+ * divided by head_dim (a power of two: exact). */
+static void attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                          const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out,
+                          int rotate) {
     const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, group = kv->group;
     const int32_t ng = hd / group, row_bytes = hd / 2, n = pos + 1;
     const int32_t pos_bytes = n_kv * row_bytes, pos_scales = n_kv * ng, heads_per_kv = shape->n_heads / n_kv;
     const int32_t w_limit = attention_weight_limit(n);
+    const float scale = rotate ? shape->scale / (float)hd : shape->scale;
     int32_t acc[TLLM_MAX_HEAD_DIM];
     for (int32_t kh = 0; kh < n_kv; kh++) {
-        tllm_quantize_i4(k + kh * hd, hd, group, kv->k + pos * pos_bytes + kh * row_bytes,
+        const float *kr = k + kh * hd;
+        if (rotate) {
+            memcpy(out, kr, (size_t)hd * sizeof(float));
+            tllm_hadamard_heads(out, 1, hd);
+            kr = out;
+        }
+        tllm_quantize_i4(kr, hd, group, kv->k + pos * pos_bytes + kh * row_bytes,
                          kv->k_scale + pos * pos_scales + kh * ng);
         tllm_quantize_i4(v + kh * hd, hd, group, kv->v + pos * pos_bytes + kh * row_bytes,
                          kv->v_scale + pos * pos_scales + kh * ng);
@@ -549,10 +586,16 @@ void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const
         const uint8_t *vrow = kv->v + kh * row_bytes;
         const float *vs = kv->v_scale + kh * ng;
         float qs = 0.0f;
-        tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
+        const float *qh = q + h * hd;
+        if (rotate) {
+            memcpy(out + h * hd, qh, (size_t)hd * sizeof(float));
+            tllm_hadamard_heads(out + h * hd, 1, hd);
+            qh = out + h * hd;
+        }
+        tllm_quantize_i8(qh, hd, hd, q8, &qs);
         const float m = tllm_attention_scores_kv4(q8, hd, group, kv->k + kh * row_bytes, pos_bytes,
                                                   kv->k_scale + kh * ng, pos_scales, n, scores);
-        const float cl = (qs * shape->scale) * EXP_LOG2E;
+        const float cl = (qs * scale) * EXP_LOG2E;
         /* Pass 2 as tllm_attention_i8; with one value group the weights
          * replace the scores in place, with several each group makes its own
          * from e in pass 3. */
@@ -620,8 +663,8 @@ void tllm_kv_shift_i8(const tllm_attention_shape *shape, const tllm_kv_layer *kv
     }
 }
 
-void tllm_kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
-                       int32_t n_rows, const float *cos, const float *sin) {
+static void kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
+                         int32_t n_rows, const float *cos, const float *sin, int rotated) {
     const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, group = kv->group;
     const int32_t row_bytes = n_kv * hd / 2, row_scales = n_kv * (hd / group);
     float x[TLLM_MAX_HEAD_DIM];
@@ -631,13 +674,39 @@ void tllm_kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *
             const uint8_t *q = kv->k + s * row_bytes + kh * (hd / 2);
             const float *scale = kv->k_scale + s * row_scales + kh * (hd / group);
             for (int32_t i = 0; i < hd; i++) x[i] = (float)nibble_at(q, i) * scale[i / group];
-            /* hook: undo the K rotation of x (a Hadamard-rotated int4 cache) before the RoPE delta */
+            if (rotated) { /* back to RoPE's frame: H x / head_dim (H H = head_dim I) */
+                const float inv = 1.0f / (float)hd; /* exact: head_dim is a power of two */
+                tllm_hadamard_heads(x, 1, hd);
+                for (int32_t i = 0; i < hd; i++) x[i] *= inv;
+            }
             rope_back(x, hd, cos, sin);
-            /* hook: redo the K rotation of x before it is quantized again */
+            if (rotated) tllm_hadamard_heads(x, 1, hd);
             tllm_quantize_i4(x, hd, group, kv->k + r * row_bytes + kh * (hd / 2),
                              kv->k_scale + r * row_scales + kh * (hd / group));
         }
         memcpy(kv->v + r * row_bytes, kv->v + s * row_bytes, (size_t)row_bytes);
         memcpy(kv->v_scale + r * row_scales, kv->v_scale + s * row_scales, (size_t)row_scales * sizeof(float));
     }
+}
+
+void tllm_kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
+                       int32_t n_rows, const float *cos, const float *sin) {
+    kv_shift_kv4(shape, kv, to, delta, n_rows, cos, sin, 0);
+}
+
+void tllm_kv_shift_kv4_hadamard(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to,
+                                int32_t delta, int32_t n_rows, const float *cos, const float *sin) {
+    kv_shift_kv4(shape, kv, to, delta, n_rows, cos, sin, 1);
+}
+
+/* ---- int4 attention entry points (twin: exact.attention_kv4, after exact.hadamard_heads when rotated) ---- */
+
+void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                        const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
+    attention_kv4(shape, q, k, v, kv, pos, q8, scores, out, 0);
+}
+
+void tllm_attention_kv4_hadamard(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                                 const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
+    attention_kv4(shape, q, k, v, kv, pos, q8, scores, out, 1);
 }

@@ -110,6 +110,25 @@ void tllm_kv_shift_i8(const tllm_attention_shape *shape, const tllm_kv_layer *kv
                       int32_t n_rows, const float *cos, const float *sin);
 void tllm_kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
                        int32_t n_rows, const float *cos, const float *sin);
+/* tllm_kv_shift_kv4 over a Hadamard-rotated int4 cache (--kv-rotate): each key head,
+ * dequantized, is turned back to RoPE's frame (tllm_hadamard_heads, then * 1/head_dim: exact, a power
+ * of two), turned back by delta positions, rotated again and quantized.  Twin: exact.kv_shift_kv4
+ * with rotated=True. */
+void tllm_kv_shift_kv4_hadamard(const tllm_attention_shape *shape, const tllm_kv4_layer *kv, int32_t to, int32_t delta,
+                                int32_t n_rows, const float *cos, const float *sin);
+
+/* Unnormalised Walsh-Hadamard transform of each of n_heads rows of head_dim
+ * floats (a power of two), in place; its own inverse up to the factor
+ * head_dim.  Twin: exact.hadamard_heads. */
+void tllm_hadamard_heads(float *x, int32_t n_heads, int32_t head_dim);
+
+/* tllm_attention_kv4 with k and q Hadamard-rotated per head before they are
+ * quantized (--kv-rotate, quant/kv.py), the scale divided by head_dim: the
+ * same scores in exact arithmetic, spread outliers across the key groups.
+ * head_dim is a power of two.  Twin: exact.attention_kv4 after
+ * exact.hadamard_heads on q and k. */
+void tllm_attention_kv4_hadamard(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                                 const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
 
 /* a += b */
 void tllm_add(float *a, const float *b, int32_t n);

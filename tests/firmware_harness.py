@@ -40,6 +40,9 @@ SHAPES = {
 # int4 KV cache (--kv-bits 4): one GQA shape, one with biases and 3 layers,
 # head_dim 8 and head_dim 48 (two KV groups per row).
 KV4_CASES = [("llama-tied-gqa", 32), ("qwen2-bias-untied", 64), ("llama-hd8", 32), ("llama-hd48", 32)]
+# what --kv-rotate auto picks for them: Hadamard where head_dim (16, 16, 8, 48) is a power of two
+KV4_ROTATION = {"llama-tied-gqa": "hadamard", "qwen2-bias-untied": "hadamard", "llama-hd8": "hadamard",
+                "llama-hd48": "off"}
 CASES = [("llama-tied-gqa", 32), ("llama-tied-gqa", 64), ("qwen2-bias-untied", 64), ("qwen2-bias-untied", 128),
          ("llama-hd8", 32)]
 N_NEW = 40
@@ -56,20 +59,31 @@ class Built:
     out: Path
     kv_bits: int = 8
     quant: str = "group"
+    kv_rotate: str = "auto"  # --kv-rotate (int4 KV: auto is Hadamard where head_dim is a power of two)
 
 
 def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8, kernels: str = "auto",
-               quant: str = "group", cmsis_nn: Path | None = None, sampler: str = "full") -> Built:
+               quant: str = "group", cmsis_nn: Path | None = None, sampler: str = "full",
+               kv_rotate: str = "auto") -> Built:
     model_dir = root / f"model-{shape}"
     if not model_dir.exists():
         make_hf_model(model_dir, eos=None, **SHAPES[shape])
     out = root / (f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}-{quant}-{'cmsis' if cmsis_nn else 'own'}"
-                  f"-{sampler}")
+                  f"-{sampler}" + ("" if kv_rotate == "auto" else f"-rotate-{kv_rotate}"))
     compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits,
-                                                      kernels=kernels, quant=quant, sampler=sampler))
+                                                      kernels=kernels, quant=quant, sampler=sampler,
+                                                      kv_rotate=kv_rotate))
     write_tree(compiled.tree, out)
     build(out, cmsis_nn)
-    return Built(model_dir, out, kv_bits, quant)
+    return Built(model_dir, out, kv_bits, quant, kv_rotate)
+
+
+def rotation_of(out: Path) -> str:
+    """An int4 tree's KV rotation as its manifest says, checked against the kernel its step calls."""
+    rot = read_manifest(out)["options"]["kv_rotate"]
+    step = "\n".join(p.read_text() for p in out.rglob("tllm_model*.c"))
+    assert ("tllm_attention_kv4_hadamard(" in step) == (rot == "hadamard")
+    return rot
 
 
 def speculate_k(out: Path) -> int:
@@ -81,11 +95,12 @@ def speculate_k(out: Path) -> int:
 
 
 def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], sampling: SamplingOptions,
-                     max_seq: int, kv_bits: int = 8, quant: str = "group", k: int = 0) -> list[int]:
+                     max_seq: int, kv_bits: int = 8, quant: str = "group", k: int = 0,
+                     kv_rotate: str = "auto") -> list[int]:
     """The reference's tokens: plain decoding, or with k > 0 speculative decoding as a build with
     --speculate lookup:k runs it (speculate_k)."""
     m = load_model(model_dir)
-    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits, quant=quant))
+    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits, quant=quant, kv_rotate=kv_rotate))
     ex = Executor(m.graph, QuantKernels(qg, max_seq))
     if k:
         return generate_speculative(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling,
@@ -101,7 +116,7 @@ def assert_identical(built: Built, group: int, sampling: SamplingOptions) -> lis
     ids = prompt_for(built.model_dir)
     fw = run_firmware(built.out, ids, N_NEW, sampling, timeout_s=BACKSTOP_S)
     ref = reference_tokens(built.model_dir, group, ids, sampling, SHAPES_CONTEXT, built.kv_bits, built.quant,
-                           speculate_k(built.out))
+                           speculate_k(built.out), built.kv_rotate)
     assert len(ref) == N_NEW, "reference stopped early: the test would cover fewer than 40 tokens"
     assert fw.output.generated_ids == ref
     assert fw.output.canary_ok is True

@@ -121,11 +121,13 @@ class QuantConfig:
     group_size: int
     kv_bits: int
     classifier_quant: str = "keep"  # gguf only: "q4" re-rounds the kept classifier (quant/classifier_q4.py)
+    kv_rotate: str = "off"  # the int4 cache's rotation, resolved (quant/kv.kv_rotation): hadamard | off
 
     @property
     def name(self) -> str:
         cls = "" if self.classifier_quant == "keep" else f"-classifier-{self.classifier_quant}"
-        return f"{self.weight_quant}-g{self.group_size}-kv{self.kv_bits}{cls}"
+        rot = "-hadamard" if self.kv_rotate == "hadamard" else ""
+        return f"{self.weight_quant}-g{self.group_size}-kv{self.kv_bits}{rot}{cls}"
 
 
 def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Sequence[QuantConfig],
@@ -140,6 +142,7 @@ def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Seque
         qs = score(g, SeqQuantKernels(quantizer(cfg), ctx), docs, reference=fp, progress=progress)
         result["configs"][cfg.name] = {
             "weight_quant": cfg.weight_quant, "group_size": cfg.group_size, "kv_bits": cfg.kv_bits,
+            "kv_rotate": cfg.kv_rotate,
             "classifier_quant": cfg.classifier_quant,
             "ce": qs.ce, "ppl": qs.ppl, "ppl_delta_pct": 100.0 * (qs.ppl / fp.ppl - 1.0),
             "top1_agreement": qs.agree / max(1, qs.tokens)}
@@ -184,6 +187,6 @@ def make_quantizer_from_docs(model: ImportedModel, docs):
         if key not in cache:
             d = [] if cfg.weight_quant == "rtn" else (docs() if callable(docs) else docs)
             cache[key] = quantize_calibrated(model.graph, d, cfg.weight_quant, cfg.group_size, 8)
-        return replace(cache[key], kv_bits=cfg.kv_bits)
+        return replace(cache[key], kv_bits=cfg.kv_bits, kv_rotate=cfg.kv_rotate)
 
     return quantizer

@@ -22,7 +22,7 @@ from ..board import Board
 from ..context import ContextRoll
 from ..families import config_header, family_files
 from ..frontends.tokenizer import Tokenizer
-from ..kernels import FcS4PerChannel
+from ..kernels import Attention, FcS4PerChannel
 from ..kernels.c_names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
 from ..kernels.c_text import block_comment
 from ..kernels.refs import GGUFRef, Q4Ref
@@ -229,6 +229,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "arena_regions": arena_regions(plan, board),
         "budget_arena_regions": [r for r in arena_regions(plan, board) if not r["external"]],
         "kv4": program.kv_bits == 4,
+        "kv4_hadamard": any(isinstance(c.args, Attention) and c.args.rotate for c in program.calls),  # the shift undoes it
         "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
         "speculate_k": program.speculate.k if program.speculate is not None else 0,

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from ..abi import MAX_BATCH
 from ..board import Board
 from ..errors import UserError
+from ..kernels import Attention
 from ..lower.prefill import batch_step, unbatchable
 from ..lower.records import LoweredStep, StepSource, StreamOptions
 from ..lower.speculate import speculate_step
@@ -136,8 +137,10 @@ class Planner:
         return hit[1]
 
     def plan(self, step: LoweredStep, max_seq: int, budget: int | None = None) -> MemoryPlan:
-        return plan_lifetimes(self.lifetimes(step), max_seq, self.budget if budget is None else budget, self.stack,
+        plan = plan_lifetimes(self.lifetimes(step), max_seq, self.budget if budget is None else budget, self.stack,
                               self.mem, step.kv_bits, self.kv_region)
+        rotated = any(isinstance(c.args, Attention) and c.args.rotate for c in step.calls)
+        return dataclasses.replace(plan, kv_rotate="hadamard") if rotated else plan
 
     def largest_fitting_seq(self, step: LoweredStep, upper: int) -> int | None:
         """The largest context in [MIN_SEQ, upper] whose plan fits (fitting is

@@ -31,9 +31,13 @@ class Rope(Kernel):
 @dataclass(frozen=True)
 class Attention(Kernel):
     """Attention over the KV cache: int8 (tllm_attention_i8) or group-wise
-    int4 (tllm_attention_kv4, quant/kv.py); the scratch is the same."""
+    int4 (tllm_attention_kv4, quant/kv.py), with `rotate` the int4 form over
+    Hadamard-rotated k and q (tllm_attention_kv4_hadamard); the scratch is
+    the same (the rotation works in the output buffer)."""
 
-    KV4_CODE_BYTES: ClassVar[int] = 1_024  # the int4 KV kernels (measured)
+    # the int4 KV kernels (measured), with the rotation: both entry points share one body that holds
+    # tllm_hadamard_heads inlined, so rotated and unrotated images are the same size
+    KV4_CODE_BYTES: ClassVar[int] = 1_184
     layer: int
     q: BufferRef
     k: BufferRef
@@ -47,15 +51,20 @@ class Attention(Kernel):
     out: BufferRef
     kv_bits: int = 8
     group: int = 0  # int4 elements per scale along head_dim (kv_bits 4)
+    rotate: bool = False  # int4 only: k and q Hadamard-rotated per head before quantizing (--kv-rotate)
 
     def c_call(self) -> CCall:
         fn, table = ("tllm_attention_kv4", "KV4") if self.kv_bits == 4 else ("tllm_attention_i8", "KV")
+        if self.rotate:
+            fn += "_hadamard"
         kv = CArg(f"&{table}[{self.layer}]", KV, self.layer, name=table)  # name: the table the loop indexes with l
         return CCall(fn, (fixed("&ATTENTION_SHAPE"), buf(self.q), buf(self.k), buf(self.v), kv, fixed("pos"),
                           buf(self.q8), buf(self.scores), buf(self.out)))
 
     def describe(self) -> tuple[str, BufferRef]:
         kv = f"int4 KV g{self.group}" if self.kv_bits == 4 else "int8 KV"
+        if self.rotate:
+            kv += " Hadamard-rotated"
         return f"attention over {kv} (stores k,v at pos)", self.out
 
     def per_token_scratch(self) -> frozenset:

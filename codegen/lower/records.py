@@ -33,6 +33,7 @@ class StepSource:
     method: str = "rtn"  # the weight scheme (quant/formats.WEIGHT_QUANTS, or "per-channel")
     kept: tuple[tuple[str, str], ...] = ()  # (weight, GGUF qtype) of matrices whose llama.cpp blocks are kept
     static: Mapping[str, object] = field(default_factory=dict)  # per-channel: output value -> StaticLinear
+    kv_rotate: str = "off"  # the int4 cache's rotation, resolved (quant/kv.kv_rotation): "hadamard" | "off"
 
     @property
     def config(self) -> ModelConfig:
@@ -46,7 +47,7 @@ class StepSource:
 def source_of(qg: QuantizedGraph) -> StepSource:
     """A quantized graph's lowering input."""
     kept = tuple(sorted((name, t.qtype) for name, t in qg.gguf.items()))
-    return StepSource(qg.graph, qg.group_size, qg.kv_bits, qg.kernels, qg.method, kept, qg.static)
+    return StepSource(qg.graph, qg.group_size, qg.kv_bits, qg.kernels, qg.method, kept, qg.static, qg.kv_rotate)
 
 
 @dataclass(frozen=True)

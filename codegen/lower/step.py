@@ -281,7 +281,7 @@ class _Lowering:
         group = kv.group if self.src.kv_bits == 4 else 0
         self.emit(Attention(layer, self.val(ins[0]), self.val(ins[1]), self.val(ins[2]), caches[0], caches[1],
                             scales[0], scales[1], q8, scores, self.out_value(node), kv_bits=self.src.kv_bits,
-                            group=group), node)
+                            group=group, rotate=self.src.kv_bits == 4 and self.src.kv_rotate == "hadamard"), node)
 
 
 def with_kv_bits(step: LoweredStep, bits: int) -> LoweredStep:
@@ -302,6 +302,7 @@ def with_kv_bits(step: LoweredStep, bits: int) -> LoweredStep:
         a = call.args
         if isinstance(a, Attention):
             caches = {f: dataclasses.replace(getattr(a, f), ctype=kv.ctype) for f in ("k_cache", "v_cache")}
-            a = dataclasses.replace(a, kv_bits=bits, group=kv.group if bits == 4 else 0, **caches)
+            a = dataclasses.replace(a, kv_bits=bits, group=kv.group if bits == 4 else 0,
+                                    rotate=a.rotate and bits == 4, **caches)
         calls.append(dataclasses.replace(call, args=a))
     return dataclasses.replace(step, calls=tuple(calls), decls=tuple(decls), kv_bits=bits)

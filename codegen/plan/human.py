@@ -64,7 +64,9 @@ def report_md(doc: dict, elf: dict | None = None) -> str:
     lines = [f"# tinyllm-gen memory report: board `{doc['board']}`", "",
              f"**Budget:** {_kib(doc['total_sram_bytes'])} planned of {_kib(doc['budget_bytes'])} ({fits}); "
              f"the board has {_kib(doc['board_sram_bytes'])} of plannable SRAM.", "",
-             f"Context {doc['max_seq']} tokens, KV cache int{doc['kv_bits']}: {_kib(doc['kv_cache_bytes'])}. "
+             f"Context {doc['max_seq']} tokens, KV cache int{doc['kv_bits']}"
+             f"{' (Hadamard-rotated k and q)' if doc.get('kv_rotate') == 'hadamard' else ''}: "
+             f"{_kib(doc['kv_cache_bytes'])}. "
              f"Stack {_kib(doc['stack_bytes'])} and runtime statics reserve {_kib(doc['runtime_static_bytes'])} "
              f"in `{doc['stack_region']}`."
              + (f" {kv_region_line(doc)}." if kv_region_line(doc) else ""), "",

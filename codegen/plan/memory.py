@@ -84,6 +84,7 @@ class MemoryPlan:
     regions: tuple[RegionPlan, ...] = ()  # regions holding buffers, board order
     board: str = "host"
     kv_bits: int = 8
+    kv_rotate: str = "off"  # the int4 cache's rotation ("hadamard" | "off", quant/kv.py): code, not memory
     sram_bytes: int = 0  # the board's plannable RAM (ceiling for --ram-budget)
     stack_region: str = "ram"
     external_bytes: int = 0  # arena bytes in external RAM (--kv-region sdram), outside the budget

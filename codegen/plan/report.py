@@ -44,6 +44,8 @@ def plan_json(plan: MemoryPlan) -> dict:
             for b in plan.buffers
         ],
     }
+    if plan.kv_bits == 4:  # the int4 cache's rotation (int8 reports stay as they were)
+        doc.update(kv_rotate=plan.kv_rotate)
     if plan.kv_region_option:  # a board with SDRAM: where the KV cache went (other boards' reports stay as they were)
         doc.update(kv_region=plan.kv_region_option, kv_cache_regions=list(plan.kv_cache_regions),
                    external_bytes=plan.external_bytes)
@@ -71,7 +73,9 @@ def plan_text(plan: MemoryPlan) -> str:
         f"  ratio {plan.arena_bytes / plan.lower_bound_bytes:.2f}",
         f"  kv cache      {_kib(plan.kv_cache_bytes)} at max_seq {plan.max_seq}"
         + (f" in {', '.join(plan.kv_cache_regions)} (--kv-region {plan.kv_region_option})"
-           if plan.kv_region_option else ""),
+           if plan.kv_region_option else "")
+        + (f", int4 {'Hadamard-rotated' if plan.kv_rotate == 'hadamard' else 'unrotated'}"
+           if plan.kv_bits == 4 else ""),
         f"  stack         {_kib(plan.stack_bytes)} in {plan.stack_region}",
         f"  runtime static reserve {_kib(plan.runtime_static_bytes)}",
         "",

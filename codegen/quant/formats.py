@@ -95,6 +95,8 @@ class QuantizedGraph:
     group_size: int
     kv_bits: int = 8
     method: str = "rtn"
+    # the int4 KV cache's rotation, resolved (quant/kv.kv_rotation): "hadamard" | "off"
+    kv_rotate: str = "off"
     # Kernel set the firmware uses ("portable" | "cortex-m7"); it decides
     # the weight layout in the blob (q4 / q4x4) and the activation scratch.
     kernels: str = "portable"

@@ -19,7 +19,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UserError
+
 KV4_GROUP_MAX = 32
+
+# --kv-rotate: Hadamard rotation of each head's k (after RoPE) and q before
+# the int4 cache quantizes them (tllm_attention_kv4_hadamard).  The rotation
+# spreads a few large channels over the whole head, so one outlier no longer
+# sets the scale of its group; the scores are unchanged in exact arithmetic.
+# "auto": on for int4 KV where head_dim is a power of two; the int8 cache is
+# never rotated (its one scale per row loses little, docs/numerics.md).
+KV_ROTATIONS = ("auto", "hadamard", "off")
 
 
 def kv4_group(head_dim: int) -> int:
@@ -48,3 +58,32 @@ def kv_layout(config, bits: int) -> KVLayout:
         g = kv4_group(hd)
         return KVLayout(4, "uint8_t", nkv * hd // 2, nkv * (hd // g), g)
     raise AssertionError(f"no KV layout for {bits} bits")
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def kv_rotation(mode: str, bits: int, head_dim: int) -> str:
+    """The rotation a build uses: "hadamard" or "off" (what the manifest,
+    plan and report say).  "hadamard" asked for where it cannot apply is a
+    one-line error; "auto" falls back to "off" (kv_rotation_note says why)."""
+    if mode not in KV_ROTATIONS:
+        raise UserError(f"--kv-rotate {mode} is not known: choose one of {', '.join(KV_ROTATIONS)}")
+    if mode == "off":
+        return "off"
+    if mode == "hadamard" and bits != 4:
+        raise UserError(f"--kv-rotate hadamard rotates the int4 KV cache, and this build has int{bits} KV: "
+                        "add --kv-bits 4 or use --kv-rotate auto")
+    if mode == "hadamard" and not is_power_of_two(head_dim):
+        raise UserError(f"--kv-rotate hadamard needs a power-of-two head_dim, and this model's is {head_dim}: "
+                        "use --kv-rotate off")
+    return "hadamard" if bits == 4 and is_power_of_two(head_dim) else "off"
+
+
+def kv_rotation_note(mode: str, bits: int, head_dim: int) -> str:
+    """Why `auto` left the int4 cache unrotated ("" when nothing to say)."""
+    if mode == "auto" and bits == 4 and not is_power_of_two(head_dim):
+        return (f"--kv-rotate auto: no Hadamard rotation of the int4 KV cache "
+                f"(head_dim {head_dim} is not a power of two)")
+    return ""

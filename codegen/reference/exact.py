@@ -372,6 +372,37 @@ def quantize_rows_i4(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]
     return q.reshape(x.shape), scales
 
 
+def hadamard_heads(x: np.ndarray, n_heads: int, head_dim: int) -> np.ndarray:
+    """Unnormalised Walsh-Hadamard transform of each head (the last axis
+    holds n_heads * head_dim floats; head_dim a power of two).
+
+    Stages at distances 1, 2, .. head_dim/2 turn each pair (a, b) into
+    (a + b, a - b), one float32 add or subtract per element per stage: the C
+    loop's order, so the bits are C's.  H is symmetric and H @ H = head_dim *
+    I: the transform is its own inverse up to the factor head_dim (a KV
+    shift can undo a rotation, dividing by head_dim, a power of two, and
+    redo it), and (Hq).(Hk) = head_dim * q.k, so attention over rotated
+    queries and keys divides its scale by head_dim (rotated_attention_scale).
+    C twin: tllm_hadamard_heads (tllm_attention_kv4_hadamard uses it)."""
+    x = np.asarray(x, dtype=F32)
+    assert head_dim > 0 and head_dim & (head_dim - 1) == 0, "the Walsh-Hadamard transform needs a power of two"
+    lead = x.shape[:-1]
+    y = x.reshape(-1, n_heads, head_dim)
+    length = 1
+    while length < head_dim:
+        b = y.reshape(y.shape[0], n_heads, head_dim // (2 * length), 2, length)
+        a, c = b[..., 0, :], b[..., 1, :]
+        y = np.stack([a + c, a - c], axis=-2).astype(F32).reshape(y.shape)
+        length *= 2
+    return y.reshape(*lead, n_heads * head_dim)
+
+
+def rotated_attention_scale(scale: np.float32, head_dim: int) -> np.float32:
+    """The scale over Hadamard-rotated q and k: scale / head_dim, exact (a
+    power of two), as tllm_attention_kv4_hadamard computes it."""
+    return F32(F32(scale) / F32(head_dim))
+
+
 def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray,
                   scale: np.float32, group: int) -> np.ndarray:
     """Attention of one query over an int4 KV cache (grouped-query aware).
@@ -570,20 +601,24 @@ def kv_shift_i8(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarr
 
 
 def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray, to: int, delta: int,
-                 n_rows: int, cos: np.ndarray, sin: np.ndarray, group: int) -> None:
+                 n_rows: int, cos: np.ndarray, sin: np.ndarray, group: int, rotated: bool = False) -> None:
     """kv_shift_i8 over an int4 cache (k_q/v_q [T, kv_heads, hd] int4 values
     held in int8, k_s/v_s [T, kv_heads, hd/group]).  Each key head:
       x[i] = (float)k4[i] * ks[i / group]    (one float32 product)
-      [undo the K rotation here, when the cache holds rotated keys]
+      rotated (the cache holds H k, --kv-rotate hadamard): x = hadamard_heads(x) then
+        x[i] *= 1/hd (exact: hd a power of two), RoPE's frame again
       x = rope_back(x, cos, sin)
-      [redo the K rotation here]
+      rotated: x = hadamard_heads(x)
       k4, ks = quantize_rows_i4(x, group)
-    C twin: tllm_kv_shift_kv4."""
+    C twins: tllm_kv_shift_kv4, tllm_kv_shift_kv4_hadamard."""
     src = slice(to + delta, to + delta + n_rows)
     dst = slice(to, to + n_rows)
+    hd = k_q.shape[-1]
     x = k_q[src].astype(F32) * np.repeat(k_s[src], group, axis=-1)
-    # hook: undo the K rotation of x (a Hadamard-rotated int4 cache) before the RoPE delta
+    if rotated:
+        x = (hadamard_heads(x, 1, hd) * F32(1.0 / hd)).astype(F32)
     x = rope_back(x, cos, sin)
-    # hook: redo the K rotation of x before it is quantized again
+    if rotated:
+        x = hadamard_heads(x, 1, hd)
     k_q[dst], k_s[dst] = quantize_rows_i4(x, group)
     v_q[dst], v_s[dst] = v_q[src].copy(), v_s[src].copy()

@@ -301,11 +301,14 @@ class QuantKernels:
                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale)
 
     def _attention_kv4(self, layer, hd, nh, nkv, q, k, v, pos):
-        g = self.kv4_group
+        g, scale = self.kv4_group, self.att_scale
+        if self.qg.kv_rotate == "hadamard":  # tllm_attention_kv4_hadamard
+            q, k = exact.hadamard_heads(q, nh, hd), exact.hadamard_heads(k, nkv, hd)
+            scale = exact.rotated_attention_scale(scale, hd)
         self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i4(k.reshape(nkv, hd), g)
         self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i4(v.reshape(nkv, hd), g)
         return exact.attention_kv4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
-                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale, g)
+                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], scale, g)
 
     def add(self, node, a, b):
         return (a + b).astype(np.float32)
@@ -315,12 +318,13 @@ class QuantKernels:
 
     def shift(self, sinks: int, discard: int, n_rows: int) -> None:
         """The context shift (context.py) layer by layer, as the firmware's context_shift calls
-        tllm_kv_shift_i8 / tllm_kv_shift_kv4 (exact.kv_shift_i8 / kv_shift_kv4)."""
+        tllm_kv_shift_i8 / tllm_kv_shift_kv4[_hadamard] (exact.kv_shift_i8 / kv_shift_kv4)."""
         cos, sin = self.cos[discard], self.sin[discard]
         for layer in range(self.qg.config.n_layers):
             caches = (self.k_q[layer], self.k_s[layer], self.v_q[layer], self.v_s[layer])
             if self.qg.kv_bits == 4:
-                exact.kv_shift_kv4(*caches, sinks, discard, n_rows, cos, sin, self.kv4_group)
+                exact.kv_shift_kv4(*caches, sinks, discard, n_rows, cos, sin, self.kv4_group,
+                                   rotated=self.qg.kv_rotate == "hadamard")
             else:
                 exact.kv_shift_i8(*caches, sinks, discard, n_rows, cos, sin)
 

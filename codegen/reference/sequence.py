@@ -102,6 +102,10 @@ class SeqQuantKernels(_SeqRope):
         hd, nh, nkv = at["head_dim"], at["n_heads"], at["n_kv_heads"]
         T = q.shape[0]
         kv_of = _kv_of(nh, nkv)
+        rotate = self.qg.kv_bits == 4 and self.qg.kv_rotate == "hadamard"  # QuantKernels._attention_kv4
+        if rotate:
+            q, k = exact.hadamard_heads(q, nh, hd), exact.hadamard_heads(k, nkv, hd)
+        scale = exact.rotated_attention_scale(self.att_scale, hd) if rotate else self.att_scale
         q8, qs = exact.quantize_rows_i8(q.reshape(T, nh, hd))  # [T, nh, hd], [T, nh]
         future = np.triu(np.ones((T, T), bool), 1)[:, None, :]  # [Tq, 1, Tk]
         if self.qg.kv_bits == 4:
@@ -119,7 +123,7 @@ class SeqQuantKernels(_SeqRope):
             vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [nh, ng, Tk]
             vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
             vq = v_q[:, kv_of].reshape(T, nh, ng, g)
-            return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq)
+            return self._integer_weighted_values(r, qs * scale, future, vs[None], vsmax, vq)
         k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
         v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
         kf = k_q[:, kv_of].transpose(1, 2, 0)  # [nh, hd, Tk]
@@ -128,17 +132,18 @@ class SeqQuantKernels(_SeqRope):
         vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
         vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, 1]
         vq = v_q[:, kv_of].reshape(T, nh, 1, hd)
-        return self._integer_weighted_values(r, qs, future, vs[None], vsmax, vq)
+        return self._integer_weighted_values(r, qs * scale, future, vs[None], vsmax, vq)
 
-    def _integer_weighted_values(self, r, qs, future, vs, vsmax, vq):
+    def _integer_weighted_values(self, r, qs_scale, future, vs, vsmax, vq):
         """exact.attention_i8 / attention_kv4 from the raw scores r [Tq, nh, Tk]:
         the softmax as integer weights per value group, an exact integer value
         sum; maxima run over the keys up to each query, future keys weigh 0.
-        vq: the integer values [Tk, nh, ng, group]."""
+        vq: the integer values [Tk, nh, ng, group]; qs_scale: each query's
+        scale times the attention scale, rounded to float32 as the C does."""
         T, nh, _ = r.shape
         vt = vq.transpose(1, 2, 0, 3)  # [nh, ng, Tk, group]
         m = np.max(np.where(future, -np.inf, r), axis=-1, keepdims=True).astype(F32)
-        cl = ((qs * self.att_scale) * exact.EXP_LOG2E).astype(F32)  # [Tq, nh]
+        cl = (qs_scale * exact.EXP_LOG2E).astype(F32)  # [Tq, nh]: (q scale * attention scale) * log2(e)
         e = np.where(future, F32(0.0), exact.exp2_nonpos(np.where(future, F32(0.0), (r - m) * cl[:, :, None])))
         total = np.cumsum(e, axis=-1, dtype=F32)[..., -1]  # + exact zeros after the last real key
         out = np.zeros((T, nh, vq.shape[2], vq.shape[3]), F32)

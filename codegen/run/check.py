@@ -7,6 +7,7 @@ manifest's config), so it is the reference of exactly what the firmware
 runs, whatever happened to the model file since."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Sequence
 
@@ -38,6 +39,7 @@ def tree_reference(out: Path) -> tuple[QuantizedGraph, dict]:
     entries = [BlobEntry(*e) for e in m["blob_entries"]]
     qg = read_blob((Path(out) / "weights.bin").read_bytes(), entries, config, int(opts["group_size"]),
                    int(opts["kv_bits"]), opts["kernels"])
+    qg = dataclasses.replace(qg, kv_rotate=opts.get("kv_rotate", "off"))  # int4 trees name their rotation
     return qg, m
 
 

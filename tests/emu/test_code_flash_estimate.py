@@ -22,6 +22,8 @@ pytestmark = pytest.mark.emu
 CASES = [  # (id, model, options)
     ("m7-1-layer", dict(layers=1), dict(board="stm32h750b-dk")),
     ("m7-12-layers-kv4-greedy", dict(layers=12), dict(board="stm32h750b-dk", kv_bits=4, sampler="greedy")),
+    ("m7-12-layers-kv4-unrotated", dict(layers=12), dict(board="stm32h750b-dk", kv_bits=4, kv_rotate="off",
+                                                         sampler="greedy")),
     ("qwen2-untied-stream", dict(layers=4, arch="qwen2", dim=96, tied=False), dict(board="stm32h750b-dk", stream="all")),
     ("m7-16-layers-stream", dict(layers=16), dict(board="stm32h750b-dk", stream="all")),
     ("gguf-q4_1-portable", dict(layers=8, gguf="Q4_1"), dict(board="stm32h750b-dk", kernels="portable")),

@@ -1,5 +1,6 @@
 """Registry entries of the context shift (compile --context-policy roll,
-tllm_kernels.h tllm_kv_shift_*; twins exact.kv_shift_i8 / kv_shift_kv4)."""
+tllm_kernels.h tllm_kv_shift_*; twins exact.kv_shift_i8 / kv_shift_kv4, the
+latter with rotated=True for a Hadamard-rotated int4 cache)."""
 from __future__ import annotations
 
 import numpy as np
@@ -68,9 +69,11 @@ KV_SHIFT_I8 = Kernel(
     tuple(_i8_case(*s, *m, seed=i * 7 + j) for i, s in enumerate(SHAPES) for j, m in enumerate(MOVES)))
 
 
-def _kv4_case(nh, nkv, hd, group, to, delta, n_rows, seed):
+def _kv4_case(nh, nkv, hd, group, to, delta, n_rows, seed, rotated=False):
     def make(r):
         v, k, vals = _shift_values(r, nh, nkv, hd, to, delta, n_rows)
+        if rotated:  # the cache holds H k (tllm_attention_kv4_hadamard stores it so)
+            k = exact.hadamard_heads(k.reshape(k.shape[0], -1), nkv, hd).reshape(k.shape)
         kq, ks = exact.quantize_rows_i4(k, group)
         vq, vs = exact.quantize_rows_i4(vals, group)
         return dict(v, group=group, k_cache=pack_nibbles(kq), v_cache=pack_nibbles(vq), k_scale=ks.reshape(-1),
@@ -78,14 +81,14 @@ def _kv4_case(nh, nkv, hd, group, to, delta, n_rows, seed):
     return Case(f"h{nh}kv{nkv}hd{hd}g{group}-to{to}-d{delta}-n{n_rows}", make, seed)
 
 
-def _kv4_twin(v):
+def _kv4_twin(v, rotated=False):
     nkv, hd, g = v["n_kv_heads"], v["head_dim"], v["group"]
     T = v["to"] + v["delta"] + v["n_rows"]
     kq = unpack_nibbles(v["k_cache"], T * nkv * hd).reshape(T, nkv, hd)
     vq = unpack_nibbles(v["v_cache"], T * nkv * hd).reshape(T, nkv, hd)
     ks = np.array(v["k_scale"], F32).reshape(T, nkv, hd // g)
     vs = np.array(v["v_scale"], F32).reshape(T, nkv, hd // g)
-    exact.kv_shift_kv4(kq, ks, vq, vs, v["to"], v["delta"], v["n_rows"], v["cos"], v["sin"], g)
+    exact.kv_shift_kv4(kq, ks, vq, vs, v["to"], v["delta"], v["n_rows"], v["cos"], v["sin"], g, rotated)
     return {"k_cache": pack_nibbles(kq), "v_cache": pack_nibbles(vq), "k_scale": ks, "v_scale": vs}
 
 
@@ -103,4 +106,9 @@ KV_SHIFT_KV4 = Kernel(
     + MOVE, CALL, _kv4_twin,
     tuple(_kv4_case(*s, *m, seed=i * 7 + j) for i, s in enumerate(KV4_SHAPES) for j, m in enumerate(MOVES)))
 
-ENTRIES = (KV_SHIFT_I8, KV_SHIFT_KV4)
+KV_SHIFT_KV4_HADAMARD = Kernel(
+    "tllm_kv_shift_kv4_hadamard", H, KV_SHIFT_KV4.args, CALL, lambda v: _kv4_twin(v, rotated=True),
+    tuple(_kv4_case(*s, *m, seed=i * 7 + j, rotated=True) for i, s in enumerate(KV4_SHAPES) if s[2] & (s[2] - 1) == 0
+          for j, m in enumerate(MOVES)))
+
+ENTRIES = (KV_SHIFT_I8, KV_SHIFT_KV4, KV_SHIFT_KV4_HADAMARD)

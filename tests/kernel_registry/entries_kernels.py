@@ -318,6 +318,40 @@ ATTENTION_KV4 = Kernel(
     + (_attn_kv4_case(2, 1, 16, 8, 599, seed=4),))
 
 
+def _hadamard_case(nh, hd, seed, kind="normal"):
+    def make(r):
+        x = I.normal(r, nh * hd, 3.0)
+        if kind == "decades":  # magnitudes 1e-6..1e6 in one head: the sums round, C's order decides the bits
+            x = I.extreme_vector(r, nh * hd, decades=6)
+        if kind == "zeros":
+            x[: hd] = 0.0
+        return dict(x=x, n_heads=nh, head_dim=hd)
+    return Case(f"h{nh}hd{hd}-{kind}", make, seed)
+
+
+HADAMARD_HEADS = Kernel(
+    "tllm_hadamard_heads", H, (InOut("x", "float", "n_heads * head_dim"), Scalar("n_heads", "int32_t"),
+                               Scalar("head_dim", "int32_t")),
+    ("x", "n_heads", "head_dim"), lambda v: {"x": exact.hadamard_heads(v["x"], v["n_heads"], v["head_dim"])},
+    tuple(_hadamard_case(nh, hd, seed=nh + hd) for nh, hd in [(1, 1), (1, 2), (3, 8), (9, 64), (2, 128), (1, 256)])
+    + (_hadamard_case(4, 64, 1, "decades"), _hadamard_case(2, 16, 2, "zeros")))
+
+
+def _attn_kv4_hadamard_twin(v):
+    nh, nkv, hd = v["n_heads"], v["n_kv_heads"], v["head_dim"]
+    rotated = dict(v, q=exact.hadamard_heads(v["q"], nh, hd), k=exact.hadamard_heads(v["k"], nkv, hd),
+                   scale=exact.rotated_attention_scale(F32(v["scale"]), hd))
+    return _attn_kv4_twin(rotated)
+
+
+ATTENTION_KV4_HADAMARD = Kernel(
+    "tllm_attention_kv4_hadamard", H, ATTENTION_KV4.args, ATTENTION_KV4.call, _attn_kv4_hadamard_twin,
+    tuple(_attn_kv4_case(nh, nkv, hd, g, pos, seed=hd + nh + pos)
+          for nh, nkv, hd, g in [(4, 2, 16, 16), (8, 4, 8, 8), (2, 1, 64, 32), (9, 3, 64, 32), (2, 1, 32, 8)]
+          for pos in (0, 1, 2, 5, 8))
+    + (_attn_kv4_case(2, 1, 16, 8, 599, seed=4),))
+
+
 def _vector_case(n, label, seed, make_x):
     return Case(label, lambda r: dict(n=n, **make_x(r, n)), seed)
 
@@ -359,4 +393,4 @@ SOFTMAX = Kernel("tllm_softmax", H, (InOut("x", "float", "n"), Scalar("n", "int3
                                        (33, "equal")]))
 
 ENTRIES = (EXPF, EMBED_Q4, RMSNORM, QUANTIZE_I8, MATVEC_Q4, MATMAT_Q4, ARGMAX_Q4, ROPE, ATTENTION_I8, QUANTIZE_I4,
-           ATTENTION_KV4, ADD, SILU_MUL, SOFTMAX)
+           ATTENTION_KV4, HADAMARD_HEADS, ATTENTION_KV4_HADAMARD, ADD, SILU_MUL, SOFTMAX)

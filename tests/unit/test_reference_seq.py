@@ -1,4 +1,6 @@
 """The whole-sequence evaluator (reference_seq.py) against the step-by-step oracle."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -29,11 +31,13 @@ def step_logits(graph, kernels, tokens):
     return np.stack([ex.step(t, p) for p, t in enumerate(tokens)])
 
 
-@pytest.mark.parametrize("shape,group,kv", [("llama", 32, 8), ("llama", 64, 4), ("qwen2", 32, 4), ("qwen2", 128, 8)])
-def test_sequence_quant_is_bit_identical(models, shape, group, kv):
+@pytest.mark.parametrize("shape,group,kv,rotate", [("llama", 32, 8, "off"), ("llama", 64, 4, "off"),
+                                                   ("qwen2", 32, 4, "off"), ("qwen2", 128, 8, "off"),
+                                                   ("llama", 32, 4, "hadamard"), ("qwen2", 64, 4, "hadamard")])
+def test_sequence_quant_is_bit_identical(models, shape, group, kv, rotate):
     m = models[shape]
     tokens = m.tokenizer.encode("Once upon a time there was a cat. The cat liked to play.")[:24]
-    qg = quantize_graph(m.graph, group, kv)
+    qg = dataclasses.replace(quantize_graph(m.graph, group, kv), kv_rotate=rotate)
     seq, _ = run_sequence(m.graph, SeqQuantKernels(qg, 64), tokens)
     ref = step_logits(m.graph, QuantKernels(qg, 64), tokens)
     assert seq.dtype == np.float32

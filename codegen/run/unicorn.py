@@ -32,6 +32,14 @@ What is modelled, and why it is enough to check the firmware end to end:
   number of instructions executed so far (counted per translated block, so
   a read counts the rest of its own block too).
 
+No memory hook (UC_HOOK_MEM_READ/WRITE) stays on for a run: while one
+exists Unicorn sends every load and store through its slow path, which ran
+7x slower than its fast path.  So the DWT and the SCB (whose MPU registers
+feed peripherals.MpuModel) are MMIO pages with callbacks for their own
+addresses only, and the MDMA's watch on a buffer in flight takes read and
+write permission from its pages instead of hooking them (run/tllm_uwatch.c
+lets the rest of those pages through).
+
 The firmware runs from its reset vector to the "@TLLM exit N" line it prints
 before parking the core; N is the exit status.  An access outside the map
 stops the run with the address, as a bus fault would on the chip.  Not
@@ -56,6 +64,7 @@ from .plugins import build_plugin
 from .result import TIMEOUT_EXIT_CODE, RunResult, decode
 
 UCOUNT_SOURCE = package_file("run/tllm_ucount.c")
+UWATCH_SOURCE = package_file("run/tllm_uwatch.c")
 UNICORN_INSTALL_HINT = "pip install unicorn  (or: pip install -e '.[test]')"
 EXIT_PREFIX = b"@TLLM exit "
 PAGE = 0x1000
@@ -67,8 +76,14 @@ PAGE = 0x1000
 REGISTER_WINDOWS = (
     (0x58020000, 0x3000, "GPIOA..K"),
     (0x5C001000, 0x1000, "DBGMCU"),
-    (0xE0000000, 0x100000, "Cortex-M7 private peripheral bus (SCB, DWT)"),
+    (0xE0000000, 0x1000, "ITM"),
+    (0xE0002000, 0xC000, "FPB and the rest of the private peripheral bus below the SCS"),
+    (0xE000F000, 0xF1000, "the rest of the private peripheral bus (ETM, TPIU, ROM tables)"),
 )
+# The DWT and the System Control Space (SCB, MPU, NVIC, SysTick, CPACR) are
+# MMIO pages over _RegisterPage: they hold what was written, DWT_CYCCNT
+# reads the instruction count, and MPU writes reach the MpuModel.
+DWT_PAGE, SCS_PAGE = 0xE0001000, 0xE000E000
 RCC_PWR_WINDOW, SYSCFG_WINDOW, FLASH_REGS, QSPI_REGS = 0x58024000, 0x58000000, 0x52002000, 0x52005000
 SCB_CCR, SCB_CCSIDR, M7_L1D_CCSIDR = 0xE000ED14, 0xE000ED80, 0xF00FE019  # 16 KiB: 128 sets, 4 ways, 32-byte lines
 DWT_CYCCNT = 0xE0001004
@@ -190,6 +205,129 @@ def native_counter(uc, mu, limit: int | None) -> NativeCounter | None:
     return NativeCounter(lib, handle, hook_fn)
 
 
+class _RegisterPage:
+    """A page of 32-bit registers that hold what was written (byte and
+    halfword accesses merge into their word), with `readers` answering some
+    offsets themselves and `writers` told of writes to some."""
+
+    def __init__(self, preset: dict[int, int] | None = None):
+        self.words: dict[int, int] = dict(preset or {})
+        self.readers: dict[int, object] = {}  # offset -> () -> value
+        self.writers: dict[int, object] = {}  # offset -> (value) -> None
+
+    def word(self, offset: int) -> int:
+        reader = self.readers.get(offset)
+        return (reader() if reader is not None else self.words.get(offset, 0)) & 0xFFFFFFFF
+
+    def read(self, _mu, offset: int, size: int, _user) -> int:
+        shift = (offset & 3) * 8
+        return (self.word(offset & ~3) >> shift) & ((1 << (8 * size)) - 1)
+
+    def write(self, _mu, offset: int, size: int, value: int, _user) -> None:
+        base, shift = offset & ~3, (offset & 3) * 8
+        mask = ((1 << (8 * min(size, 4))) - 1) << shift
+        word = (self.words.get(base, 0) & ~mask) | ((value << shift) & mask)
+        self.words[base] = word & 0xFFFFFFFF
+        writer = self.writers.get(base)
+        if writer is not None:
+            writer(self.words[base])
+
+
+class NativeWatch:
+    """tllm_uwatch.c's protection-fault callback on one Unicorn instance: the
+    pending ranges it refuses, and the first access it refused."""
+
+    def __init__(self, lib, handle, hook_fn):
+        self._lib, self._handle, self._hook_fn = lib, handle, hook_fn  # the hook's pointer kept alive
+
+    def set(self, slot: int, lo: int, hi: int) -> None:
+        self._lib.tllm_uwatch_set(self._handle, slot, lo, hi)
+
+    def hit(self) -> tuple[int, int, bool] | None:
+        """(address, size, write) of the first access inside a pending range, or None."""
+        a, n, w = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int32()
+        if not self._lib.tllm_uwatch_hit(self._handle, ctypes.byref(a), ctypes.byref(n), ctypes.byref(w)):
+            return None
+        return a.value, n.value, bool(w.value)
+
+    def __del__(self):
+        self._lib.tllm_uwatch_free(self._handle)
+
+
+@functools.lru_cache(maxsize=1)
+def _uwatch_lib():
+    """tllm_uwatch.c's shared object with its prototypes, once per process; None where gcc cannot build it."""
+    try:
+        lib = ctypes.CDLL(str(build_plugin(UWATCH_SOURCE)))
+    except (OSError, UserError, subprocess.CalledProcessError):
+        return None
+    lib.tllm_uwatch_new.restype = ctypes.c_void_p
+    lib.tllm_uwatch_new.argtypes = [ctypes.c_void_p]
+    lib.tllm_uwatch_set.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64]
+    lib.tllm_uwatch_hit.restype = ctypes.c_int32
+    lib.tllm_uwatch_hit.argtypes = [ctypes.c_void_p] + [ctypes.c_void_p] * 3
+    lib.tllm_uwatch_free.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def native_watch(uc, mu, spans) -> NativeWatch | None:
+    """Install tllm_uwatch.c's UC_HOOK_MEM_READ_PROT | UC_HOOK_MEM_WRITE_PROT
+    callback on MU over each (first, last) address span (the RAMs a transfer
+    may write: the QUADSPI window's own protection stays a fault), as
+    native_counter does; None where it cannot be built or the binding differs."""
+    try:
+        from unicorn.unicorn_py3 import unicorn as binding
+
+        uclib, engine = binding.uclib, mu._uch
+    except (ImportError, AttributeError):
+        return None
+    lib = _uwatch_lib()
+    if lib is None:
+        return None
+    as_ptr = lambda f: ctypes.cast(f, ctypes.c_void_p)  # noqa: E731
+    handle = lib.tllm_uwatch_new(as_ptr(uclib.uc_mem_write))
+    if not handle:
+        return None
+    hook_fn = as_ptr(lib.tllm_uwatch_on_prot)
+    for first, last in spans:
+        hook = ctypes.c_size_t()
+        status = uclib.uc_hook_add(engine, ctypes.byref(hook), uc.UC_HOOK_MEM_READ_PROT | uc.UC_HOOK_MEM_WRITE_PROT,
+                                   hook_fn, ctypes.c_void_p(handle), ctypes.c_uint64(first), ctypes.c_uint64(last))
+        if status != 0:  # hooks already added stay, harmless: no page is protected until a transfer starts
+            lib.tllm_uwatch_free(handle)
+            return None
+    return NativeWatch(lib, handle, hook_fn)
+
+
+class _PythonWatch:
+    """tllm_uwatch.c's callback in Python, where gcc cannot build it: the same ranges, refusals and pass-through."""
+
+    def __init__(self, uc, mu, spans):
+        self.ranges: dict[int, tuple[int, int]] = {}
+        self.first: tuple[int, int, bool] | None = None
+
+        def on_prot(_mu, access, address, size, value, _user):
+            write = access == uc.UC_MEM_WRITE_PROT
+            if any(lo < address + size and address < hi for lo, hi in self.ranges.values()):
+                self.first = self.first or (address, size, write)
+                return False
+            if write:
+                _mu.mem_write(address, (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
+            return True
+
+        for first, last in spans:
+            mu.hook_add(uc.UC_HOOK_MEM_READ_PROT | uc.UC_HOOK_MEM_WRITE_PROT, on_prot, begin=first, end=last)
+
+    def set(self, slot: int, lo: int, hi: int) -> None:
+        if lo < hi:
+            self.ranges[slot] = (lo, hi)
+        else:
+            self.ranges.pop(slot, None)
+
+    def hit(self) -> tuple[int, int, bool] | None:
+        return self.first
+
+
 def _thumb_widths(code: bytes) -> int:
     """Instructions in a block of Thumb-2 code: a halfword whose top five bits
     are 0b11101, 0b11110 or 0b11111 starts a 32-bit instruction."""
@@ -222,6 +360,9 @@ class _H750Machine:
         self.fmc: FmcModel | None = None
         self.copying = False  # set at the first MDMA transfer (watch_weight_reads)
         self.weight_reads = 0
+        self.dwt = _RegisterPage()
+        self.scs = _RegisterPage({SCB_CCSIDR - SCS_PAGE: M7_L1D_CCSIDR})
+        self.mpu = MpuModel()
         self._map_memories(revision)
 
     # --- memories ------------------------------------------------------
@@ -233,7 +374,11 @@ class _H750Machine:
         for base, size, _what in REGISTER_WINDOWS:
             mu.mem_map(base, size)
         mu.mem_write(0x5C001000, struct.pack("<I", DBGMCU_IDC[revision]))
-        mu.mem_write(SCB_CCSIDR, struct.pack("<I", M7_L1D_CCSIDR))
+        for base, page in ((DWT_PAGE, self.dwt), (SCS_PAGE, self.scs)):
+            mu.mmio_map(base, PAGE, page.read, None, page.write, None)
+        for reg in range(MPU_BASE + 4, MPU_BASE + MPU_RASR + 4, 4):
+            self.scs.writers[reg - SCS_PAGE] = functools.partial(lambda r, value: self.mpu.write(r, value),
+                                                                 reg - MPU_BASE)
 
     def load(self, elf: Path, weights_bin: Path | None, request_bin: Path | None) -> None:
         """The image as flashed; the blobs where a flashed board holds them. The
@@ -282,30 +427,40 @@ class _H750Machine:
 
     def map_mdma(self) -> None:
         """The copy runs when the firmware's poll finds it done; until then a
-        CPU access to the destination is watched by a hook on exactly that
-        range (added and removed per transfer, so ordinary runs pay nothing),
-        and the first broken rule stops the run with its line.  Unicorn 2
-        checks memory hooks when an access runs, not when its block is
-        translated, so no translation flush goes with either (a flush per
-        transfer retranslated the kernels 26,000 times per SmolLM2 token).
-        tests/emu/test_unicorn_counter.py checks that on the installed Unicorn."""
+        CPU access to the destination is refused, and the first broken rule
+        stops the run with its line.  The watch is protection, not a memory
+        hook (see the module docstring): the pages the destination covers
+        lose read and write permission while it is in flight, and the
+        protection-fault callback (tllm_uwatch.c, or _PythonWatch) refuses
+        an access inside the range and lets the rest of those pages through.
+        A memory hook added and removed per transfer cost more than the
+        guest's own work (13,216 transfers per SmolLM2 token); a protection
+        change is about 12 us."""
         mu, uc = self.mu, self.uc
-        watches: dict[int, int] = {}
         q = self.regions.get("qspi")
+        page = mu.ctl_get_page_size()
+        spans = [(r.address, r.address + r.size - 1) for r in self.board.memory.regions if r.kind == "ram"]
+        self.watch = native_watch(uc, mu, spans) or _PythonWatch(uc, mu, spans)
+        pending: dict[int, tuple[int, int]] = {}  # channel -> the pages [lo, hi) its destination covers
 
-        def on_pending_access(_mu, access, address, size, _value, _user):
-            if self.mdma.cpu_access(address, size, access == uc.UC_MEM_WRITE) is not None:
-                _mu.emu_stop()
+        def protect(pages, perms):
+            lo, hi = pages
+            mu.mem_protect(lo, hi - lo, perms)
 
         def start(t):
             self.copying = True
-            watches[t.channel] = mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_pending_access,
-                                             begin=t.dst, end=t.dst + t.length - 1)
+            pages = (t.dst // page * page, -(-(t.dst + t.length) // page) * page)
+            pending[t.channel] = pages
+            self.watch.set(t.channel, t.dst, t.dst + t.length)
+            protect(pages, uc.UC_PROT_EXEC)  # execute stays: removing it would end the translated block
 
         def done(t):
-            h = watches.pop(t.channel, None)
-            if h is not None:
-                mu.hook_del(h)
+            self.watch.set(t.channel, 0, 0)
+            pages = pending.pop(t.channel, None)
+            if pages is not None:
+                protect(pages, uc.UC_PROT_ALL)
+                for other in pending.values():  # another channel in flight on a shared page (never in the runtime)
+                    protect(other, uc.UC_PROT_EXEC)
 
         def violation(line):
             if not self.mdma_stop:
@@ -331,9 +486,8 @@ class _H750Machine:
         s = self.board.sdram
         if s is None:
             return
-        mu, uc, clock = self.mu, self.uc, self.clock
+        mu, uc, clock, mpu = self.mu, self.uc, self.clock, self.mpu
         region = self.regions[s.region]
-        mpu = MpuModel()
         guard: list[int] = []
 
         def violation(line):
@@ -352,14 +506,10 @@ class _H750Machine:
             if guard:
                 _mu.hook_del(guard.pop())
 
-        def on_mpu(_mu, _access, address, _size, value, _user):
-            mpu.write(address - MPU_BASE, value & 0xFFFFFFFF)
-
         self.fmc = FmcModel(s, lambda: bool(clock.regs.get(RCC_AHB3ENR, 0) & RCC_AHB3ENR_FMCEN), clock.fmc_kernel_hz,
                             on_violation=violation)
         guard.append(mu.hook_add(uc.UC_HOOK_MEM_READ | uc.UC_HOOK_MEM_WRITE, on_sdram, begin=region.address,
                                  end=region.address + region.size - 1))
-        mu.hook_add(uc.UC_HOOK_MEM_WRITE, on_mpu, begin=MPU_BASE + 4, end=MPU_BASE + MPU_RASR + 3)
         mu.mmio_map(FMC_BASE, PAGE, lambda _mu, off, _sz, _u: self.fmc.read(off), None,
                     lambda _mu, off, _sz, value, _u: self.fmc.write(off, value), None)
 
@@ -407,10 +557,7 @@ class _H750Machine:
         else:
             self._count_in_python()
 
-        def on_cyccnt(_mu, _access, _address, _size, _value, _user):
-            _mu.mem_write(DWT_CYCCNT, struct.pack("<I", self.executed & 0xFFFFFFFF))
-
-        self.mu.hook_add(self.uc.UC_HOOK_MEM_READ, on_cyccnt, begin=DWT_CYCCNT, end=DWT_CYCCNT + 3)
+        self.dwt.readers[DWT_CYCCNT - DWT_PAGE] = lambda: self.executed
 
     @property
     def executed(self) -> int:
@@ -457,6 +604,11 @@ class _H750Machine:
             mu.emu_start(pc | 1, 0xFFFFFFFF, timeout=int(timeout_s * 1e6))
         except self.uc.UcError as e:
             error = f"{e} at pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x}"
+        refused = self.watch.hit()
+        if refused is not None:  # the protection error is the watch refusing a pending buffer's access
+            address, size, write = refused
+            self.mdma.cpu_access(address, size, write)
+            error = ""
         if self.mdma_stop and not error:
             line = self.mdma_stop[0]
             error = f"{'' if line.startswith('FMC') else 'MDMA: '}{line} (pc=0x{mu.reg_read(arm.UC_ARM_REG_PC):08x})"
@@ -489,7 +641,7 @@ def run_unicorn(elf: Path, board: Board, weights_bin: Path | None, request_bin: 
         m.watch_weight_reads(weights_bin)
     error = m.run(timeout_s)
     timed_out = m.console.exit_code is None and not error
-    scb_ccr, = struct.unpack("<I", m.mu.mem_read(SCB_CCR, 4))
+    scb_ccr = m.scs.word(SCB_CCR - SCS_PAGE)
     limit = (f"{max_instructions:,} guest instructions" if m.limit_hit else f"{timeout_s:g} s") if timed_out else ""
     return UnicornResult(m.console.exit_code, bytes(m.console.out), m.executed, error, timed_out, m.clock, m.qspi,
                          scb_ccr, m.console.brr, m.mdma, m.fmc, m.weight_reads if watched else None, limit)

@@ -56,10 +56,11 @@ def test_the_c_counter_counts_what_the_python_hook_counts(firmware, monkeypatch,
 
 
 def test_a_memory_hook_added_after_its_code_ran_fires_without_a_translation_flush():
-    """What the MDMA model's per-transfer watch relies on (run/unicorn.map_mdma):
-    Unicorn checks memory hooks when the access runs, so a watch added over
-    a buffer that already-translated code reads fires, and after its removal
-    stays silent, with no ctl_flush_tb."""
+    """What the SDRAM's guard relies on (run/unicorn.map_fmc, removed at the
+    first good access): Unicorn checks memory hooks when the access runs, so
+    a hook added over memory that already-translated code reads fires, and
+    after its removal stays silent, with no ctl_flush_tb.  (The MDMA's watch
+    is page protection now: tests/emu/test_unicorn_watch.py.)"""
     uc = pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
     from unicorn import arm_const
 

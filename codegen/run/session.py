@@ -102,7 +102,28 @@ class DeviceSession:
         return SessionTurn(status, out, reused, sent, refused)
 
 
-class HostPort:
+class QueuedLinePort:
+    """A console whose lines a thread puts on ``self._lines`` (b"": the output
+    ended), read as a pyserial port is: readline gives b"" after half a
+    second of silence, and at the end ``_ended`` says why there is no more."""
+
+    _lines: "queue.Queue[bytes]"
+
+    def readline(self) -> bytes:
+        try:
+            line = self._lines.get(timeout=0.5)
+        except queue.Empty:
+            return b""
+        if not line:
+            self._lines.put(b"")  # stays at its end
+            self._ended()
+        return line
+
+    def _ended(self) -> None:
+        raise NotImplementedError
+
+
+class HostPort(QueuedLinePort):
     """The host build's console as a pyserial-like port: the firmware runs as
     a child process reading requests on standard input and printing console
     lines on standard output, for as long as the port is open."""
@@ -128,16 +149,9 @@ class HostPort:
     def flush(self) -> None:
         self.proc.stdin.flush()
 
-    def readline(self) -> bytes:
-        try:
-            line = self._lines.get(timeout=0.5)
-        except queue.Empty:
-            return b""
-        if not line:
-            self._lines.put(b"")  # stays at its end
-            if self.proc.poll() is not None:
-                raise OSError(f"the host firmware exited with status {self.proc.returncode}")
-        return line
+    def _ended(self) -> None:
+        if self.proc.poll() is not None:
+            raise OSError(f"the host firmware exited with status {self.proc.returncode}")
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from ..board import Board
 from ..errors import UserError
+from .session import QueuedLinePort
 from .unicorn import UNICORN_INSTALL_HINT, _H750Machine
 
 IDLE_POLL_S = 0.001
 
 
-class UnicornPort:
+class UnicornPort(QueuedLinePort):
     def __init__(self, elf: Path, board: Board, weights_bin: Path | None, timeout_s: float = 3600 * 24):
         try:
             import unicorn as uc
@@ -60,15 +61,8 @@ class UnicornPort:
     def flush(self) -> None:
         pass
 
-    def readline(self) -> bytes:
-        try:
-            line = self._lines.get(timeout=0.5)
-        except queue.Empty:
-            return b""
-        if not line:
-            self._lines.put(b"")
-            raise OSError(f"the firmware under Unicorn has stopped{': ' + self.error if self.error else ''}")
-        return line
+    def _ended(self) -> None:
+        raise OSError(f"the firmware under Unicorn has stopped{': ' + self.error if self.error else ''}")
 
     def close(self) -> None:
         if self._thread.is_alive():

@@ -134,6 +134,29 @@ def _free_tcp_port() -> int:
         return s.getsockname()[1]
 
 
+def _listens(pid: int, port_no: int) -> bool | None:
+    """Whether process PID holds the socket listening on 127.0.0.1:port_no
+    (Linux: /proc/net/tcp and the process's descriptors); None where /proc
+    cannot say.  A port _free_tcp_port handed out can be taken by another
+    QEMU (a second test run on the machine, the other xdist worker) before
+    ours binds it: connecting then reaches the other one, whose console never
+    speaks to us."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return None
+    want = f"0100007F:{port_no:04X}"
+    inodes = {f[9] for f in (ln.split() for ln in lines) if len(f) > 9 and f[1] == want and f[3] == "0A"}
+    for fd in fds:
+        try:
+            if os.readlink(fd) in {f"socket:[{i}]" for i in inodes}:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def qemu_uart_command(elf: Path, board: Board, weights_bin: Path | None, port_no: int, count: bool = True,
                       max_instructions: int | None = None) -> list[str]:
     """QEMU with UART0 as a TCP server on 127.0.0.1:port_no (the CPU starts
@@ -155,6 +178,24 @@ def qemu_uart_session(elf: Path, board: Board, weights_bin: Path | None, count: 
         yield port, proc
 
 
+UART_START_ATTEMPTS = 5
+UART_LISTEN_BACKSTOP_S = 120.0  # QEMU starts in well under a second when idle
+
+
+def _connect_own(proc: subprocess.Popen, url: str, port_no: int):
+    """A pyserial port on QEMU's socket once this QEMU (not another process
+    that took the port) listens on it; None when QEMU exited first."""
+    deadline = time.monotonic() + UART_LISTEN_BACKSTOP_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _listens(proc.pid, port_no) is not False:
+            try:
+                return serial.serial_for_url(url, timeout=0.5)
+            except serial.SerialException:
+                pass
+        time.sleep(0.05)
+    return None
+
+
 @contextmanager
 def qemu_uart_server(elf: Path, board: Board, weights_bin: Path | None, count: bool = True, connect: bool = False,
                      max_instructions: int | None = None):
@@ -165,22 +206,20 @@ def qemu_uart_server(elf: Path, board: Board, weights_bin: Path | None, count: b
     program = board.emulator.program if board.emulator else "qemu-system-arm"
     if shutil.which(program) is None:
         raise UserError(f"{program} not found on PATH: install it with `{QEMU_INSTALL_HINT}`")
-    port_no = _free_tcp_port()
-    url = f"socket://127.0.0.1:{port_no}"
-    cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count, max_instructions)
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = b""
+    for _ in range(UART_START_ATTEMPTS):  # another port when another process took ours first
+        port_no = _free_tcp_port()
+        url = f"socket://127.0.0.1:{port_no}"
+        cmd = qemu_uart_command(Path(elf), board, weights_bin, port_no, count, max_instructions)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        port = _connect_own(proc, url, port_no)
+        if port is not None or proc.poll() is None:
+            break
+        out = proc.communicate()[0]
+        if b"Address already in use" not in out:
+            break
     try:
-        port = None
-        for _ in range(200):  # QEMU listens once it has started
-            try:
-                port = serial.serial_for_url(url, timeout=0.5)
-                break
-            except serial.SerialException:
-                if proc.poll() is not None:
-                    break
-                time.sleep(0.05)
         if port is None:
-            out = proc.communicate(timeout=5)[0] if proc.poll() is not None else b""
             raise UserError(f"QEMU did not open its serial socket: {decode(out).strip()[-200:]}")
         if connect:
             with port:

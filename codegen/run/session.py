@@ -108,6 +108,7 @@ class QueuedLinePort:
     second of silence, and at the end ``_ended`` says why there is no more."""
 
     _lines: "queue.Queue[bytes]"
+    _ended: Callable[[], None]  # each port's own: raise OSError saying why its output stopped
 
     def readline(self) -> bytes:
         try:
@@ -118,9 +119,6 @@ class QueuedLinePort:
             self._lines.put(b"")  # stays at its end
             self._ended()
         return line
-
-    def _ended(self) -> None:
-        raise NotImplementedError
 
 
 class HostPort(QueuedLinePort):

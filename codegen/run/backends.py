@@ -62,6 +62,7 @@ class Generation:
     prefill_count: int | None
     unit: str  # "instructions" or "cycles"
     reused: int = 0  # tokens of the conversation the device kept in its KV cache (0: a fresh prefill)
+    shifts: int = 0  # times a rolling-context build dropped old positions (compile --context-policy roll)
 
 
 OnToken = Callable[[TokenLine], None]
@@ -92,7 +93,7 @@ def _line_sink(on_token: OnToken | None):
 
 def _generation(prompt_ids, out, unit: str, reused: int = 0) -> Generation:
     return Generation(list(prompt_ids), out.generated_ids, out.token_texts, out.instructions_per_token,
-                      out.stop_reason, out.prefill_instructions, unit, reused)
+                      out.stop_reason, out.prefill_instructions, unit, reused, out.shifts)
 
 
 def _session_turn(session: DeviceSession, where: str, timeout_s: float, prompt_ids, max_new_tokens, sampling,

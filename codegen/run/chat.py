@@ -143,6 +143,9 @@ def _report(stderr: IO[str], timing: str, gen, arrivals, unit: str, stopped: boo
     wall = arrivals[-1][0] if arrivals else 0.0
     ran = len(gen.prompt_ids) - gen.reused
     kept = f", {gen.reused} kept on the device" if gen.reused else ""
+    # a rolling window forgot the oldest turns: the next turn is sent whole (the board holds another history)
+    rolled = f"; the context rolled {gen.shifts} time{'s' if gen.shifts != 1 else ''}" if gen.shifts else ""
     stderr.write(f"[{len(gen.generated_ids)} tokens, {reason}; median {median:,} {unit}/token, "
-                 f"prefill {gen.prefill_count or 0:,} {unit} for {ran} tokens{kept}; {wall:.2f} s on the host]\n")
+                 f"prefill {gen.prefill_count or 0:,} {unit} for {ran} tokens{kept}{rolled}; "
+                 f"{wall:.2f} s on the host]\n")
     stderr.flush()

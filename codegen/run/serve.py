@@ -226,7 +226,8 @@ def _usage(gen_or_prompt: list[int], n_completion: int) -> dict:
 def _extension(gen: Generation, backend: Backend) -> dict:
     return {"generated_ids": gen.generated_ids, "counts_per_token": gen.counts, "prefill_count": gen.prefill_count,
             "count_unit": gen.unit, "stop_reason": gen.stop_reason, "backend": backend.name,
-            "kept_tokens": gen.reused}  # of the prompt, in the device's KV cache from the last request
+            "kept_tokens": gen.reused,  # of the prompt, in the device's KV cache from the last request
+            "context_shifts": gen.shifts}  # a rolling-context build's window moves (compile --context-policy roll)
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -50,12 +50,28 @@ static void uart_init(void)
 {
     UART_BAUDDIV = PCLK_HZ / BAUD;
     UART_CTRL = UART_CTRL_TXEN | UART_CTRL_RXEN;
+    /* QEMU's UART model asks its socket for input again on a DATA read, not
+     * when RX is enabled: one read (the receive buffer is empty this early:
+     * nothing is taken while RX is off) makes it listen from the start. */
+    (void)UART_DATA;
     uart_ready = 1;
+}
+
+/* Between two polls of a device register the core spins on registers alone.
+ * Under QEMU every device read takes the emulator's global lock, which the
+ * thread that delivers the host's bytes needs too: polled back to back, a
+ * busy host machine kept that thread from the lock for minutes. */
+static void poll_pause(void)
+{
+    for (uint32_t i = 0; i < 256u; ++i) {
+        __asm volatile("nop");
+    }
 }
 
 static void uart_putc(char c)
 {
     while (UART_STATE & UART_STATE_TXFULL) {
+        poll_pause();
     }
     UART_DATA = (uint32_t)(unsigned char)c;
 }
@@ -124,6 +140,7 @@ int tllm_board_read(uint8_t *buf, size_t n)
     }
     for (size_t i = 0; i < n; ++i) {
         while (!(UART_STATE & UART_STATE_RXFULL)) {
+            poll_pause();
         }
         buf[i] = (uint8_t)UART_DATA;
     }
@@ -144,6 +161,7 @@ int tllm_board_read_byte(uint8_t *c, uint32_t timeout_ms)
         if (timeout_ms != 0u && tllm_board_instret() - start >= limit) {
             return 1;
         }
+        poll_pause();
     }
     *c = (uint8_t)UART_DATA;
     return 0;

@@ -73,7 +73,7 @@ def is_done(line):
 
 def serve_valid(port, expected, wait_ready=True):
     ids, ref = expected
-    status, text = talk_serial(port, pack_request(ids, N, GREEDY), 60, wait_ready=wait_ready)
+    status, text = talk_serial(port, pack_request(ids, N, GREEDY), LINE_BACKSTOP_S, wait_ready=wait_ready)
     assert status == 0, text
     out = parse_output(text)
     assert out.crc_errors == 0
@@ -287,7 +287,7 @@ def serve_seen(port, expected, wait_ready=True) -> list[str]:
     """serve_valid, and every console line after the send (CRC stripped)."""
     ids, ref = expected
     seen: list[str] = []
-    status, text = talk_serial(port, pack_request(ids, N, GREEDY), 120, wait_ready=wait_ready,
+    status, text = talk_serial(port, pack_request(ids, N, GREEDY), LINE_BACKSTOP_S, wait_ready=wait_ready,
                                on_line=lambda ln: seen.append(check_line(ln)[0]))
     assert status == 0, text
     assert parse_output(text).generated_ids == ref

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -62,18 +61,24 @@ def eval_text(out: Path) -> Path:
 
 
 def timed(args: list[str]) -> dict:
-    """Run the CLI with ARGS; wall and CPU seconds, peak RSS, load before/after."""
+    """Run the CLI with ARGS; wall and CPU seconds, peak RSS, load before/after.
+    The child is reaped with wait4, so CPU time and peak RSS are this run's own
+    (RUSAGE_CHILDREN's peak is the largest of all children so far)."""
     before = os.getloadavg()[0]
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise SystemExit(f"tinyllm-gen {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return {"wall_s": round(wall, 2), "cpu_s": round((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), 2),
-            "peak_rss_mb": round(r1.ru_maxrss / 1024), "load_before": round(before, 2),
-            "load_after": round(os.getloadavg()[0], 2), "stdout": proc.stdout}
+        raise SystemExit(f"tinyllm-gen {' '.join(args)} failed ({proc.returncode}):\n{stderr[-2000:]}")
+    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024), "load_before": round(before, 2),
+            "load_after": round(os.getloadavg()[0], 2), "stdout": stdout}
 
 
 def main() -> None:

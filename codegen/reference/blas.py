@@ -11,10 +11,10 @@ system OpenBLAS) to one thread for a block and restores the count after; it
 does nothing when no OpenBLAS is loaded.
 
 Results do not depend on the thread count: the quantized path's products
-are exact integers (exact.block_sums), and the float path's (float64
-matrix-vector and matrix products) came out bit-identical with one and two
-threads: OpenBLAS divides their outputs between threads, not one output's
-sum."""
+are exact integers (exact.block_sums), and the float paths' (the step's
+float32 matrix-vector products, the sequence's float64 matrix products)
+came out bit-identical with one and two threads: OpenBLAS divides their
+outputs between threads, not one output's sum."""
 from __future__ import annotations
 
 import contextlib

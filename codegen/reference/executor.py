@@ -3,8 +3,9 @@
 One `Executor` walks a Graph's nodes in order and dispatches each op to a
 kernel set:
 
-* `FloatKernels`: the float model, vectorised numpy.  Checked against
-  Hugging Face transformers (tolerance 1e-4 on logits).
+* `FloatKernels`: the float model in float32, as transformers runs it,
+  vectorised numpy.  Checked against Hugging Face transformers (tolerance
+  1e-4 on logits).
 * `QuantKernels`: the quantized model, operation for operation what the
   firmware's C computes (same rounding, same summation order), so its tokens
   are the firmware's tokens bit for bit.
@@ -60,25 +61,18 @@ class Kernels(Protocol):
     def reset(self) -> None: ...
 
 
-def float64_weights(graph: Graph, name: str, cache: dict) -> np.ndarray:
-    """graph.weights[name] as float64, once per cache (tied matrices share one copy)."""
-    w = graph.weights[name]
-    key = id(w)
-    hit = cache.get(key)
-    if hit is None or hit[0] is not w:
-        hit = cache[key] = (w, np.ascontiguousarray(w, dtype=np.float64))
-    return hit[1]
-
-
 class FloatKernels:
-    """The float32 model (float64 accumulation where numpy chooses)."""
+    """The float32 model as transformers computes it in float32: the graph's
+    float32 weights (a GGUF's blocks were dequantized once, at import),
+    float32 activations and caches, one BLAS float32 matrix-vector product
+    per linear, the embedding read as one row, attention over the KV cache."""
 
     def __init__(self, graph: Graph, max_seq: int):
         self.g = graph
         c = graph.config
         self.max_seq = max_seq
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_seq)
-        self._w64: dict[str, np.ndarray] = {}
+        self._mats: dict[str, np.ndarray] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -86,54 +80,57 @@ class FloatKernels:
         self.k_cache = np.zeros((c.n_layers, self.max_seq, c.kv_dim), np.float32)
         self.v_cache = np.zeros((c.n_layers, self.max_seq, c.kv_dim), np.float32)
 
-    def w(self, name: str) -> np.ndarray:
-        return self.g.weights[name]
-
-    def w64(self, name: str) -> np.ndarray:
-        """A matrix in float64, converted once (8 bytes per weight): the
-        product is then one BLAS call per step instead of a conversion."""
-        return float64_weights(self.g, name, self._w64)
+    def weight(self, name: str) -> np.ndarray:
+        """A weight as a C-contiguous float32 array, checked once: a matrix-vector
+        product on it is then one sgemv with no conversion (a frontend's float32
+        arrays are returned as they are, not copied)."""
+        m = self._mats.get(name)
+        if m is None:
+            m = self._mats[name] = np.ascontiguousarray(self.g.weights[name], dtype=np.float32)
+        return m
 
     def embedding(self, node, token):
-        return self.w(node.inputs[1])[token].astype(np.float32)
+        return self.weight(node.inputs[1])[token].copy()
 
     def rmsnorm(self, node, x):
-        ms = np.mean(x.astype(np.float64) ** 2)
-        return (x / np.sqrt(ms + node.attrs["eps"]) * self.w(node.inputs[1])).astype(np.float32)
+        # transformers' LlamaRMSNorm in float32: x * rsqrt(mean(x^2) + eps), then times the weight
+        ms = np.dot(x, x) / np.float32(x.shape[0])
+        r = np.float32(1.0) / np.sqrt(ms + np.float32(node.attrs["eps"]))
+        return (x * r) * self.weight(node.inputs[1])
 
     def linear(self, node, x):
-        y = self.w64(node.inputs[1]) @ x.astype(np.float64)
+        y = self.weight(node.inputs[1]) @ x
         if len(node.inputs) > 2:
-            y = y + self.w(node.inputs[2])
-        return y.astype(np.float32)
+            y += self.weight(node.inputs[2])
+        return y
 
     def rope(self, node, x, pos):
         hd = node.attrs["head_dim"]
         h = x.reshape(node.attrs["n_heads"], hd)
         a, b = h[:, : hd // 2], h[:, hd // 2:]
         c, s = self.cos[pos], self.sin[pos]
-        return np.concatenate([a * c - b * s, b * c + a * s], axis=1).reshape(-1).astype(np.float32)
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=1).reshape(-1)
 
     def attention(self, node, q, k, v, pos):
         at = node.attrs
         layer, hd, nh, nkv = at["layer"], at["head_dim"], at["n_heads"], at["n_kv_heads"]
         self.k_cache[layer, pos] = k
         self.v_cache[layer, pos] = v
-        keys = self.k_cache[layer, : pos + 1].reshape(pos + 1, nkv, hd).astype(np.float64)
-        vals = self.v_cache[layer, : pos + 1].reshape(pos + 1, nkv, hd).astype(np.float64)
-        qh = q.reshape(nh, hd).astype(np.float64)
-        kv_of = np.arange(nh) // (nh // nkv)
-        scores = np.einsum("hd,thd->ht", qh, keys[:, kv_of]) / np.sqrt(hd)
-        scores = np.exp(scores - scores.max(axis=1, keepdims=True))
-        probs = scores / scores.sum(axis=1, keepdims=True)
-        return np.einsum("ht,thd->hd", probs, vals[:, kv_of]).reshape(-1).astype(np.float32)
+        # Grouped-query attention as one batched product per KV head: the nh / nkv
+        # query heads that share a KV head are the rows of one [group, hd] block.
+        keys = self.k_cache[layer, : pos + 1].reshape(pos + 1, nkv, hd).transpose(1, 2, 0)  # [nkv, hd, T]
+        vals = self.v_cache[layer, : pos + 1].reshape(pos + 1, nkv, hd).transpose(1, 0, 2)  # [nkv, T, hd]
+        scores = np.matmul(q.reshape(nkv, nh // nkv, hd), keys) * np.float32(hd ** -0.5)  # [nkv, group, T]
+        e = np.exp(scores - scores.max(axis=2, keepdims=True))
+        probs = e / e.sum(axis=2, keepdims=True)
+        return np.matmul(probs, vals).reshape(-1)
 
     def add(self, node, a, b):
-        return (a + b).astype(np.float32)
+        return a + b
 
     def silu_mul(self, node, gate, up):
-        g = gate.astype(np.float64)
-        return (g / (1.0 + np.exp(-g)) * up).astype(np.float32)
+        with np.errstate(over="ignore"):  # exp(-gate) = inf for gate < -88: gate / inf = -0, silu's limit
+            return gate / (np.float32(1.0) + np.exp(-gate)) * up
 
     def shift(self, sinks: int, discard: int, n_rows: int) -> None:
         """The context shift (context.py) on the float cache: rows sinks + discard .. move to sinks ..,

@@ -36,7 +36,7 @@ from .exact import F32
 from ..ir import Graph
 from ..quant.formats import dequantize_gguf
 from ..quant.kv import kv_layout
-from .executor import QuantLinears, float64_weights, head_start_node, rope_tables
+from .executor import QuantLinears, head_start_node, rope_tables
 
 
 def _kv_of(n_heads: int, n_kv: int) -> np.ndarray:
@@ -168,6 +168,16 @@ def _integer_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     partial sum stays below 2^53 (attention's are below 2^45: 32767 * 127 per
     term, fewer than 2^23 keys)."""
     return np.matmul(np.ascontiguousarray(a, np.float64), np.ascontiguousarray(b, np.float64))
+
+
+def float64_weights(graph: Graph, name: str, cache: dict) -> np.ndarray:
+    """graph.weights[name] as float64, once per cache (tied matrices share one copy)."""
+    w = graph.weights[name]
+    key = id(w)
+    hit = cache.get(key)
+    if hit is None or hit[0] is not w:
+        hit = cache[key] = (w, np.ascontiguousarray(w, dtype=np.float64))
+    return hit[1]
 
 
 class SeqFloatKernels(_SeqRope):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..abi import LOOKUP_NGRAM_MAX, LOOKUP_NGRAM_MIN
+from .blas import one_blas_thread
 from .executor import Executor
 from .sampler import Sampler, SamplingOptions
 
@@ -116,7 +117,15 @@ def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_
     rolling context (context.ContextRoll; None: stop at the context's end):
     after a pass whose last token sits at max_seq - 1 the KV cache and the
     token buffer (the draft's context) shift as context.py states, before
-    the next pass is drafted."""
+    the next pass is drafted.  BLAS runs on one thread meanwhile (blas.py:
+    a second thread spins on a shared machine and slows every product)."""
+    with one_blas_thread():
+        return _generate_speculative(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k, k,
+                                     roll, cached)
+
+
+def _generate_speculative(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k, k, roll,
+                          cached) -> SpeculativeGeneration:
     if not cached:
         executor.reset()
     sampler = Sampler(sampling, top_k)

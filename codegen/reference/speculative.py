@@ -106,6 +106,7 @@ def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]
     raise AssertionError("the position after the last guess always ends the pass")
 
 
+@one_blas_thread()  # a contextmanager is also a decorator: each call enters it afresh
 def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_tokens: int, max_seq: int,
                          eos_ids: Sequence[int], sampling: SamplingOptions, top_k: int = 0,
                          k: int = 0, roll=None, cached: int = 0) -> SpeculativeGeneration:
@@ -119,13 +120,6 @@ def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_
     token buffer (the draft's context) shift as context.py states, before
     the next pass is drafted.  BLAS runs on one thread meanwhile (blas.py:
     a second thread spins on a shared machine and slows every product)."""
-    with one_blas_thread():
-        return _generate_speculative(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k, k,
-                                     roll, cached)
-
-
-def _generate_speculative(executor, prompt_ids, max_new_tokens, max_seq, eos_ids, sampling, top_k, k, roll,
-                          cached) -> SpeculativeGeneration:
     if not cached:
         executor.reset()
     sampler = Sampler(sampling, top_k)

@@ -34,8 +34,9 @@ def test_a_prompt_longer_than_the_context_is_refused(root):
 
 
 def test_serve_and_chat_report_the_rolls(root):
-    """A rolling build served over HTTP says how often its window moved (x_tinyllm.context_shifts, the
-    firmware's end line), as many times as the reference's; chat's summary line says it too."""
+    """A rolling build served over HTTP says how often its window moved (x_tinyllm.context_shifts), as
+    often as the same build's own end line says under `run` (check_rolls equates that with the
+    reference's); chat's summary line says it too."""
     import io
     import json
     import threading

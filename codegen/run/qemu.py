@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import serial
+from serial.urlhandler.protocol_socket import Serial as SocketSerial
 
 from ..board import Board
 from ..errors import UserError
@@ -182,6 +183,27 @@ UART_START_ATTEMPTS = 5
 UART_LISTEN_BACKSTOP_S = 120.0  # QEMU starts in well under a second when idle
 
 
+class BootKeepingPort(SocketSerial):
+    """pyserial's socket:// port without the input flush its open() ends
+    with. QEMU (``wait=on``) starts the guest the moment the connection is
+    accepted, so on a busy machine the firmware's first line ("@TLLM ready")
+    can arrive before that flush, which threw it away: the host then waited
+    for a ready line that had come and gone, and the firmware for a request."""
+
+    _opening = False
+
+    def open(self):
+        self._opening = True
+        try:
+            super().open()
+        finally:
+            self._opening = False
+
+    def reset_input_buffer(self):
+        if not self._opening:
+            super().reset_input_buffer()
+
+
 def _connect_own(proc: subprocess.Popen, url: str, port_no: int):
     """A pyserial port on QEMU's socket once this QEMU (not another process
     that took the port) listens on it; None when QEMU exited first."""
@@ -189,7 +211,7 @@ def _connect_own(proc: subprocess.Popen, url: str, port_no: int):
     while time.monotonic() < deadline and proc.poll() is None:
         if _listens(proc.pid, port_no) is not False:
             try:
-                return serial.serial_for_url(url, timeout=0.5)
+                return BootKeepingPort(url, timeout=0.5)
             except serial.SerialException:
                 pass
         time.sleep(0.05)

@@ -20,6 +20,8 @@ from bounds import BACKSTOP_S
 openai = pytest.importorskip("openai", reason="pip install openai (the test extra)")
 pytestmark = pytest.mark.emu
 N = 10
+# past the server's own backstop: a stuck device comes back as the server's 503, not a client timeout
+CLIENT_TIMEOUT_S = BACKSTOP_S + 60
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,8 @@ def server(built):
 def client(server):
     srv, _ = server
     host, port = srv.server_address[:2]
-    return openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0, timeout=600)
+    return openai.OpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0,
+                         timeout=CLIENT_TIMEOUT_S)
 
 
 def ref(built, ids, sampling=GREEDY, n=N):
@@ -151,7 +154,7 @@ def test_api_errors_through_the_client(client):
 
 def request(server, method, path, body=None, headers=None):
     host, port = server[0].server_address[:2]
-    conn = http.client.HTTPConnection(host, port, timeout=300)
+    conn = http.client.HTTPConnection(host, port, timeout=CLIENT_TIMEOUT_S)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
@@ -259,7 +262,7 @@ def test_queue_full_gets_429(server):
     srv = _start(info, backend, queue_size=1)
     try:
         base = f"http://127.0.0.1:{srv.server_address[1]}/v1"
-        c = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=600)
+        c = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=CLIENT_TIMEOUT_S)
         results = []
 
         def call():
@@ -291,7 +294,7 @@ def test_device_failure_gets_503(server):
     srv = _start(server[1], BrokenBackend())
     try:
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="unused",
-                          max_retries=0, timeout=600)
+                          max_retries=0, timeout=CLIENT_TIMEOUT_S)
         with pytest.raises(openai.InternalServerError) as e:
             c.completions.create(model="tiny", prompt="hi", max_tokens=1)
         assert e.value.status_code == 503 and e.value.body["code"] == "device_failed"
@@ -320,7 +323,7 @@ def test_serial_backend_keeps_one_session(built):
         srv = _start(info, backend)
         try:
             c = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="unused",
-                              max_retries=0, timeout=600)
+                              max_retries=0, timeout=CLIENT_TIMEOUT_S)
             prompt = "Once upon a time there was a cat"
             want = ref(built, info.tokenizer.encode(prompt))
             for stream in (False, True, False):

@@ -211,7 +211,7 @@ class Planner:
             bigger = -(-need // 1024) * 1024
             if self.plan(step, plan.max_seq, bigger).fits:
                 out.append(f"--ram-budget {bigger // 1024}K")
-        if step.kv_bits == 8:
+        if step.kv_bits != 4:  # int8 or 8:4: int4 KV is the smaller cache
             kv4 = with_kv_bits(step, 4)
             if self.plan(kv4, plan.max_seq).fits:
                 out.append("--kv-bits 4")

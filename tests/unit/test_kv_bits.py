@@ -98,3 +98,10 @@ def test_max_seq_auto_fits_more_context_with_8_4_than_int8_and_less_than_int4():
         assert plan_memory(shape(STORIES260K, kv_bits=kv), seq, budget).fits
         with pytest.raises(UserError):
             plan_memory(shape(STORIES260K, kv_bits=kv), seq + 1, budget)
+
+
+def test_an_over_budget_8_4_plan_names_its_sizes_and_the_smaller_caches_fix():
+    with pytest.raises(UserError) as e:
+        plan_memory(shape(STORIES260K, kv_bits="8:4"), 512, 200 * KIB)
+    msg = str(e.value)
+    assert "KV cache int8 K / int4 V at 512 tokens is 204,800 B" in msg and "--kv-bits 4" in msg, msg

@@ -142,7 +142,8 @@ def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Seque
     for cfg in configs:
         qs = score(g, SeqQuantKernels(quantizer(cfg), ctx), docs, reference=fp, progress=progress)
         result["configs"][cfg.name] = {
-            "weight_quant": cfg.weight_quant, "group_size": cfg.group_size, "kv_bits": parse_kv_bits(cfg.kv_bits).json_value(),
+            "weight_quant": cfg.weight_quant, "group_size": cfg.group_size,
+            "kv_bits": parse_kv_bits(cfg.kv_bits).json_value(),
             "kv_rotate": cfg.kv_rotate,
             "classifier_quant": cfg.classifier_quant,
             "ce": qs.ce, "ppl": qs.ppl, "ppl_delta_pct": 100.0 * (qs.ppl / fp.ppl - 1.0),

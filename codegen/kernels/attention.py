@@ -2,17 +2,18 @@
 
 Attention stores this position's k and v (int8 with one scale per head,
 tllm_attention_i8, group-wise int4, tllm_attention_kv4, or int8 k with
-group-wise int4 v, tllm_attention_k8v4: quant/kv.py), then attends over positions 0..pos.  In a batched prefill it runs token by
-token in order, so its query and score scratch hold one token's values."""
+group-wise int4 v, tllm_attention_k8v4: quant/kv.py), then attends over
+positions 0..pos.  In a batched prefill it runs token by token in order, so
+its query and score scratch hold one token's values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..quant.kv import KV4, KV8, KV8V4, KVBits
 from .base import Kernel
 from .c_text import CArg, CCall, KV, buf, fixed, shape
 from .refs import BufferRef
-from ..quant.kv import KV4, KV8, KV8V4, KVBits
 
 
 @dataclass(frozen=True)

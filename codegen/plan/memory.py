@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..memory_map import BoardMemory
-from ..quant.kv import KV8, KVBits
+from ..quant.kv import KV8, KVBits, parse_kv_bits
 from .lifetimes import CTYPE_BYTES, BufferRequest, Lifetimes
 from .placer import overlapping_pairs_regions, peak_live_bytes, place_regions
 
@@ -176,7 +176,7 @@ def plan_lifetimes(life: Lifetimes, max_seq: int, budget: int, stack: int, mem: 
         arena_bytes=sum(r.arena_bytes for r in on_chip),
         lower_bound_bytes=sum(r.lower_bound_bytes for r in on_chip), peak_time=at,
         stack_bytes=stack, runtime_static_bytes=RUNTIME_STATIC_BYTES, budget_bytes=budget,
-        regions=tuple(regions), board=mem.board, kv_bits=kv_bits, sram_bytes=mem.sram_bytes,
+        regions=tuple(regions), board=mem.board, kv_bits=parse_kv_bits(kv_bits), sram_bytes=mem.sram_bytes,
         stack_region=mem.stack_region, external_bytes=sum(r.arena_bytes for r in regions if r.external),
         kv_region_option=("sdram" if kv_region else "sram") if mem.kv_regions else "",
     )

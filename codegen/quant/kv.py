@@ -106,10 +106,6 @@ class KVLayout:
     scales_per_pos: int  # float32 scales of one position (all kv heads)
     group: int  # elements per scale
 
-    def bytes_per_token(self, n_layers: int) -> int:
-        """K and V, values and scales, all layers: the cost of one more token of context."""
-        return n_layers * 2 * (self.bytes_per_pos + 4 * self.scales_per_pos)
-
 
 def kv_layout(config, bits: int) -> KVLayout:
     """The layout of one half (K or V) of a cache of `bits` bits."""

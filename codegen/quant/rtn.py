@@ -27,7 +27,8 @@ def quantize_q4_rtn(name: str, w: np.ndarray, group_size: int) -> Q4Tensor:
     return Q4Tensor(name=name, q=np.ascontiguousarray(q), scales=scales, group_size=group_size)
 
 
-def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: KVBits = KV8, kernels: str = "portable") -> QuantizedGraph:
+def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: KVBits = KV8,
+                   kernels: str = "portable") -> QuantizedGraph:
     if group_size not in GROUP_SIZES:
         raise UserError(f"--group-size {group_size} is not supported: choose one of {', '.join(map(str, GROUP_SIZES))}")
     kv_bits = parse_kv_bits(kv_bits)

@@ -18,6 +18,7 @@ from .lower.blob import WeightsBlob
 from .lower.records import KernelCall, LoweredStep, PrefillPlan, SpeculatePlan, StreamPlan, planned_count
 from .plan.memory import MemoryPlan
 from .quant.formats import QuantizedGraph
+from .quant.kv import KVBits
 from .reference import exact
 from .verify import GraphError
 
@@ -35,7 +36,7 @@ class Program:
     rope_sin: VectorRef
     attention_scale: np.float32
     group_size: int
-    kv_bits: int
+    kv_bits: KVBits  # quant/kv.py
     kernels: str
     sampler: str
     head_start: int  # calls[head_start:] are the head (LoweredStep.head_start)

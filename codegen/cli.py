@@ -10,10 +10,10 @@ import click
 from . import __version__
 from .abi import GROUP_SIZES
 from .errors import UserError, one_line
-from .quant.kv import KV_ROTATIONS, kv_rotation, kv_rotation_note
+from .quant.kv import KV4, KV8, KV_BITS_CHOICES, KV_ROTATIONS, kv_rotation, kv_rotation_note, parse_kv_bits
 
 GROUP_CHOICES = [str(g) for g in GROUP_SIZES]  # --group-size, stated once (abi.py)
-KV_CHOICES = ["8", "4"]
+EVAL_KV_DEFAULT = (KV8, KV4)  # eval's comparison without --kv-bits (8:4 when asked for)
 
 
 
@@ -110,6 +110,21 @@ class _MaxSeq(click.ParamType):
 
 MAX_SEQ = _MaxSeq()
 
+
+class _KVBitsType(click.ParamType):
+    """--kv-bits through quant/kv.parse_kv_bits: a typed KVBits, or click's one-line refusal naming the choices."""
+
+    name = "|".join(KV_BITS_CHOICES)
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_kv_bits(value)
+        except UserError:
+            self.fail(f"{value!r} is not one of {', '.join(KV_BITS_CHOICES)}", param, ctx)
+
+
+KV_BITS = _KVBitsType()
+
 _chat_option = click.option(
     "--chat", is_flag=True,
     help="Wrap --prompt as one user turn of the model's ChatML chat template, plus the assistant's start.")
@@ -133,8 +148,8 @@ def _quant_options(f):
                      help="Hadamard rotation of each head's k and q before the int4 KV cache quantizes them "
                           "(the same scores, far less int4 loss); auto: on for int4 KV where head_dim is a "
                           "power of two. int8 KV is never rotated.")(f)
-    f = click.option("--kv-bits", type=click.Choice(KV_CHOICES), default="8", show_default=True,
-                     help="KV cache precision (4: group-wise int4).")(f)
+    f = click.option("--kv-bits", type=KV_BITS, default="8", show_default=True,
+                     help="KV cache precision: 8 (int8), 4 (group-wise int4), 8:4 (int8 K, group-wise int4 V).")(f)
     f = click.option("--group-size", type=click.Choice(GROUP_CHOICES), default="32", show_default=True,
                      help="INT4 weight group size along the input dimension.")(f)
     f = click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
@@ -177,7 +192,7 @@ _sampler_option = click.option(
 def _compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate="auto"):
     from .compile import CompileOptions, parse_size
 
-    return CompileOptions(board=board, group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq,
+    return CompileOptions(board=board, group_size=int(group_size), kv_bits=kv_bits, max_seq=max_seq,
                           ram_budget=parse_size(ram_budget), kv_rotate=kv_rotate)
 
 
@@ -301,8 +316,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
         click.echo(f"KV cache {p.kv_cache_bytes:,} B in {', '.join(p.kv_cache_regions)} (outside the RAM budget)")
     if compiled.trade_off:
         click.echo(compiled.trade_off)
-    if kv_rotation_note(kv_rotate, int(kv_bits), compiled.model.graph.config.head_dim):
-        click.echo(kv_rotation_note(kv_rotate, int(kv_bits), compiled.model.graph.config.head_dim))
+    if kv_rotation_note(kv_rotate, kv_bits, compiled.model.graph.config.head_dim):
+        click.echo(kv_rotation_note(kv_rotate, kv_bits, compiled.model.graph.config.head_dim))
     if compiled.speculate_note:
         click.echo(compiled.speculate_note)
     if compiled.program.stream is not None:
@@ -455,7 +470,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     tok = require_tokenizer(m)
     if sampler == "greedy" and temperature > 0:
         raise UserError("--sampler greedy decodes greedily only: pass --temperature 0")
-    opts = CompileOptions(group_size=int(group_size), kv_bits=int(kv_bits), max_seq=max_seq, quant=quant,
+    opts = CompileOptions(group_size=int(group_size), kv_bits=kv_bits, max_seq=max_seq, quant=quant,
                           calibration=calibration, weight_quant=weight_quant, kv_rotate=kv_rotate)
     seq = context_for(m, opts, parse_size(ram_budget))  # --max-seq auto: the context compile would pick
     ids = _prompt_ids(tok, prompt, chat)
@@ -609,8 +624,8 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
                    "tensors, its blocks kept as they are (group 32 only), else rtn).")
 @click.option("--group-size", "group_sizes", multiple=True, type=click.Choice(GROUP_CHOICES),
               help="Group sizes (repeatable; default: 32, 64, 128).")
-@click.option("--kv-bits", "kv_bits", multiple=True, type=click.Choice(KV_CHOICES),
-              help="KV cache precisions (repeatable; default: 8, 4).")
+@click.option("--kv-bits", "kv_bits", multiple=True, type=KV_BITS,
+              help="KV cache precisions: 8, 4, 8:4 (repeatable; default: 8, 4).")
 @click.option("--kv-rotate", "kv_rotates", multiple=True, type=click.Choice(KV_ROTATIONS),
               help="Rotations of the int4 KV cache to compare (repeatable; default: auto, Hadamard where "
                    "head_dim is a power of two; int8 KV is never rotated).")
@@ -640,15 +655,16 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, kv_ro
     for w in methods:
         resolve_weight_quant(m, w)  # gguf on a non-GGUF model: a one-line error
     hd = m.graph.config.head_dim
-    rotations = {(int(k), r): kv_rotation(r, int(k), hd) for k in (kv_bits or KV_CHOICES)
-                 for r in (kv_rotates or ("auto",)) if int(k) == 4 or r != "hadamard"}  # int8: never rotated
+    kvs = kv_bits or EVAL_KV_DEFAULT
+    rotations = {(k, r): kv_rotation(r, k, hd) for k in kvs
+                 for r in (kv_rotates or ("auto",)) if k == 4 or r != "hadamard"}  # int8 keys: never rotated
     for (k, r) in rotations:
         if kv_rotation_note(r, k, hd):
             click.echo(kv_rotation_note(r, k, hd), err=True)
     configs = list(dict.fromkeys(
-        QuantConfig(w, int(g), int(k), c, rotations[(int(k), r)]) for w in methods
-        for g in (group_sizes or GROUP_CHOICES) for k in (kv_bits or KV_CHOICES) for r in (kv_rotates or ("auto",))
-        if (int(k), r) in rotations
+        QuantConfig(w, int(g), k, c, rotations[(k, r)]) for w in methods
+        for g in (group_sizes or GROUP_CHOICES) for k in kvs for r in (kv_rotates or ("auto",))
+        if (k, r) in rotations
         for c in ((classifier_quants or ("keep",)) if w == "gguf" else ("keep",))
         if w != "gguf" or g == "32"))  # llama.cpp's blocks are 32 weights
     if not configs:

@@ -37,7 +37,7 @@ from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
-from .quant.kv import kv_rotation, kv_rotation_note
+from .quant.kv import KV8, KVBits, kv_rotation, kv_rotation_note, parse_kv_bits
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
@@ -58,7 +58,7 @@ _VIRTUAL_ROOTS = ("/proc", "/sys", "/dev")
 class CompileOptions:
     board: str = "qemu-mps2-an500"
     group_size: int = 32
-    kv_bits: int = 8
+    kv_bits: KVBits = KV8  # --kv-bits 8, 4 or 8:4 (quant/kv.py; an int or a spelling given here is parsed)
     # int4 KV: Hadamard rotation of k and q per head (quant/kv.py): auto (on where head_dim is a power of two),
     # hadamard, off; resolved into QuantizedGraph.kv_rotate by quantize()
     kv_rotate: str = "auto"
@@ -87,6 +87,9 @@ class CompileOptions:
     speculate: str = "off"
     # when the KV cache is full (context.py): stop (the default), or roll[:sinks] (keep the sinks and a window)
     context_policy: str = "stop"
+
+    def __post_init__(self):
+        object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def fit_request(opts: CompileOptions, board: Board, vocab: tuple[int, int] | Non
 def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
                      roll: ContextRoll | None = None) -> dict:
     """The options the manifest and every banner record."""
-    options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits,
+    options = {"board": opts.board, "group_size": opts.group_size, "kv_bits": opts.kv_bits.json_value(),
                "max_seq": program.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
                "kernels": qg.kernels, "sampler": opts.sampler}
     if qg.kv_bits == 4:  # int4 trees say which rotation their cache uses; int8 trees keep their manifests

@@ -555,6 +555,50 @@ void tllm_hadamard_heads(float *x, int32_t n_heads, int32_t head_dim) {
     }
 }
 
+/* Passes 2 and 3 over one head's int4 values (tllm_attention_kv4 and
+ * tllm_attention_k8v4 alike): scores[0..n) holds pass 1's r, m their maximum,
+ * cl = (q scale * attention scale) * log2(e).  vs/vrow: this kv head's first
+ * value scale/byte of position 0, pos_scales/pos_bytes apart.  vs_max_one:
+ * the maximum value scale when pass 1 found it already (one value group);
+ * negative: found here.  Inlined so that each caller keeps its own registers. */
+static inline __attribute__((always_inline)) void attend_values_kv4(float *scores, float m, float cl, const float *vs,
+                                                                    int32_t pos_scales, float vs_max_one,
+                                                                    const uint8_t *vrow, int32_t pos_bytes, int32_t n,
+                                                                    int32_t group, int32_t ng, int32_t w_limit,
+                                                                    float *o) {
+    int32_t acc[TLLM_MAX_HEAD_DIM];
+    /* Pass 2 as tllm_attention_i8; with one value group the weights
+     * replace the scores in place, with several each group makes its own
+     * from e in pass 3. */
+    float inv[TLLM_MAX_HEAD_DIM], total = 0.0f;
+    for (int32_t g = 0; g < ng; g++) {
+        float vs_max = 0.0f;
+        if (ng == 1 && vs_max_one >= 0.0f) vs_max = vs_max_one;
+        else for (int32_t t = 0; t < n; t++) vs_max = fmaxf(vs_max, vs[t * pos_scales + g]);
+        inv[g] = vs_max >= ATTENTION_VS_MIN ? (float)w_limit / vs_max : 0.0f;
+    }
+    if (ng == 1) {
+        for (int32_t t = 0; t < n; t++) {
+            const float e = exp2_nonpos((scores[t] - m) * cl);
+            total += e;
+            const int32_t wt = round_half_away((e * vs[t * pos_scales]) * inv[0]);
+            memcpy(&scores[t], &wt, 4);
+        }
+    } else {
+        for (int32_t t = 0; t < n; t++) {
+            const float e = exp2_nonpos((scores[t] - m) * cl);
+            total += e;
+            scores[t] = e;
+        }
+    }
+    for (int32_t g = 0; g < ng; g++) {
+        tllm_attention_values_kv4(scores, ng == 1 ? NULL : vs + g, pos_scales, inv[g], vrow + g * group / 2,
+                                  pos_bytes, n, g * group, group, acc);
+        const float out_k = inv[g] > 0.0f ? 1.0f / (inv[g] * total) : 0.0f;
+        for (int32_t c = 0; c < group; c++) o[g * group + c] = (float)acc[c] * out_k;
+    }
+}
+
 /* The int4 attention; with `rotate` each kv head's k and each head's q are
  * Hadamard-rotated (tllm_hadamard_heads) before they are quantized, in the
  * output buffer (k before any head's output is written, q in its own head's
@@ -568,7 +612,6 @@ static void attention_kv4(const tllm_attention_shape *shape, const float *q, con
     const int32_t pos_bytes = n_kv * row_bytes, pos_scales = n_kv * ng, heads_per_kv = shape->n_heads / n_kv;
     const int32_t w_limit = attention_weight_limit(n);
     const float scale = rotate ? shape->scale / (float)hd : shape->scale;
-    int32_t acc[TLLM_MAX_HEAD_DIM];
     for (int32_t kh = 0; kh < n_kv; kh++) {
         const float *kr = k + kh * hd;
         if (rotate) {
@@ -595,37 +638,8 @@ static void attention_kv4(const tllm_attention_shape *shape, const float *q, con
         tllm_quantize_i8(qh, hd, hd, q8, &qs);
         const float m = tllm_attention_scores_kv4(q8, hd, group, kv->k + kh * row_bytes, pos_bytes,
                                                   kv->k_scale + kh * ng, pos_scales, n, scores);
-        const float cl = (qs * scale) * EXP_LOG2E;
-        /* Pass 2 as tllm_attention_i8; with one value group the weights
-         * replace the scores in place, with several each group makes its own
-         * from e in pass 3. */
-        float inv[TLLM_MAX_HEAD_DIM], total = 0.0f;
-        for (int32_t g = 0; g < ng; g++) {
-            float vs_max = 0.0f;
-            for (int32_t t = 0; t < n; t++) vs_max = fmaxf(vs_max, vs[t * pos_scales + g]);
-            inv[g] = vs_max >= ATTENTION_VS_MIN ? (float)w_limit / vs_max : 0.0f;
-        }
-        if (ng == 1) {
-            for (int32_t t = 0; t < n; t++) {
-                const float e = exp2_nonpos((scores[t] - m) * cl);
-                total += e;
-                const int32_t wt = round_half_away((e * vs[t * pos_scales]) * inv[0]);
-                memcpy(&scores[t], &wt, 4);
-            }
-        } else {
-            for (int32_t t = 0; t < n; t++) {
-                const float e = exp2_nonpos((scores[t] - m) * cl);
-                total += e;
-                scores[t] = e;
-            }
-        }
-        float *o = out + h * hd;
-        for (int32_t g = 0; g < ng; g++) {
-            tllm_attention_values_kv4(scores, ng == 1 ? NULL : vs + g, pos_scales, inv[g], vrow + g * group / 2,
-                                      pos_bytes, n, g * group, group, acc);
-            const float out_k = inv[g] > 0.0f ? 1.0f / (inv[g] * total) : 0.0f;
-            for (int32_t c = 0; c < group; c++) o[g * group + c] = (float)acc[c] * out_k;
-        }
+        attend_values_kv4(scores, m, (qs * scale) * EXP_LOG2E, vs, pos_scales, -1.0f, vrow, pos_bytes, n, group,
+                          hd / group, w_limit, out + h * hd);
     }
 }
 
@@ -645,19 +659,27 @@ static void rope_back(float *x, int32_t head_dim, const float *cos, const float 
     }
 }
 
+/* Row s's int8 keys, turned back, into row r (tllm_kv_shift_i8 and _k8v4). */
+static inline __attribute__((always_inline)) void shift_keys_i8(int32_t hd, int32_t n_kv, int8_t *k, float *k_scale,
+                                                                int32_t r, int32_t s, const float *cos,
+                                                                const float *sin) {
+    const int32_t kv_dim = n_kv * hd;
+    float x[TLLM_MAX_HEAD_DIM];
+    for (int32_t kh = 0; kh < n_kv; kh++) {
+        const int8_t *q = k + s * kv_dim + kh * hd;
+        const float scale = k_scale[s * n_kv + kh];
+        for (int32_t i = 0; i < hd; i++) x[i] = (float)q[i] * scale;
+        rope_back(x, hd, cos, sin);
+        tllm_quantize_i8(x, hd, hd, k + r * kv_dim + kh * hd, k_scale + r * n_kv + kh);
+    }
+}
+
 void tllm_kv_shift_i8(const tllm_attention_shape *shape, const tllm_kv_layer *kv, int32_t to, int32_t delta,
                       int32_t n_rows, const float *cos, const float *sin) {
     const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, kv_dim = n_kv * hd;
-    float x[TLLM_MAX_HEAD_DIM];
     for (int32_t r = to; r < to + n_rows; r++) {
         const int32_t s = r + delta;
-        for (int32_t kh = 0; kh < n_kv; kh++) {
-            const int8_t *q = kv->k + s * kv_dim + kh * hd;
-            const float scale = kv->k_scale[s * n_kv + kh];
-            for (int32_t i = 0; i < hd; i++) x[i] = (float)q[i] * scale;
-            rope_back(x, hd, cos, sin);
-            tllm_quantize_i8(x, hd, hd, kv->k + r * kv_dim + kh * hd, kv->k_scale + r * n_kv + kh);
-        }
+        shift_keys_i8(hd, n_kv, kv->k, kv->k_scale, r, s, cos, sin);
         memcpy(kv->v + r * kv_dim, kv->v + s * kv_dim, (size_t)kv_dim);
         memcpy(kv->v_scale + r * n_kv, kv->v_scale + s * n_kv, (size_t)n_kv * sizeof(float));
     }
@@ -710,3 +732,48 @@ void tllm_attention_kv4_hadamard(const tllm_attention_shape *shape, const float 
                                  const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
     attention_kv4(shape, q, k, v, kv, pos, q8, scores, out, 1);
 }
+
+/* ---- int8 K, int4 V (--kv-bits 8:4; twin: exact.attention_k8v4) ----
+ * Pass 1 is tllm_attention_i8's over the int8 keys, passes 2 and 3 are
+ * tllm_attention_kv4's over the int4 values: the same float operations in
+ * the same order as each half's own kernel. */
+void tllm_attention_k8v4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                         const tllm_kv8v4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out) {
+    const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads, group = kv->group, ng = hd / group;
+    const int32_t kv_dim = n_kv * hd, row_bytes = hd / 2, n = pos + 1;
+    const int32_t pos_bytes = n_kv * row_bytes, pos_scales = n_kv * ng, heads_per_kv = shape->n_heads / n_kv;
+    const int32_t w_limit = attention_weight_limit(n);
+    for (int32_t kh = 0; kh < n_kv; kh++) {
+        tllm_quantize_i8(k + kh * hd, hd, hd, kv->k + pos * kv_dim + kh * hd, kv->k_scale + pos * n_kv + kh);
+        tllm_quantize_i4(v + kh * hd, hd, group, kv->v + pos * pos_bytes + kh * row_bytes,
+                         kv->v_scale + pos * pos_scales + kh * ng);
+    }
+    for (int32_t h = 0; h < shape->n_heads; h++) {
+        const int32_t kh = h / heads_per_kv;
+        const float *vs = kv->v_scale + kh * ng;
+        float qs = 0.0f, vs_max = 0.0f;
+        tllm_quantize_i8(q + h * hd, hd, hd, q8, &qs);
+        /* With one value group its scales are n_kv floats apart, as the key
+         * scales are: pass 1 finds their maximum on the way.  With several it
+         * reads the key scales in their place and pass 2 finds each group's. */
+        const float m = tllm_attention_scores_i8(q8, hd, kv->k + kh * hd, kv_dim, kv->k_scale + kh,
+                                                 ng == 1 ? vs : kv->k_scale + kh, n_kv, n, scores, &vs_max);
+        attend_values_kv4(scores, m, (qs * shape->scale) * EXP_LOG2E, vs, pos_scales, ng == 1 ? vs_max : -1.0f,
+                          kv->v + kh * row_bytes, pos_bytes, n, group, ng, w_limit, out + h * hd);
+    }
+}
+
+/* Context shift of the 8:4 cache (twin: exact.kv_shift_k8v4): keys as
+ * tllm_kv_shift_i8 turns them, values (int4 bytes and group scales) moved as they are. */
+void tllm_kv_shift_k8v4(const tllm_attention_shape *shape, const tllm_kv8v4_layer *kv, int32_t to, int32_t delta,
+                        int32_t n_rows, const float *cos, const float *sin) {
+    const int32_t hd = shape->head_dim, n_kv = shape->n_kv_heads;
+    const int32_t v_bytes = n_kv * hd / 2, v_scales = n_kv * (hd / kv->group);
+    for (int32_t r = to; r < to + n_rows; r++) {
+        const int32_t s = r + delta;
+        shift_keys_i8(hd, n_kv, kv->k, kv->k_scale, r, s, cos, sin);
+        memcpy(kv->v + r * v_bytes, kv->v + s * v_bytes, (size_t)v_bytes);
+        memcpy(kv->v_scale + r * v_scales, kv->v_scale + s * v_scales, (size_t)v_scales * sizeof(float));
+    }
+}
+

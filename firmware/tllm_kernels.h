@@ -130,6 +130,29 @@ void tllm_hadamard_heads(float *x, int32_t n_heads, int32_t head_dim);
 void tllm_attention_kv4_hadamard(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                                  const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
 
+/* One layer's 8:4 cache (--kv-bits 8:4, codegen/quant/kv.py): keys as
+ * tllm_kv_layer stores them (int8 [max_seq][n_kv_heads][head_dim], one float32
+ * scale per row), values as tllm_kv4_layer stores them (int4, low nibble
+ * first, [max_seq][n_kv_heads][head_dim/2] bytes, float32 scales
+ * [max_seq][n_kv_heads][head_dim/group]). */
+typedef struct {
+    int8_t *k;
+    uint8_t *v;
+    float *k_scale;
+    float *v_scale;
+    uint16_t group; /* value elements per scale; divides head_dim */
+} tllm_kv8v4_layer;
+
+/* Attention over the 8:4 cache: tllm_attention_i8's scores over the int8
+ * keys, tllm_attention_kv4's weights and value sums over the int4 values.
+ * Twin: exact.attention_k8v4. */
+void tllm_attention_k8v4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
+                         const tllm_kv8v4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
+/* Context shift of the 8:4 cache: keys as tllm_kv_shift_i8, values moved as
+ * they are.  Twin: exact.kv_shift_k8v4. */
+void tllm_kv_shift_k8v4(const tllm_attention_shape *shape, const tllm_kv8v4_layer *kv, int32_t to, int32_t delta,
+                        int32_t n_rows, const float *cos, const float *sin);
+
 /* a += b */
 void tllm_add(float *a, const float *b, int32_t n);
 

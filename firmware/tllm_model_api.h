@@ -56,7 +56,7 @@ typedef struct {
     uint32_t discard; /* positions dropped per shift, the oldest after the sinks */
     /* Every layer's KV rows sinks + discard .. sinks + discard + n_rows - 1
      * move to rows sinks .., each key turned back by discard positions
-     * (tllm_kv_shift_i8 / tllm_kv_shift_kv4). */
+     * (tllm_kv_shift_i8 / tllm_kv_shift_kv4 / tllm_kv_shift_k8v4). */
     void (*shift)(int32_t n_rows);
 } tllm_context_roll;
 

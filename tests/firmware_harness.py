@@ -62,13 +62,14 @@ class Built:
     kv_rotate: str = "auto"  # --kv-rotate (int4 KV: auto is Hadamard where head_dim is a power of two)
 
 
-def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int = 8, kernels: str = "auto",
+def build_case(root: Path, shape: str, group: int, board: str, kv_bits: int | str = 8, kernels: str = "auto",
                quant: str = "group", cmsis_nn: Path | None = None, sampler: str = "full",
                kv_rotate: str = "auto") -> Built:
     model_dir = root / f"model-{shape}"
     if not model_dir.exists():
         make_hf_model(model_dir, eos=None, **SHAPES[shape])
-    out = root / (f"out-{shape}-g{group}-{board}-kv{kv_bits}-{kernels}-{quant}-{'cmsis' if cmsis_nn else 'own'}"
+    kv_tag = str(kv_bits).replace(":", "v")  # "8:4" -> "8v4": no colon in a build path
+    out = root / (f"out-{shape}-g{group}-{board}-kv{kv_tag}-{kernels}-{quant}-{'cmsis' if cmsis_nn else 'own'}"
                   f"-{sampler}" + ("" if kv_rotate == "auto" else f"-rotate-{kv_rotate}"))
     compiled = compile_path(model_dir, CompileOptions(board=board, group_size=group, kv_bits=kv_bits,
                                                       kernels=kernels, quant=quant, sampler=sampler,

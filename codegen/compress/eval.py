@@ -27,6 +27,7 @@ from ..reference.sequence import SeqFloatKernels, SeqQuantKernels, run_sequence
 from ..quant.calibrated import calibration_documents, quantize_calibrated
 from ..quant.classifier_q4 import requantize_classifier
 from ..quant.gguf_keep import quantize_gguf
+from ..quant.kv import KVBits, parse_kv_bits
 
 DOC_SEPARATOR = "\n\n"
 DEFAULT_MAX_TOKENS = 20000
@@ -119,7 +120,7 @@ def score(graph, kernels, docs: Sequence[Sequence[int]], reference: Score | None
 class QuantConfig:
     weight_quant: str  # "gguf" (quant/gguf_keep.py) | "rtn" | "clip" | "awq" (quant/calibrated.py)
     group_size: int
-    kv_bits: int
+    kv_bits: KVBits  # quant/kv.py: 8, 4 or 8:4
     classifier_quant: str = "keep"  # gguf only: "q4" re-rounds the kept classifier (quant/classifier_q4.py)
     kv_rotate: str = "off"  # the int4 cache's rotation, resolved (quant/kv.kv_rotation): hadamard | off
 
@@ -141,7 +142,8 @@ def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Seque
     for cfg in configs:
         qs = score(g, SeqQuantKernels(quantizer(cfg), ctx), docs, reference=fp, progress=progress)
         result["configs"][cfg.name] = {
-            "weight_quant": cfg.weight_quant, "group_size": cfg.group_size, "kv_bits": cfg.kv_bits,
+            "weight_quant": cfg.weight_quant, "group_size": cfg.group_size,
+            "kv_bits": parse_kv_bits(cfg.kv_bits).json_value(),
             "kv_rotate": cfg.kv_rotate,
             "classifier_quant": cfg.classifier_quant,
             "ce": qs.ce, "ppl": qs.ppl, "ppl_delta_pct": 100.0 * (qs.ppl / fp.ppl - 1.0),

@@ -31,7 +31,7 @@ from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
 from ..plan.traffic import kv_read, traffic_of
-from ..quant.kv import kv_layout
+from ..quant.kv import KV8V4, kv_layout
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from ..timing import LOOKUP_ACCEPTANCE, build_mode, predicted_for, speculative_prediction
@@ -210,7 +210,8 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "version": __version__, "abi_version": ABI_VERSION, "model_sha256": program.blob.sha256,
         "arch": c.arch, "n_params": f"{c.n_params():,}",
         "option_lines": _option_lines([f"{k}={options[k]}" for k in sorted(options)]),
-        "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits,
+        "c": c, "max_seq": program.max_seq, "group_size": program.group_size, "kv_bits": program.kv_bits.k,
+        "kv_v_bits": program.kv_bits.v, "kv_mixed": program.kv_bits.mixed,
         "plan": plan, "buffers": buffers, "canary_offset": plan.arena_bytes - CANARY_BYTES,
         "blob_bytes": len(program.blob.data), "blob_checksum": program.blob.checksum,
         "weights_external": board.weights.storage == "external",
@@ -228,9 +229,9 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "board_config": config_header(board, sdram_used=plan.external_bytes > 0),  # bringup.c starts the SDRAM
         "arena_regions": arena_regions(plan, board),
         "budget_arena_regions": [r for r in arena_regions(plan, board) if not r["external"]],
-        "kv4": program.kv_bits == 4,
+        "kv4": program.kv_bits == 4, "k8v4": program.kv_bits == KV8V4,
         "kv4_hadamard": any(isinstance(c.args, Attention) and c.args.rotate for c in program.calls),  # the shift undoes it
-        "kv4_group": kv_layout(c, 4).group if program.kv_bits == 4 else 0, "greedy": program.greedy,
+        "kv4_group": kv_layout(c, 4).group if program.kv_bits.v == 4 else 0, "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
         "speculate_k": program.speculate.k if program.speculate is not None else 0,
         "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",

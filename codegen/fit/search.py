@@ -45,6 +45,7 @@ from ..lower.prefill import batch_step, unbatchable
 from ..lower.records import LoweredStep, StepSource, StreamOptions
 from ..lower.speculate import speculate_step
 from ..lower.step import with_kv_bits
+from ..quant.kv import KV4, KV8
 from ..lower.stream import MODES, choose_pinned, pin_candidates, stream_step
 from ..plan.codesize import CodeFlash, check_code_flash, code_flash
 from ..plan.lifetimes import Lifetimes, lifetimes_of
@@ -210,7 +211,7 @@ class Planner:
             bigger = -(-need // 1024) * 1024
             if self.plan(step, plan.max_seq, bigger).fits:
                 out.append(f"--ram-budget {bigger // 1024}K")
-        if step.kv_bits == 8:
+        if step.kv_bits != 4:  # int8 or 8:4: int4 KV is the smaller cache
             kv4 = with_kv_bits(step, 4)
             if self.plan(kv4, plan.max_seq).fits:
                 out.append("--kv-bits 4")
@@ -226,7 +227,7 @@ class Planner:
         return out
 
     def explain_over(self, step: LoweredStep, plan: MemoryPlan) -> str:
-        kv = f"KV cache int{plan.kv_bits} at {plan.max_seq} tokens is {plan.kv_cache_bytes:,} B"
+        kv = f"KV cache {plan.kv_bits.describe()} at {plan.max_seq} tokens is {plan.kv_cache_bytes:,} B"
         on_chip = {r.name for r in plan.regions if not r.external}
         kv_on_chip = sum(b.size for b in plan.buffers if b.request.kind == "kv" and b.region in on_chip)
         act = plan.arena_bytes - kv_on_chip - CANARY_BYTES * len(on_chip)
@@ -263,12 +264,12 @@ class SeqNote:
         if self.planner is None:
             return ""
         step, p = self.step, self.planner
-        other = 4 if step.kv_bits == 8 else 8
+        other = KV4 if step.kv_bits == 8 else KV8  # 8:4 beside int8, the cache it saves on
         alt = p.largest_fitting_seq(with_kv_bits(step, other), step.config.max_seq)
         alt_text = f"{alt} tokens" if alt else "nothing"
         where = f"in {p.budget:,} B" if p.kv_region is None else f"in {p.kv_region} (the rest in {p.budget:,} B)"
-        return (f"--max-seq auto: {self.chosen} tokens with int{step.kv_bits} KV {where} "
-                f"(int{other} KV would fit {alt_text}; the model's context is {step.config.max_seq})"
+        return (f"--max-seq auto: {self.chosen} tokens with {step.kv_bits.describe()} KV {where} "
+                f"({other.describe()} KV would fit {alt_text}; the model's context is {step.config.max_seq})"
                 + self.region_text())
 
     def region_text(self) -> str:

@@ -1,14 +1,16 @@
 """RoPE and attention over the KV cache.
 
 Attention stores this position's k and v (int8 with one scale per head,
-tllm_attention_i8, or group-wise int4, tllm_attention_kv4: quant/kv.py),
-then attends over positions 0..pos.  In a batched prefill it runs token by
-token in order, so its query and score scratch hold one token's values."""
+tllm_attention_i8, group-wise int4, tllm_attention_kv4, or int8 k with
+group-wise int4 v, tllm_attention_k8v4: quant/kv.py), then attends over
+positions 0..pos.  In a batched prefill it runs token by token in order, so
+its query and score scratch hold one token's values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..quant.kv import KV4, KV8, KV8V4, KVBits
 from .base import Kernel
 from .c_text import CArg, CCall, KV, buf, fixed, shape
 from .refs import BufferRef
@@ -38,6 +40,9 @@ class Attention(Kernel):
     # the int4 KV kernels (measured), with the rotation: both entry points share one body that holds
     # tllm_hadamard_heads inlined, so rotated and unrotated images are the same size
     KV4_CODE_BYTES: ClassVar[int] = 1_184
+    # tllm_attention_k8v4 (the int8 key pass, the int4 value passes, tllm_quantize_i4) in place of
+    # tllm_attention_i8: measured +980 B of text over the int8 build of story-260k on the DK
+    K8V4_CODE_BYTES: ClassVar[int] = 980
     layer: int
     q: BufferRef
     k: BufferRef
@@ -49,20 +54,28 @@ class Attention(Kernel):
     q8: BufferRef
     scores: BufferRef
     out: BufferRef
-    kv_bits: int = 8
-    group: int = 0  # int4 elements per scale along head_dim (kv_bits 4)
+    kv_bits: KVBits = KV8
+    group: int = 0  # int4 elements per scale along head_dim (an int4 V: kv_bits 4 or 8:4)
     rotate: bool = False  # int4 only: k and q Hadamard-rotated per head before quantizing (--kv-rotate)
 
     def c_call(self) -> CCall:
-        fn, table = ("tllm_attention_kv4", "KV4") if self.kv_bits == 4 else ("tllm_attention_i8", "KV")
+        fn, table = self.c_function()
         if self.rotate:
             fn += "_hadamard"
         kv = CArg(f"&{table}[{self.layer}]", KV, self.layer, name=table)  # name: the table the loop indexes with l
         return CCall(fn, (fixed("&ATTENTION_SHAPE"), buf(self.q), buf(self.k), buf(self.v), kv, fixed("pos"),
                           buf(self.q8), buf(self.scores), buf(self.out)))
 
+    def c_function(self) -> tuple[str, str]:
+        """The C kernel (before any _hadamard) and the layer table it reads (tllm_model.c.j2)."""
+        if self.kv_bits == 4:
+            return "tllm_attention_kv4", "KV4"
+        if self.kv_bits == KV8V4:
+            return "tllm_attention_k8v4", "KV8V4"
+        return "tllm_attention_i8", "KV"
+
     def describe(self) -> tuple[str, BufferRef]:
-        kv = f"int4 KV g{self.group}" if self.kv_bits == 4 else "int8 KV"
+        kv = {KV4: f"int4 KV g{self.group}", KV8V4: f"int8 K int4 V g{self.group}"}.get(self.kv_bits, "int8 KV")
         if self.rotate:
             kv += " Hadamard-rotated"
         return f"attention over {kv} (stores k,v at pos)", self.out

@@ -164,7 +164,7 @@ def split_interleaved(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return gate, up
 
 
-def read_blob(data: bytes, entries: Sequence[BlobEntry], config: ModelConfig, group_size: int, kv_bits: int,
+def read_blob(data: bytes, entries: Sequence[BlobEntry], config: ModelConfig, group_size: int, kv_bits,
               kernels: str) -> QuantizedGraph:
     """build_blob's inverse for the group-wise schemes: the QuantizedGraph whose
     blob `data` is (entries: its table, as the manifest records it), so the

@@ -17,6 +17,7 @@ from ..ir import Graph, ModelConfig
 from ..kernels import Kernel
 from ..kernels.refs import BufferRef
 from ..quant.formats import QuantizedGraph
+from ..quant.kv import KVBits, parse_kv_bits
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,15 @@ class StepSource:
 
     graph: Graph
     group_size: int
-    kv_bits: int
+    kv_bits: KVBits  # quant/kv.py (an int or "8:4" given here is parsed)
     kernels: str = "portable"  # "portable" | "cortex-m7": the weight layout and the activation scratch
     method: str = "rtn"  # the weight scheme (quant/formats.WEIGHT_QUANTS, or "per-channel")
     kept: tuple[tuple[str, str], ...] = ()  # (weight, GGUF qtype) of matrices whose llama.cpp blocks are kept
     static: Mapping[str, object] = field(default_factory=dict)  # per-channel: output value -> StaticLinear
     kv_rotate: str = "off"  # the int4 cache's rotation, resolved (quant/kv.kv_rotation): "hadamard" | "off"
+
+    def __post_init__(self):
+        object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
 
     @property
     def config(self) -> ModelConfig:
@@ -160,7 +164,7 @@ class LoweredStep:
     decls: tuple[BufferDecl, ...]  # every buffer, in order of first use
     logits: BufferRef
     group_size: int
-    kv_bits: int
+    kv_bits: KVBits
     kernels: str
     sampler: str
     # calls[head_start:] are the head: the final norm and the classifier, the

@@ -39,7 +39,7 @@ from ..kernels import (Add, ArgmaxClassifier, Attention, EmbedGGUF, EmbedQ4, FcS
 from ..kernels.classifier import chunk_rows_for
 from ..kernels.refs import BufferRef, FcS4PcRef, GGUFRef, Q4Ref, VectorRef
 from ..quant.formats import n_groups, x16_stream_bytes
-from ..quant.kv import kv_layout
+from ..quant.kv import KVBits, kv_layout, kv_layouts, parse_kv_bits
 from ..reference import exact
 from ..reference.executor import head_start_node
 from ..reference.sampler import top_k_of
@@ -270,39 +270,50 @@ class _Lowering:
 
     def attention(self, node: Node) -> None:
         layer, ins = int(node.attrs["layer"]), node.inputs
-        lay, kv = f"l{layer}", kv_layout(self.c, self.src.kv_bits)
+        lay, bits = f"l{layer}", self.src.kv_bits
+        halves = dict(zip(("k", "v"), kv_layouts(self.c, bits)))  # K and V laid out apart (8:4 differs)
         caches = [self.new(f"{lay}.{part}_cache", kv.ctype, 0, "kv", "always", per_seq=kv.bytes_per_pos)
-                  for part in ("k", "v")]
+                  for part, kv in halves.items()]
         scales = [self.new(f"{lay}.{part}_scale", "float", 0, "kv", "always", per_seq=kv.scales_per_pos)
-                  for part in ("k", "v")]
+                  for part, kv in halves.items()]
         # not ".att.q8": the output value "l<i>.att" has that quantized copy
         q8 = self.new(lay + ".att.query_i8", "int8_t", self.c.head_dim, "scratch")
         scores = self.new(lay + ".att.scores", "float", 0, "scratch", per_seq=1)
-        group = kv.group if self.src.kv_bits == 4 else 0
         self.emit(Attention(layer, self.val(ins[0]), self.val(ins[1]), self.val(ins[2]), caches[0], caches[1],
-                            scales[0], scales[1], q8, scores, self.out_value(node), kv_bits=self.src.kv_bits,
-                            group=group, rotate=self.src.kv_bits == 4 and self.src.kv_rotate == "hadamard"), node)
+                            scales[0], scales[1], q8, scores, self.out_value(node), kv_bits=bits,
+                            group=kv4_group_of(self.c, bits), rotate=bits == 4 and self.src.kv_rotate == "hadamard"),
+                  node)
 
 
-def with_kv_bits(step: LoweredStep, bits: int) -> LoweredStep:
+def kv4_group_of(config, bits: KVBits) -> int:
+    """The int4 elements per scale of a cache with an int4 half (its V, or both), else 0."""
+    return kv_layout(config, 4).group if bits.v == 4 else 0
+
+
+def with_kv_bits(step: LoweredStep, bits) -> LoweredStep:
     """The same step with another KV cache precision (the attention calls and
     the caches' declarations): what `--max-seq auto`'s note and the fixes of
     an over-budget plan compare, without lowering the graph again."""
+    bits = parse_kv_bits(bits)
     if bits == step.kv_bits:
         return step
-    kv = kv_layout(step.config, bits)
-    per_seq = {"cache": kv.bytes_per_pos, "scale": kv.scales_per_pos}
-    ctype = {"cache": kv.ctype, "scale": "float"}
+    halves = dict(zip(("k", "v"), kv_layouts(step.config, bits)))
     decls = []
     for d in step.decls:
-        part = d.name.rsplit("_", 1)[-1] if d.kind == "kv" else ""
-        decls.append(dataclasses.replace(d, ctype=ctype[part], per_seq=per_seq[part]) if part else d)
+        # "l3.k_cache" -> ("k", "cache")
+        half, part = d.name.rsplit(".", 1)[-1].split("_", 1) if d.kind == "kv" else ("", "")
+        if part:
+            kv = halves[half]
+            d = dataclasses.replace(d, ctype=kv.ctype if part == "cache" else "float",
+                                    per_seq=kv.bytes_per_pos if part == "cache" else kv.scales_per_pos)
+        decls.append(d)
     calls = []
     for call in step.calls:
         a = call.args
         if isinstance(a, Attention):
-            caches = {f: dataclasses.replace(getattr(a, f), ctype=kv.ctype) for f in ("k_cache", "v_cache")}
-            a = dataclasses.replace(a, kv_bits=bits, group=kv.group if bits == 4 else 0,
+            caches = {f"{h}_cache": dataclasses.replace(getattr(a, f"{h}_cache"), ctype=halves[h].ctype)
+                      for h in ("k", "v")}
+            a = dataclasses.replace(a, kv_bits=bits, group=kv4_group_of(step.config, bits),
                                     rotate=a.rotate and bits == 4, **caches)
         calls.append(dataclasses.replace(call, args=a))
     return dataclasses.replace(step, calls=tuple(calls), decls=tuple(decls), kv_bits=bits)

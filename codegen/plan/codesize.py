@@ -8,6 +8,7 @@ arm-none-eabi-size's sections):
     RUNTIME[kernel set]                   runtime, console, board code, vectors, the step's loop
   + PER_LAYER[form][kernel set] x layers  a layer's table entry and descriptors (loop), or its calls (unrolled)
   + KV4 when --kv-bits 4                  the int4 KV kernels
+  + K8V4 when --kv-bits 8:4               the int8-K int4-V attention kernel
   + GREEDY when --sampler greedy          the streamed argmax
   + STREAM + STREAM_PER_LAYER[form] x layers  the stream runtime and streamed calls (--stream; only
                                           the pins' boot copy when every matrix is pinned)
@@ -105,6 +106,8 @@ def _kernel_bytes(step: LoweredStep) -> int:
     total = sum(dict(part for call in step.calls for part in call.args.code_parts()).values())
     if step.kv_bits == 4:
         total += Attention.KV4_CODE_BYTES
+    elif step.kv_bits.mixed:
+        total += Attention.K8V4_CODE_BYTES
     return total
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 import json
 
+from ..quant.kv import parse_kv_bits
 from .report import kv_region_line
 
 COLORS = {"kv": "#4e79a7", "activation": "#f28e2b", "scratch": "#e15759", "logits": "#76b7b2",
@@ -58,15 +59,21 @@ def _kib(n: int) -> str:
     return f"{n:,} B ({n / 1024:.1f} KiB)"
 
 
+def _per_position(doc: dict) -> str:
+    """K and V bytes per position (plans written before they were recorded have none)."""
+    per = doc.get("kv_bytes_per_position")
+    return f" ({per['k']:,} B of K + {per['v']:,} B of V per position)" if per else ""
+
+
 def report_md(doc: dict, elf: dict | None = None) -> str:
     """`doc`: plan_json(...) plus weights; `elf`: elf_usage(...) after a build."""
     fits = "fits" if doc["fits"] else "DOES NOT FIT"
     lines = [f"# tinyllm-gen memory report: board `{doc['board']}`", "",
              f"**Budget:** {_kib(doc['total_sram_bytes'])} planned of {_kib(doc['budget_bytes'])} ({fits}); "
              f"the board has {_kib(doc['board_sram_bytes'])} of plannable SRAM.", "",
-             f"Context {doc['max_seq']} tokens, KV cache int{doc['kv_bits']}"
+             f"Context {doc['max_seq']} tokens, KV cache {parse_kv_bits(doc['kv_bits']).describe()}"
              f"{' (Hadamard-rotated k and q)' if doc.get('kv_rotate') == 'hadamard' else ''}: "
-             f"{_kib(doc['kv_cache_bytes'])}. "
+             f"{_kib(doc['kv_cache_bytes'])}{_per_position(doc)}. "
              f"Stack {_kib(doc['stack_bytes'])} and runtime statics reserve {_kib(doc['runtime_static_bytes'])} "
              f"in `{doc['stack_region']}`."
              + (f" {kv_region_line(doc)}." if kv_region_line(doc) else ""), "",

@@ -21,7 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..memory_map import BoardMemory
-from .lifetimes import BufferRequest, Lifetimes
+from ..quant.kv import KV8, KVBits, parse_kv_bits
+from .lifetimes import CTYPE_BYTES, BufferRequest, Lifetimes
 from .placer import overlapping_pairs_regions, peak_live_bytes, place_regions
 
 CANARY_BYTES = 16  # guard words after each region's arena, checked after each generation
@@ -83,7 +84,7 @@ class MemoryPlan:
     budget_bytes: int
     regions: tuple[RegionPlan, ...] = ()  # regions holding buffers, board order
     board: str = "host"
-    kv_bits: int = 8
+    kv_bits: KVBits = KV8  # quant/kv.py
     kv_rotate: str = "off"  # the int4 cache's rotation ("hadamard" | "off", quant/kv.py): code, not memory
     sram_bytes: int = 0  # the board's plannable RAM (ceiling for --ram-budget)
     stack_region: str = "ram"
@@ -97,6 +98,13 @@ class MemoryPlan:
     @property
     def fits(self) -> bool:
         return self.total_bytes <= self.budget_bytes and all(r.fits for r in self.regions)
+
+    def kv_bytes_per_position(self, part: str) -> int:
+        """Bytes one more position costs in `part` ("k" or "v"), values and
+        scales over all layers: the cache's declarations' own counts (lower/step.py)."""
+        names = (f".{part}_cache", f".{part}_scale")
+        return sum(b.request.count * CTYPE_BYTES[b.request.ctype] for b in self.buffers
+                   if b.request.kind == "kv" and b.name.endswith(names)) // max(1, self.max_seq)
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -132,7 +140,7 @@ def _kv_to(buffers, region: str | None):
 
 
 def plan_lifetimes(life: Lifetimes, max_seq: int, budget: int, stack: int, mem: BoardMemory,
-                   kv_bits: int, kv_region: str | None = None) -> MemoryPlan:
+                   kv_bits: KVBits, kv_region: str | None = None) -> MemoryPlan:
     """Place a step's buffers (their lifetimes, lifetimes_of) at this
     context in the board's regions: the plan, fitting or not (`fits`).
     kv_region: a "kv" region's name, where the KV cache goes (None: SRAM)."""
@@ -168,7 +176,7 @@ def plan_lifetimes(life: Lifetimes, max_seq: int, budget: int, stack: int, mem: 
         arena_bytes=sum(r.arena_bytes for r in on_chip),
         lower_bound_bytes=sum(r.lower_bound_bytes for r in on_chip), peak_time=at,
         stack_bytes=stack, runtime_static_bytes=RUNTIME_STATIC_BYTES, budget_bytes=budget,
-        regions=tuple(regions), board=mem.board, kv_bits=kv_bits, sram_bytes=mem.sram_bytes,
+        regions=tuple(regions), board=mem.board, kv_bits=parse_kv_bits(kv_bits), sram_bytes=mem.sram_bytes,
         stack_region=mem.stack_region, external_bytes=sum(r.arena_bytes for r in regions if r.external),
         kv_region_option=("sdram" if kv_region else "sram") if mem.kv_regions else "",
     )

@@ -25,7 +25,9 @@ def plan_json(plan: MemoryPlan) -> dict:
         "max_seq": plan.max_seq,
         "bytes_by_kind": dict(sorted(kinds.items())),
         "board": plan.board,
-        "kv_bits": plan.kv_bits,
+        "kv_bits": plan.kv_bits.json_value(),
+        # one more token of context, K and V apart (values and scales, all layers): what --max-seq trades
+        "kv_bytes_per_position": {"k": plan.kv_bytes_per_position("k"), "v": plan.kv_bytes_per_position("v")},
         "board_sram_bytes": plan.sram_bytes,
         "stack_region": plan.stack_region,
         # region -> bytes used there (arena + canary, plus stack and statics in the stack region)
@@ -75,7 +77,9 @@ def plan_text(plan: MemoryPlan) -> str:
         + (f" in {', '.join(plan.kv_cache_regions)} (--kv-region {plan.kv_region_option})"
            if plan.kv_region_option else "")
         + (f", int4 {'Hadamard-rotated' if plan.kv_rotate == 'hadamard' else 'unrotated'}"
-           if plan.kv_bits == 4 else ""),
+           if plan.kv_bits == 4 else "")
+        + f"; {plan.kv_bits.describe()}, per position K {plan.kv_bytes_per_position('k'):,} B"
+          f" + V {plan.kv_bytes_per_position('v'):,} B",
         f"  stack         {_kib(plan.stack_bytes)} in {plan.stack_region}",
         f"  runtime static reserve {_kib(plan.runtime_static_bytes)}",
         "",
@@ -132,6 +136,9 @@ def summary_text(plan_doc: dict, size: dict | None) -> str:
     lines += [f"    stack               {kib(plan_doc['stack_bytes'])}",
               f"    runtime statics     {kib(plan_doc['runtime_static_bytes'])} (reserve)",
               f"  context (max_seq)     {plan_doc['max_seq']:>9}"]
+    per = plan_doc.get("kv_bytes_per_position")  # absent in plans written before it was recorded
+    if per:
+        lines.append(f"  KV per position       {per['k']:>9,} B K + {per['v']:,} B V (--kv-bits {plan_doc['kv_bits']})")
     if kv_region_line(plan_doc):
         lines.append(f"  {kv_region_line(plan_doc)}")
     if "weights_bytes" in plan_doc:

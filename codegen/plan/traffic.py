@@ -14,7 +14,7 @@ from ..abi import MAX_BATCH
 from ..kernels import EmbedGGUF, EmbedQ4, StreamedEmbed, WeightRead
 from ..kernels.refs import VectorRef, refs_of
 from ..lower.records import KernelCall, LoweredStep, StreamPlan
-from ..quant.kv import kv_layout
+from ..quant.kv import kv_bytes_per_token
 from ..timing import MEASURED_OTHER_PER_MAC, KvRead, Workload, kernel_rate
 
 ROLES = ("layers", "classifier", "embedding", "vectors")
@@ -99,4 +99,4 @@ def kv_read(plan, config) -> KvRead | None:
     SRAM reads are in the instruction counts' cycles already)."""
     if not plan.external_bytes:
         return None
-    return KvRead(kv_layout(config, plan.kv_bits).bytes_per_token(config.n_layers), plan.max_seq, "sdram")
+    return KvRead(kv_bytes_per_token(config, plan.kv_bits), plan.max_seq, "sdram")

@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..ir import Graph, output_weight_name
-from .formats import GROUP_SIZES, KV_BITS, WEIGHT_QUANTS as ALL_WEIGHT_QUANTS, QuantizedGraph
+from .formats import GROUP_SIZES, WEIGHT_QUANTS as ALL_WEIGHT_QUANTS, QuantizedGraph
+from .kv import KV8, KVBits, parse_kv_bits
 from .rtn import quantize_graph
 from .per_channel import DEFAULT_CALIBRATION_TEXT
 from ..reference.sequence import SeqFloatKernels, run_sequence
@@ -74,13 +75,12 @@ def linear_inputs(graph: Graph, docs: Sequence[Sequence[int]]) -> dict[str, np.n
 
 
 def quantize_calibrated(graph: Graph, docs: Sequence[Sequence[int]], method: str, group_size: int = 32,
-                        kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
+                        kv_bits: KVBits = KV8, kernels: str = "portable") -> QuantizedGraph:
     if method not in WEIGHT_QUANTS:
         raise UserError(f"--weight-quant {method} is not known: choose one of {', '.join(WEIGHT_QUANTS)}")
     if group_size not in GROUP_SIZES:
         raise UserError(f"--group-size {group_size} is not supported: choose one of {', '.join(map(str, GROUP_SIZES))}")
-    if kv_bits not in KV_BITS:
-        raise UserError(f"--kv-bits {kv_bits} is not supported yet: choose one of {', '.join(map(str, KV_BITS))}")
+    kv_bits = parse_kv_bits(kv_bits)
     if method == "rtn":
         return quantize_graph(graph, group_size, kv_bits, kernels)
     acts = linear_inputs(graph, docs)

@@ -34,7 +34,8 @@ from ..abi import GROUP_SIZES, Q4X4_BLOCK, Q4X4_TILE  # noqa: F401 (GROUP_SIZES:
 
 Q4_MIN, Q4_MAX = -7, 7
 KERNEL_SETS = ("portable", "cortex-m7")
-KV_BITS = (8, 4)  # layouts: quant/kv.py
+from .kv import KV8, KVBits, parse_kv_bits
+
 
 
 def n_groups(cols: int, group_size: int) -> int:
@@ -93,7 +94,7 @@ class QuantizedGraph:
     q4: Mapping[str, Q4Tensor]
     vectors: Mapping[str, np.ndarray]
     group_size: int
-    kv_bits: int = 8
+    kv_bits: KVBits = KV8  # quant/kv.py (an int or "8:4" given here is parsed)
     method: str = "rtn"
     # the int4 KV cache's rotation, resolved (quant/kv.kv_rotation): "hadamard" | "off"
     kv_rotate: str = "off"
@@ -106,6 +107,9 @@ class QuantizedGraph:
     # --weight-quant gguf: matrices kept in their llama.cpp block format
     # (GGUFMatrix below), by weight name; these are not in q4
     gguf: Mapping[str, "GGUFMatrix"] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
 
     @property
     def config(self):

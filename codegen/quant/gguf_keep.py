@@ -21,7 +21,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..ir import Graph
-from .formats import GGUF_BLOCK, GGUF_KEPT, KV_BITS, GGUFMatrix, QuantizedGraph
+from .formats import GGUF_BLOCK, GGUF_KEPT, GGUFMatrix, QuantizedGraph
+from .kv import KV8, KVBits, parse_kv_bits
 from .rtn import quantize_q4_rtn
 
 
@@ -32,12 +33,11 @@ def kept_formats(blocks: Mapping[str, object]) -> dict[str, str]:
 
 
 def quantize_gguf(graph: Graph, blocks: Mapping[str, object], group_size: int = 32,
-                  kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
+                  kv_bits: KVBits = KV8, kernels: str = "portable") -> QuantizedGraph:
     if group_size != GGUF_BLOCK:
         raise UserError(f"--weight-quant gguf keeps llama.cpp's {GGUF_BLOCK}-weight blocks: "
                         f"use --group-size {GGUF_BLOCK} (the activations are quantized per block)")
-    if kv_bits not in KV_BITS:
-        raise UserError(f"--kv-bits {kv_bits} is not supported yet: choose one of {', '.join(map(str, KV_BITS))}")
+    kv_bits = parse_kv_bits(kv_bits)
     kept = kept_formats(blocks)
     q4, vectors, gg = {}, {}, {}
     for name in graph.weight_names():

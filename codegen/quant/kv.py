@@ -14,6 +14,11 @@ head_dim=64/128 case.
 Layout of one layer's cache (C: tllm_kv4_layer):
     k, v        uint8  [max_seq][n_kv_heads][head_dim / 2]
     k_scale, v_scale float [max_seq][n_kv_heads][head_dim / group]
+
+int8 K, int4 V (`--kv-bits 8:4`): K exactly as the int8 cache stores it, V
+exactly as the int4 cache stores its V (C: tllm_kv8v4_layer).  The keys set
+the softmax's shape, where int4 costs most; the values are averaged by it,
+where int4 costs little.  K is int8, so no rotation applies.
 """
 from __future__ import annotations
 
@@ -22,6 +27,63 @@ from dataclasses import dataclass
 from ..errors import UserError
 
 KV4_GROUP_MAX = 32
+
+
+@dataclass(frozen=True)
+class KVBits:
+    """The KV cache's precision: bits of K and of V (8/8, 4/4 or 8/4).
+
+    A uniform cache compares equal to its one number (KVBits(8, 8) == 8) and
+    hashes like it, so `kv_bits == 4` reads as before wherever both halves
+    are meant; code that must tell K from V reads .k and .v."""
+
+    k: int
+    v: int
+
+    def __str__(self) -> str:  # the option's own spelling: "8", "4", "8:4"
+        return str(self.k) if self.uniform else f"{self.k}:{self.v}"
+
+    @property
+    def uniform(self) -> bool:
+        return self.k == self.v
+
+    @property
+    def mixed(self) -> bool:
+        return not self.uniform
+
+    def json_value(self) -> int | str:
+        """Manifests and reports: 8 or 4 as before, "8:4" for the mixed cache."""
+        return self.k if self.uniform else str(self)
+
+    def describe(self) -> str:
+        """For sentences: "int8", "int4", "int8 K / int4 V"."""
+        return f"int{self.k}" if self.uniform else f"int{self.k} K / int{self.v} V"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, KVBits):
+            return (self.k, self.v) == (other.k, other.v)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return self.uniform and self.k == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.k) if self.uniform else hash((self.k, self.v))
+
+
+KV8, KV4, KV8V4 = KVBits(8, 8), KVBits(4, 4), KVBits(8, 4)
+KV_BITS_CHOICES = ("8", "4", "8:4")  # the --kv-bits spellings, in the order help and errors list them
+_BY_SPELLING = {"8": KV8, "4": KV4, "8:4": KV8V4}
+
+
+def parse_kv_bits(value) -> KVBits:
+    """--kv-bits as typed data: "8", "4", "8:4" (or 8, 4, a KVBits, a
+    manifest's value); anything else is a one-line error naming the choices."""
+    if isinstance(value, KVBits):
+        return value
+    key = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    if key not in _BY_SPELLING:
+        raise UserError(f"--kv-bits {value} is not supported: choose one of {', '.join(KV_BITS_CHOICES)}")
+    return _BY_SPELLING[key]
 
 # --kv-rotate: Hadamard rotation of each head's k (after RoPE) and q before
 # the int4 cache quantizes them (tllm_attention_kv4_hadamard).  The rotation
@@ -44,12 +106,9 @@ class KVLayout:
     scales_per_pos: int  # float32 scales of one position (all kv heads)
     group: int  # elements per scale
 
-    def bytes_per_token(self, n_layers: int) -> int:
-        """K and V, values and scales, all layers: the cost of one more token of context."""
-        return n_layers * 2 * (self.bytes_per_pos + 4 * self.scales_per_pos)
-
 
 def kv_layout(config, bits: int) -> KVLayout:
+    """The layout of one half (K or V) of a cache of `bits` bits."""
     hd, nkv = config.head_dim, config.n_kv_heads
     if bits == 8:
         return KVLayout(8, "int8_t", nkv * hd, nkv, hd)
@@ -60,11 +119,23 @@ def kv_layout(config, bits: int) -> KVLayout:
     raise AssertionError(f"no KV layout for {bits} bits")
 
 
+def kv_layouts(config, kv: KVBits) -> tuple[KVLayout, KVLayout]:
+    """The K and V layouts of a cache (the same for a uniform one)."""
+    kv = parse_kv_bits(kv)
+    return kv_layout(config, kv.k), kv_layout(config, kv.v)
+
+
+def kv_bytes_per_token(config, kv: KVBits) -> int:
+    """K and V, values and scales, all layers: the cost of one more token of context."""
+    k, v = kv_layouts(config, kv)
+    return config.n_layers * (k.bytes_per_pos + 4 * k.scales_per_pos + v.bytes_per_pos + 4 * v.scales_per_pos)
+
+
 def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def kv_rotation(mode: str, bits: int, head_dim: int) -> str:
+def kv_rotation(mode: str, bits, head_dim: int) -> str:
     """The rotation a build uses: "hadamard" or "off" (what the manifest,
     plan and report say).  "hadamard" asked for where it cannot apply is a
     one-line error; "auto" falls back to "off" (kv_rotation_note says why)."""
@@ -72,8 +143,9 @@ def kv_rotation(mode: str, bits: int, head_dim: int) -> str:
         raise UserError(f"--kv-rotate {mode} is not known: choose one of {', '.join(KV_ROTATIONS)}")
     if mode == "off":
         return "off"
-    if mode == "hadamard" and bits != 4:
-        raise UserError(f"--kv-rotate hadamard rotates the int4 KV cache, and this build has int{bits} KV: "
+    bits = parse_kv_bits(bits)
+    if mode == "hadamard" and bits != 4:  # the rotation is of int4 keys: 8:4 keeps its keys int8
+        raise UserError(f"--kv-rotate hadamard rotates the int4 KV cache, and this build has {bits.describe()} KV: "
                         "add --kv-bits 4 or use --kv-rotate auto")
     if mode == "hadamard" and not is_power_of_two(head_dim):
         raise UserError(f"--kv-rotate hadamard needs a power-of-two head_dim, and this model's is {head_dim}: "
@@ -81,8 +153,9 @@ def kv_rotation(mode: str, bits: int, head_dim: int) -> str:
     return "hadamard" if bits == 4 and is_power_of_two(head_dim) else "off"
 
 
-def kv_rotation_note(mode: str, bits: int, head_dim: int) -> str:
+def kv_rotation_note(mode: str, bits, head_dim: int) -> str:
     """Why `auto` left the int4 cache unrotated ("" when nothing to say)."""
+    bits = parse_kv_bits(bits)
     if mode == "auto" and bits == 4 and not is_power_of_two(head_dim):
         return (f"--kv-rotate auto: no Hadamard rotation of the int4 KV cache "
                 f"(head_dim {head_dim} is not a power of two)")

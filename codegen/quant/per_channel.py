@@ -29,6 +29,7 @@ from ..errors import UserError
 from ..resources import package_file
 from ..ir import Graph
 from .formats import QuantizedGraph
+from .kv import KV8, KVBits
 from .rtn import quantize_q4_rtn
 from ..reference.executor import Executor, FloatKernels
 
@@ -98,7 +99,7 @@ def calibration_tokens(tokenizer, max_seq: int, text_file: Path | None = None) -
     return ids
 
 
-def quantize_per_channel(graph: Graph, token_ids: Sequence[int], kv_bits: int = 8) -> QuantizedGraph:
+def quantize_per_channel(graph: Graph, token_ids: Sequence[int], kv_bits: KVBits = KV8) -> QuantizedGraph:
     peaks = calibrate(graph, token_ids)
     q4, vectors, static = {}, {}, {}
     for name in graph.weight_names():

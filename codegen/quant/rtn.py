@@ -5,7 +5,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..ir import Graph
-from .formats import GROUP_SIZES, KV_BITS, Q4_MAX, Q4Tensor, QuantizedGraph, n_groups
+from .formats import GROUP_SIZES, Q4_MAX, Q4Tensor, QuantizedGraph, n_groups
+from .kv import KV8, KVBits, parse_kv_bits
 
 
 def quantize_q4_rtn(name: str, w: np.ndarray, group_size: int) -> Q4Tensor:
@@ -26,11 +27,11 @@ def quantize_q4_rtn(name: str, w: np.ndarray, group_size: int) -> Q4Tensor:
     return Q4Tensor(name=name, q=np.ascontiguousarray(q), scales=scales, group_size=group_size)
 
 
-def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: int = 8, kernels: str = "portable") -> QuantizedGraph:
+def quantize_graph(graph: Graph, group_size: int = 32, kv_bits: KVBits = KV8,
+                   kernels: str = "portable") -> QuantizedGraph:
     if group_size not in GROUP_SIZES:
         raise UserError(f"--group-size {group_size} is not supported: choose one of {', '.join(map(str, GROUP_SIZES))}")
-    if kv_bits not in KV_BITS:
-        raise UserError(f"--kv-bits {kv_bits} is not supported yet: choose one of {', '.join(map(str, KV_BITS))}")
+    kv_bits = parse_kv_bits(kv_bits)
     q4, vectors = {}, {}
     for name in graph.weight_names():
         w = graph.weights[name]

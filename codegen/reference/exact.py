@@ -426,6 +426,16 @@ def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarr
     r = terms[:, :, 0]
     for g in range(1, ng):
         r = r + terms[:, :, g]
+    return _attend_values_kv4(r, qs, scale, v_q, v_s, kv_of, group)
+
+
+def _attend_values_kv4(r: np.ndarray, qs: np.ndarray, scale: np.float32, v_q: np.ndarray, v_s: np.ndarray,
+                       kv_of: np.ndarray, group: int) -> np.ndarray:
+    """attention_kv4 from the scores r [heads, T] on: the softmax as integer
+    weights per value group over int4 values (v_q [T, kv_heads, hd], v_s
+    [T, kv_heads, hd/group]); attention_k8v4 shares it."""
+    nh, T = r.shape
+    ng = v_q.shape[-1] // group
     m = np.max(r, axis=1, keepdims=True)
     cl = ((qs * scale) * EXP_LOG2E).astype(F32)
     e = exp2_nonpos((r - m) * cl[:, None])
@@ -436,6 +446,24 @@ def attention_kv4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarr
     acc = np.einsum("hgt,thgd->hgd", w, vg)
     out = acc.astype(np.int32).astype(F32) * out_k[:, :, None]
     return out.astype(F32).reshape(-1)
+
+
+def attention_k8v4(q: np.ndarray, k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray,
+                   scale: np.float32, group: int) -> np.ndarray:
+    """Attention of one query over the 8:4 cache (--kv-bits 8:4): int8 keys
+    as attention_i8 scores them (k_q [T, kv_heads, hd] int8, k_s [T, kv_heads]),
+    int4 values as attention_kv4 weighs them (v_q [T, kv_heads, hd] int4 held
+    in int8, v_s [T, kv_heads, hd/group]):
+      r[t] = (float)dot(q8, k8[t]) * ks[t]
+      then e, total, per value group inv_g, w[t][g] and out as attention_kv4.
+    C twin: tllm_attention_k8v4."""
+    nh, hd = q.shape
+    nkv = k_q.shape[1]
+    kv_of = np.arange(nh) // (nh // nkv)
+    q8, qs = quantize_rows_i8(q)
+    dots = np.einsum("hd,thd->ht", q8.astype(np.int64), k_q[:, kv_of].astype(np.int64))
+    r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T  # [heads, T]
+    return _attend_values_kv4(r, qs, scale, v_q, v_s, kv_of, group)
 
 
 # --- CMSIS-NN integer pipeline (quant/per_channel.py) -----------------------
@@ -622,3 +650,12 @@ def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndar
         x = hadamard_heads(x, 1, hd)
     k_q[dst], k_s[dst] = quantize_rows_i4(x, group)
     v_q[dst], v_s[dst] = v_q[src].copy(), v_s[src].copy()
+
+
+def kv_shift_k8v4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray, to: int, delta: int,
+                  n_rows: int, cos: np.ndarray, sin: np.ndarray) -> None:
+    """The 8:4 cache's shift, in place: the int8 keys (k_q [T, kv_heads, hd],
+    k_s [T, kv_heads]) exactly as kv_shift_i8 turns them; the int4 values
+    (v_q [T, kv_heads, hd], v_s [T, kv_heads, hd/group]) moved as they are,
+    which kv_shift_i8 does for values of any layout.  C twin: tllm_kv_shift_k8v4."""
+    kv_shift_i8(k_q, k_s, v_q, v_s, to, delta, n_rows, cos, sin)

@@ -23,7 +23,7 @@ from . import exact
 from .blas import one_blas_thread
 from ..ir import Graph, Node
 from ..quant.formats import gguf_fields
-from ..quant.kv import kv_layout
+from ..quant.kv import KV8V4, kv_layout
 from .sampler import Sampler, SamplingOptions
 
 
@@ -260,10 +260,11 @@ class QuantKernels:
         self.v_q = np.zeros(shape, np.int8)
         self.k_s = np.zeros(shape[:3], np.float32)
         self.v_s = np.zeros(shape[:3], np.float32)
-        if self.qg.kv_bits == 4:  # int4 values (unpacked) and one scale per group (quant/kv.py)
+        if self.qg.kv_bits.v == 4:  # int4 values (unpacked) and one scale per group (quant/kv.py)
             self.kv4_group = kv_layout(c, 4).group
-            self.k_s = np.zeros(shape[:3] + (c.head_dim // self.kv4_group,), np.float32)
-            self.v_s = np.zeros_like(self.k_s)
+            self.v_s = np.zeros(shape[:3] + (c.head_dim // self.kv4_group,), np.float32)
+        if self.qg.kv_bits.k == 4:  # int4 keys likewise (8:4 keeps its keys int8)
+            self.k_s = np.zeros_like(self.v_s)
 
     def embedding(self, node, token):
         gm = getattr(self.qg, "gguf", {}).get(node.inputs[1])
@@ -292,6 +293,12 @@ class QuantKernels:
         layer, hd, nh, nkv = at["layer"], at["head_dim"], at["n_heads"], at["n_kv_heads"]
         if self.qg.kv_bits == 4:
             return self._attention_kv4(layer, hd, nh, nkv, q, k, v, pos)
+        if self.qg.kv_bits == KV8V4:  # tllm_attention_k8v4
+            g = self.kv4_group
+            self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i8(k.reshape(nkv, hd))
+            self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i4(v.reshape(nkv, hd), g)
+            return exact.attention_k8v4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
+                                        self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], self.att_scale, g)
         self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i8(k.reshape(nkv, hd))
         self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i8(v.reshape(nkv, hd))
         return exact.attention_i8(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
@@ -315,13 +322,15 @@ class QuantKernels:
 
     def shift(self, sinks: int, discard: int, n_rows: int) -> None:
         """The context shift (context.py) layer by layer, as the firmware's context_shift calls
-        tllm_kv_shift_i8 / tllm_kv_shift_kv4[_hadamard] (exact.kv_shift_i8 / kv_shift_kv4)."""
+        tllm_kv_shift_i8 / tllm_kv_shift_kv4[_hadamard] / tllm_kv_shift_k8v4 (exact.kv_shift_*)."""
         cos, sin = self.cos[discard], self.sin[discard]
         for layer in range(self.qg.config.n_layers):
             caches = (self.k_q[layer], self.k_s[layer], self.v_q[layer], self.v_s[layer])
             if self.qg.kv_bits == 4:
                 exact.kv_shift_kv4(*caches, sinks, discard, n_rows, cos, sin, self.kv4_group,
                                    rotated=self.qg.kv_rotate == "hadamard")
+            elif self.qg.kv_bits == KV8V4:
+                exact.kv_shift_k8v4(*caches, sinks, discard, n_rows, cos, sin)
             else:
                 exact.kv_shift_i8(*caches, sinks, discard, n_rows, cos, sin)
 

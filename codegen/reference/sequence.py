@@ -108,10 +108,11 @@ class SeqQuantKernels(_SeqRope):
         scale = exact.rotated_attention_scale(self.att_scale, hd) if rotate else self.att_scale
         q8, qs = exact.quantize_rows_i8(q.reshape(T, nh, hd))  # [T, nh, hd], [T, nh]
         future = np.triu(np.ones((T, T), bool), 1)[:, None, :]  # [Tq, 1, Tk]
-        if self.qg.kv_bits == 4:
-            g = kv_layout(self.qg.config, 4).group
+        g = kv_layout(self.qg.config, 4).group
+        # the keys give the scores (exact.attention_i8 / attention_kv4), the values the weighted sum;
+        # --kv-bits 8:4 takes int8's keys and int4's values (exact.attention_k8v4)
+        if self.qg.kv_bits.k == 4:
             k_q, k_s = exact.quantize_rows_i4(k.reshape(T, nkv, hd), g)  # [T, nkv, hd], [T, nkv, ng]
-            v_q, v_s = exact.quantize_rows_i4(v.reshape(T, nkv, hd), g)
             ng = hd // g
             qg8 = q8.reshape(T, nh, ng, g).transpose(1, 2, 0, 3)  # [nh, ng, Tq, g]
             kg = k_q[:, kv_of].reshape(T, nh, ng, g).transpose(1, 2, 3, 0)  # [nh, ng, g, Tk]
@@ -120,18 +121,21 @@ class SeqQuantKernels(_SeqRope):
             r = terms[..., 0]
             for gi in range(1, ng):
                 r = r + terms[..., gi]
+        else:
+            k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
+            kf = k_q[:, kv_of].transpose(1, 2, 0)  # [nh, hd, Tk]
+            dots = _integer_matmul(q8.transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
+            r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
+        if self.qg.kv_bits.v == 4:
+            v_q, v_s = exact.quantize_rows_i4(v.reshape(T, nkv, hd), g)
+            ng = hd // g
             vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [nh, ng, Tk]
-            vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
             vq = v_q[:, kv_of].reshape(T, nh, ng, g)
-            return self._integer_weighted_values(r, qs * scale, future, vs[None], vsmax, vq)
-        k_q, k_s = exact.quantize_rows_i8(k.reshape(T, nkv, hd))
-        v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
-        kf = k_q[:, kv_of].transpose(1, 2, 0)  # [nh, hd, Tk]
-        dots = _integer_matmul(q8.transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
-        r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
-        vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
-        vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, 1]
-        vq = v_q[:, kv_of].reshape(T, nh, 1, hd)
+        else:
+            v_q, v_s = exact.quantize_rows_i8(v.reshape(T, nkv, hd))
+            vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
+            vq = v_q[:, kv_of].reshape(T, nh, 1, hd)
+        vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
         return self._integer_weighted_values(r, qs * scale, future, vs[None], vsmax, vq)
 
     def _integer_weighted_values(self, r, qs_scale, future, vs, vsmax, vq):

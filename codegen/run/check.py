@@ -14,6 +14,7 @@ from typing import Sequence
 from ..build.out import read_manifest
 from ..context import context_roll
 from ..errors import UserError
+from ..quant.kv import parse_kv_bits
 from ..frontends.tokenizer import Tokenizer
 from ..ir import ModelConfig
 from ..lower.blob import BlobEntry, read_blob
@@ -38,7 +39,7 @@ def tree_reference(out: Path) -> tuple[QuantizedGraph, dict]:
     config = ModelConfig(**{**doc, "eos_ids": tuple(doc["eos_ids"])})
     entries = [BlobEntry(*e) for e in m["blob_entries"]]
     qg = read_blob((Path(out) / "weights.bin").read_bytes(), entries, config, int(opts["group_size"]),
-                   int(opts["kv_bits"]), opts["kernels"])
+                   parse_kv_bits(opts["kv_bits"]), opts["kernels"])
     qg = dataclasses.replace(qg, kv_rotate=opts.get("kv_rotate", "off"))  # int4 trees name their rotation
     return qg, m
 

@@ -47,6 +47,8 @@ CASES = [  # (id, model, options)
     ("m7-16-layers-stream-topk-speculate", dict(layers=16), dict(board="stm32h750b-dk", stream="all", sampler="topk:8",
                                                                  speculate="lookup:3")),
     ("m7-8-layers-kv4-roll", dict(layers=8), dict(board="stm32h750b-dk", kv_bits=4, context_policy="roll")),
+    ("m7-12-layers-k8v4-greedy", dict(layers=12), dict(board="stm32h750b-dk", kv_bits="8:4", sampler="greedy")),
+    ("m7-8-layers-k8v4-roll", dict(layers=8), dict(board="stm32h750b-dk", kv_bits="8:4", context_policy="roll")),
     ("qemu-1-layer-roll", dict(layers=1), dict(board="qemu-mps2-an500", context_policy="roll:2")),
 ]
 

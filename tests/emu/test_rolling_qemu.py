@@ -1,5 +1,5 @@
 """Rolling context on the Cortex-M7 under QEMU (mps2-an500): 4 x max_seq
-tokens of the bundled model, greedy and a seeded top-p, int8 and int4 KV,
+tokens of the bundled model, greedy and a seeded top-p, int8, int4 and 8:4 KV,
 plain and speculative, equal to the reference's, shift for shift."""
 import pytest
 
@@ -9,7 +9,7 @@ from rolling import built, check_rolls
 pytestmark = pytest.mark.emu
 
 CASES = [dict(context_policy="roll"), dict(context_policy="roll:2", kv_bits=4),
-         dict(context_policy="roll:4", speculate="lookup:3")]
+         dict(context_policy="roll:2", kv_bits="8:4"), dict(context_policy="roll:4", speculate="lookup:3")]
 
 
 @pytest.fixture(scope="module")

@@ -873,13 +873,13 @@ def gen_cli_values(rng: random.Random, b: Bases, work: Path, n: int):
     for bad in ("12Q", "", "abc", "-1K", "1.5M", "nan", "4097M"):
         yield Case(f"reference rejects --ram-budget {bad!r}", ref + ["--ram-budget", bad], "error",
                    needle="--ram-budget")
-    for opt, vals in (("--group-size", ["16", "32", "64", "128", "x"]), ("--kv-bits", ["8", "4", "2", ""]),
+    for opt, vals in (("--group-size", ["16", "32", "64", "128", "x"]), ("--kv-bits", ["8", "4", "8:4", "2", "", "4:8", "8:8", "8:"]),
                       ("--board", ["host", "nope", "", "../boards/host", "qemu-mps2-an500"]),
                       ("--quant", ["group", "per-channel", "int8"]), ("--sampler", ["full", "greedy", "best"]),
                       ("--prefill-batch", ["auto", "1", "4", "0", "5", "-2", "2.0", "", "AUTO"])):
         for v in vals:
-            valid = v in ("32", "64", "128", "8", "4", "host", "qemu-mps2-an500", "group", "per-channel", "full",
-                          "greedy", "auto", "1")
+            valid = v in ("32", "64", "128", "8", "4", "8:4", "host", "qemu-mps2-an500", "group", "per-channel",
+                          "full", "greedy", "auto", "1")
             argv = ["plan", model, opt, v] if opt not in ("--quant",) else ref + [opt, v]
             yield Case(f"{opt} {v!r}", argv, "ok" if valid else "error")
     for argv in (["compile", model], ["compile"], ["inspect"], ["nosuchcommand"], ["reference", model, "--bogus"],

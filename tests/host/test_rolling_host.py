@@ -1,5 +1,5 @@
 """Rolling context in the host build (gcc): 4 x max_seq tokens equal to the
-reference's, int8 and int4 KV; a prompt that does not fit is refused at the
+reference's, int8, int4 and 8:4 KV; a prompt that does not fit is refused at the
 host with one line."""
 import pytest
 
@@ -17,8 +17,9 @@ def root(tmp_path_factory):
     return tmp_path_factory.mktemp("rolling-host")
 
 
-@pytest.mark.parametrize("opts", [dict(context_policy="roll"), dict(context_policy="roll", kv_bits=4)],
-                         ids=["kv8", "kv4"])
+@pytest.mark.parametrize("opts", [dict(context_policy="roll"), dict(context_policy="roll", kv_bits=4),
+                                  dict(context_policy="roll", kv_bits="8:4")],
+                         ids=["kv8", "kv4", "kv8v4"])
 def test_rolling_context_on_the_host_is_the_references(root, opts):
     need("gcc")
     need("cmake")

@@ -111,4 +111,35 @@ KV_SHIFT_KV4_HADAMARD = Kernel(
     tuple(_kv4_case(*s, *m, seed=i * 7 + j, rotated=True) for i, s in enumerate(KV4_SHAPES) if s[2] & (s[2] - 1) == 0
           for j, m in enumerate(MOVES)))
 
-ENTRIES = (KV_SHIFT_I8, KV_SHIFT_KV4, KV_SHIFT_KV4_HADAMARD)
+def _k8v4_case(nh, nkv, hd, group, to, delta, n_rows, seed):
+    def make(r):
+        v, k, vals = _shift_values(r, nh, nkv, hd, to, delta, n_rows)
+        kq, ks = exact.quantize_rows_i8(k)
+        vq, vs = exact.quantize_rows_i4(vals, group)
+        return dict(v, group=group, k_cache=kq.reshape(-1), v_cache=pack_nibbles(vq), k_scale=ks.reshape(-1),
+                    v_scale=vs.reshape(-1))
+    return Case(f"h{nh}kv{nkv}hd{hd}g{group}-to{to}-d{delta}-n{n_rows}", make, seed)
+
+
+def _k8v4_twin(v):
+    nkv, hd, g = v["n_kv_heads"], v["head_dim"], v["group"]
+    T = v["to"] + v["delta"] + v["n_rows"]
+    kq = np.array(v["k_cache"], np.int8).reshape(T, nkv, hd)
+    ks = np.array(v["k_scale"], F32).reshape(T, nkv)
+    vq = unpack_nibbles(v["v_cache"], T * nkv * hd).reshape(T, nkv, hd)
+    vs = np.array(v["v_scale"], F32).reshape(T, nkv, hd // g)
+    exact.kv_shift_k8v4(kq, ks, vq, vs, v["to"], v["delta"], v["n_rows"], v["cos"], v["sin"])
+    return {"k_cache": kq, "v_cache": pack_nibbles(vq), "k_scale": ks, "v_scale": vs}
+
+
+KV_SHIFT_K8V4 = Kernel(
+    "tllm_kv_shift_k8v4", H,
+    SHAPE + (InOut("k_cache", "int8_t", f"{ROWS} * head_dim"), InOut("v_cache", "uint8_t", f"{ROWS} * head_dim // 2"),
+             InOut("k_scale", "float", ROWS), InOut("v_scale", "float", GROUP_ROWS),
+             Scalar("group", "uint16_t"),
+             struct_of("kv", "tllm_kv8v4_layer", k="k_cache", v="v_cache", k_scale="k_scale", v_scale="v_scale",
+                       group="group"))
+    + MOVE, CALL, _k8v4_twin,
+    tuple(_k8v4_case(*s, *m, seed=i * 7 + j) for i, s in enumerate(KV4_SHAPES) for j, m in enumerate(MOVES)))
+
+ENTRIES = (KV_SHIFT_I8, KV_SHIFT_KV4, KV_SHIFT_KV4_HADAMARD, KV_SHIFT_K8V4)

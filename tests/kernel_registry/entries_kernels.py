@@ -318,6 +318,53 @@ ATTENTION_KV4 = Kernel(
     + (_attn_kv4_case(2, 1, 16, 8, 599, seed=4),))
 
 
+def _attn_k8v4_case(nh, nkv, hd, group, pos, seed, **edge):
+    """The 8:4 cache: keys as _attn_i8_case stores them, values as _attn_kv4_case does."""
+    def make(r):
+        v, k_rows, v_rows = _attention_values(r, nh, nkv, hd, pos, **edge)
+        v_rows[min(3, pos), 0, :group] = 0.0  # an all-zero value group: scale 0
+        kq, ks = exact.quantize_rows_i8(k_rows)
+        vq, vs = exact.quantize_rows_i4(v_rows, group)
+        kq[pos], ks[pos], vq[pos], vs[pos] = 99, 7.0, -5, 3.0  # stale slot: the kernel must overwrite it
+        return dict(v, group=group, k_cache=kq.reshape(-1), v_cache=pack_nibbles(vq), k_scale=ks.reshape(-1),
+                    v_scale=vs.reshape(-1))
+    tag = "".join(f"-{k}" for k, on in edge.items() if on)
+    return Case(f"h{nh}kv{nkv}hd{hd}g{group}-pos{pos}{tag}", make, seed)
+
+
+def _attn_k8v4_twin(v):
+    from .layouts import unpack_nibbles
+    nh, nkv, hd, pos, g = v["n_heads"], v["n_kv_heads"], v["head_dim"], v["pos"], v["group"]
+    kq = np.array(v["k_cache"], np.int8).reshape(pos + 1, nkv, hd)
+    ks = np.array(v["k_scale"], F32).reshape(pos + 1, nkv)
+    vq = unpack_nibbles(v["v_cache"], (pos + 1) * nkv * hd).reshape(pos + 1, nkv, hd)
+    vs = np.array(v["v_scale"], F32).reshape(pos + 1, nkv, hd // g)
+    kq[pos], ks[pos] = exact.quantize_rows_i8(np.asarray(v["k"], F32).reshape(nkv, hd))
+    vq[pos], vs[pos] = exact.quantize_rows_i4(np.asarray(v["v"], F32).reshape(nkv, hd), g)
+    out = exact.attention_k8v4(np.asarray(v["q"], F32).reshape(nh, hd), kq, ks, vq, vs, F32(v["scale"]), g)
+    return {"out": out, "k_cache": kq, "v_cache": pack_nibbles(vq), "k_scale": ks, "v_scale": vs}
+
+
+ATTENTION_K8V4 = Kernel(
+    "tllm_attention_k8v4", H,
+    SHAPE + QKV + (InOut("k_cache", "int8_t", "(pos + 1) * n_kv_heads * head_dim"),
+                   InOut("v_cache", "uint8_t", "(pos + 1) * n_kv_heads * head_dim // 2"),
+                   InOut("k_scale", "float", "(pos + 1) * n_kv_heads"),
+                   InOut("v_scale", "float", "(pos + 1) * n_kv_heads * head_dim // group"),
+                   Scalar("group", "uint16_t"),
+                   struct_of("kv", "tllm_kv8v4_layer", k="k_cache", v="v_cache", k_scale="k_scale",
+                             v_scale="v_scale", group="group"),
+                   Scalar("pos", "int32_t")) + SCRATCH,
+    ("shape", "q", "k", "v", "kv", "pos", "q8", "scores", "out"), _attn_k8v4_twin,
+    # one value group (stories260K's hd 8: pass 1 finds the value scales' maximum) and several (pass 2 does);
+    # hd 16 and 64 take the M7's SMLAD paths, 34 with 17-element groups starts groups mid-byte
+    tuple(_attn_k8v4_case(nh, nkv, hd, g, pos, seed=hd + nh + pos + 1, zero_v_head=hd == 16, zero_query=pos == 2)
+          for nh, nkv, hd, g in [(8, 4, 8, 8), (4, 2, 16, 16), (4, 2, 16, 8), (6, 6, 48, 24), (9, 3, 64, 32),
+                                 (2, 1, 34, 17)]
+          for pos in (0, 1, 2, 5, 8))
+    + tuple(_attn_k8v4_case(2, 1, 16, 8, pos, seed=5) for pos in (515, 516, 517, 599)))
+
+
 def _hadamard_case(nh, hd, seed, kind="normal"):
     def make(r):
         x = I.normal(r, nh * hd, 3.0)
@@ -393,4 +440,4 @@ SOFTMAX = Kernel("tllm_softmax", H, (InOut("x", "float", "n"), Scalar("n", "int3
                                        (33, "equal")]))
 
 ENTRIES = (EXPF, EMBED_Q4, RMSNORM, QUANTIZE_I8, MATVEC_Q4, MATMAT_Q4, ARGMAX_Q4, ROPE, ATTENTION_I8, QUANTIZE_I4,
-           ATTENTION_KV4, HADAMARD_HEADS, ATTENTION_KV4_HADAMARD, ADD, SILU_MUL, SOFTMAX)
+           ATTENTION_KV4, HADAMARD_HEADS, ATTENTION_KV4_HADAMARD, ATTENTION_K8V4, ADD, SILU_MUL, SOFTMAX)

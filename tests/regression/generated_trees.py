@@ -62,6 +62,7 @@ CASES = (
     Case("qemu-roll-seq32", "bundled", {"context_policy": "roll", "max_seq": 32}),
     Case("dk-stream-all-kv4-roll2", "bundled", {"board": "stm32h750b-dk", "stream": "all", "kv_bits": 4,
                                                 "context_policy": "roll:2", "max_seq": 32}),
+    Case("qemu-kv8v4-roll2-seq32", "bundled", {"kv_bits": "8:4", "context_policy": "roll:2", "max_seq": 32}),
 )
 
 

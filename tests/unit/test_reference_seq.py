@@ -16,6 +16,9 @@ SHAPES = {
                   seed=21),
     "qwen2": dict(arch="qwen2", dim=48, hidden=80, layers=2, heads=6, kv_heads=2, vocab=280, context=64, tied=False,
                   seed=22),
+    # head_dim 64: int4 values in two groups of 32 per head
+    "llama-hd64": dict(arch="llama", dim=128, hidden=96, layers=2, heads=2, kv_heads=1, vocab=300, context=64,
+                       tied=True, seed=23),
 }
 
 
@@ -33,7 +36,9 @@ def step_logits(graph, kernels, tokens):
 
 @pytest.mark.parametrize("shape,group,kv,rotate", [("llama", 32, 8, "off"), ("llama", 64, 4, "off"),
                                                    ("qwen2", 32, 4, "off"), ("qwen2", 128, 8, "off"),
-                                                   ("llama", 32, 4, "hadamard"), ("qwen2", 64, 4, "hadamard")])
+                                                   ("llama", 32, 4, "hadamard"), ("qwen2", 64, 4, "hadamard"),
+                                                   ("llama", 32, "8:4", "off"), ("qwen2", 64, "8:4", "off"),
+                                                   ("llama-hd64", 32, "8:4", "off"), ("llama-hd64", 32, 4, "off")])
 def test_sequence_quant_is_bit_identical(models, shape, group, kv, rotate):
     m = models[shape]
     tokens = m.tokenizer.encode("Once upon a time there was a cat. The cat liked to play.")[:24]

@@ -68,3 +68,44 @@ def test_numpy_matmat_twin_is_p_matvecs():
     got = exact.matmat_q4(t.q, t.scales, 32, np.stack([a for a, _ in xs]), np.stack([s for _, s in xs]))
     for p, (a, s) in enumerate(xs):
         assert got[p].view(np.uint32).tolist() == exact.matvec_q4(t.q, t.scales, 32, a, s).view(np.uint32).tolist()
+
+
+def _k8v4_cache(rng, T, nkv, hd, group):
+    k = (rng.standard_normal((T, nkv, hd)) * 2).astype(np.float32)
+    v = (rng.standard_normal((T, nkv, hd)) * 2).astype(np.float32)
+    kq, ks = exact.quantize_rows_i8(k)
+    vq, vs = exact.quantize_rows_i4(v, group)
+    return kq, ks, vq, vs
+
+
+def test_attention_k8v4_with_one_value_group_is_int8_attention_over_the_int4_values():
+    """One value scale per row is the int8 cache's layout, and the kernels' float work is the same,
+    so the 8:4 twin gives attention_i8's bits over the same (int4-valued) cache."""
+    rng = np.random.default_rng(5)
+    for nh, nkv, hd, T in [(8, 4, 8, 1), (8, 4, 8, 37), (4, 2, 16, 600)]:
+        kq, ks, vq, vs = _k8v4_cache(rng, T, nkv, hd, hd)
+        q = (rng.standard_normal((nh, hd)) * 3).astype(np.float32)
+        scale = exact.attention_scale(hd)
+        got = exact.attention_k8v4(q, kq, ks, vq, vs, scale, hd)
+        want = exact.attention_i8(q, kq, ks, vq, vs[..., 0], scale)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (nh, nkv, hd, T)
+
+
+def test_attention_k8v4_is_softmax_attention():
+    """Within 1e-3 of float attention over the same 8:4 cache (two value groups per head)."""
+    nh, nkv, hd, g, T = 4, 2, 64, 32, 48
+    rng = np.random.default_rng(13)
+    kq, ks, vq, vs = _k8v4_cache(rng, T, nkv, hd, g)
+    q = (rng.standard_normal((nh, hd)) * 2).astype(np.float32)
+    scale = exact.attention_scale(hd)
+    got = exact.attention_k8v4(q, kq, ks, vq, vs, scale, g).reshape(nh, hd)
+    q8, qsc = exact.quantize_rows_i8(q)
+    kv_of = np.arange(nh) // (nh // nkv)
+    for h in range(nh):
+        kf = kq[:, kv_of[h]].astype(np.float64) * ks[:, kv_of[h], None]
+        vf = vq[:, kv_of[h]].astype(np.float64) * np.repeat(vs[:, kv_of[h]], g, axis=-1)
+        s = (kf @ (q8[h].astype(np.float64) * qsc[h])) * float(scale)
+        p = np.exp(s - s.max())
+        want = (p / p.sum()) @ vf
+        assert np.max(np.abs(got[h] - want)) < 1e-3 * np.max(np.abs(vf))
+

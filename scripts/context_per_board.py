@@ -30,8 +30,10 @@ CASES = [  # (label, model, board, extra plan options)
     ("story-260k", "models/story-260k", "stm32h750b-dk", []),
     ("story-260k", "models/story-260k", "weact-h750", []),
     ("SmolLM2-135M", "SMOLLM2", "stm32h750b-dk", []),
+    ("SmolLM2-135M", "SMOLLM2", "stm32h750b-dk", ["--kv-bits", "8:4"]),
     ("SmolLM2-135M", "SMOLLM2", "stm32h750b-dk", ["--kv-bits", "4"]),
     ("SmolLM2-135M", "SMOLLM2", "stm32h750b-dk", ["--kv-region", "sdram"]),
+    ("SmolLM2-135M", "SMOLLM2", "stm32h750b-dk", ["--kv-bits", "8:4", "--kv-region", "sdram"]),
     ("SmolLM2-135M", "SMOLLM2", "stm32h750b-dk", ["--kv-bits", "4", "--kv-region", "sdram"]),
 ]
 
@@ -82,7 +84,9 @@ def markdown(rows: list[dict]) -> str:
             f"| turn {TURN} prefill, reuse | sent whole |\n|---|---|---|---:|---:|---:|---:|---:|")
     lines = [head]
     for r in rows:
-        kv = f"int{r['kv_bits']}, {'SDRAM' if r['kv_region'] == 'sdram' else 'SRAM'}"
+        bits = str(r["kv_bits"])
+        kv = (f"int{bits}" if ":" not in bits else "int{} K, int{} V".format(*bits.split(":"))) + \
+            f", {'SDRAM' if r['kv_region'] == 'sdram' else 'SRAM'}"
         if r["turn_fits"]:
             reuse, whole = _turn(r["turn_s_reuse"], r["turn_tokens_reuse"]), _turn(r["turn_s_whole"],
                                                                                     r["turn_tokens_whole"])

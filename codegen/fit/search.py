@@ -45,7 +45,7 @@ from ..lower.prefill import batch_step, unbatchable
 from ..lower.records import LoweredStep, StepSource, StreamOptions
 from ..lower.speculate import speculate_step
 from ..lower.step import with_kv_bits
-from ..quant.kv import KV4, KV8
+from ..quant.kv import KV4, KV8, KV8V4
 from ..lower.stream import MODES, choose_pinned, pin_candidates, stream_step
 from ..plan.codesize import CodeFlash, check_code_flash, code_flash
 from ..plan.lifetimes import Lifetimes, lifetimes_of
@@ -211,6 +211,8 @@ class Planner:
             bigger = -(-need // 1024) * 1024
             if self.plan(step, plan.max_seq, bigger).fits:
                 out.append(f"--ram-budget {bigger // 1024}K")
+        if step.kv_bits == KV8 and self.plan(with_kv_bits(step, KV8V4), plan.max_seq).fits:
+            out.append("--kv-bits 8:4")  # int8 keys kept: most of int8's quality, less of its bytes
         if step.kv_bits != 4:  # int8 or 8:4: int4 KV is the smaller cache
             kv4 = with_kv_bits(step, 4)
             if self.plan(kv4, plan.max_seq).fits:

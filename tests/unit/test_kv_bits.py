@@ -105,3 +105,16 @@ def test_an_over_budget_8_4_plan_names_its_sizes_and_the_smaller_caches_fix():
         plan_memory(shape(STORIES260K, kv_bits="8:4"), 512, 200 * KIB)
     msg = str(e.value)
     assert "KV cache int8 K / int4 V at 512 tokens is 204,800 B" in msg and "--kv-bits 4" in msg, msg
+
+
+def test_an_over_budget_int8_plan_suggests_8_4_first_where_it_fits():
+    """int8 K kept, V halved: the fix that costs the least quality comes before int4 KV's."""
+    budget = 160 * KIB
+    seq84 = auto_max_seq(shape(STORIES260K, kv_bits=KV8V4), 512, budget)
+    with pytest.raises(UserError) as e:
+        plan_memory(shape(STORIES260K, kv_bits=KV8), seq84, budget)  # 8:4 fits this context, int8 does not
+    msg = str(e.value)
+    assert "--kv-bits 8:4" in msg and msg.index("--kv-bits 8:4") < msg.index("--kv-bits 4"), msg
+    with pytest.raises(UserError) as e:
+        plan_memory(shape(STORIES260K, kv_bits=KV8), seq84 + 1, budget)  # nor does 8:4 here
+    assert "--kv-bits 8:4" not in str(e.value)

@@ -26,7 +26,9 @@ What is modelled, and why it is enough to check the firmware end to end:
   has sent the part's command sequence, or at the first access after it if
   the MPU (peripherals.MpuModel, fed by a write hook on its registers)
   leaves the window Device memory; past that first good access the hook is
-  removed, so the KV cache there costs nothing more to emulate;
+  removed, but Unicorn 2.1.4 keeps the slow path a memory hook brought (a
+  load loop measured 294 M instructions/s after the hook's removal, 922
+  without one ever), so an SDRAM build runs slower throughout;
 * GPIO, SCB (cache maintenance, with the M7's cache geometry), DWT and
   DBGMCU (revision V) as plain registers; the DWT cycle counter reads the
   number of instructions executed so far (counted per translated block, so

@@ -10,11 +10,12 @@ quantized reference's.
   STM32H743 platform has memory at 0xD0000000 and only tags the FMC's
   registers, which bring-up writes and never polls);
 * SmolLM2-135M-Instruct with --kv-region sdram --kv-bits 4 --max-seq auto:
-  at least 1,024 tokens of context.  Under Unicorn (about 17 M instructions
-  a second) a prompt past position 1,000 is about 1,000 prompt tokens of
-  prefill, hours of emulation: the default run is the ChatML question (16
-  prompt tokens) and two new tokens; TINYLLM_SDRAM_LONG=1 prefills a prompt
-  of 1,010 tokens so the generated tokens sit at positions 1,010 and 1,011."""
+  at least 1,024 tokens of context.  Under Unicorn a prompt past position
+  1,000 is about 1.6e11 guest instructions of prefill (51 minutes on an
+  idle core, measured with --stream off; docs/sdram.md): the default run is
+  the ChatML question (16 prompt tokens) and two new tokens;
+  TINYLLM_SDRAM_LONG=1 prefills a prompt of 1,010 tokens so the generated
+  tokens sit at positions 1,010 and 1,011."""
 from __future__ import annotations
 
 import os

@@ -11,7 +11,7 @@ quantized reference's.
   registers, which bring-up writes and never polls);
 * SmolLM2-135M-Instruct with --kv-region sdram --kv-bits 4 --max-seq auto:
   at least 1,024 tokens of context.  Under Unicorn a prompt past position
-  1,000 is about 1.6e11 guest instructions of prefill (51 minutes on an
+  1,000 is about 2e11 guest instructions of prefill (51 minutes on an
   idle core, measured with --stream off; docs/sdram.md): the default run is
   the ChatML question (16 prompt tokens) and two new tokens;
   TINYLLM_SDRAM_LONG=1 prefills a prompt of 1,010 tokens so the generated

@@ -31,11 +31,10 @@ import numpy as np
 
 from ..ir import Graph
 from ..abi import GROUP_SIZES, Q4X4_BLOCK, Q4X4_TILE  # noqa: F401 (GROUP_SIZES: stated with the C side, abi.py)
+from .kv import KV8, KVBits, parse_kv_bits
 
 Q4_MIN, Q4_MAX = -7, 7
 KERNEL_SETS = ("portable", "cortex-m7")
-from .kv import KV8, KVBits, parse_kv_bits
-
 
 
 def n_groups(cols: int, group_size: int) -> int:

@@ -26,12 +26,13 @@ from ..kernels import Attention, FcS4PerChannel
 from ..kernels.c_names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
 from ..kernels.c_text import block_comment
 from ..kernels.refs import GGUFRef, Q4Ref
+from ..lower.step import kv4_group_of
 from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
 from ..plan.traffic import kv_read, traffic_of
-from ..quant.kv import KV8V4, kv_layout
+from ..quant.kv import KV8V4
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from ..timing import LOOKUP_ACCEPTANCE, build_mode, predicted_for, speculative_prediction
@@ -231,7 +232,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "budget_arena_regions": [r for r in arena_regions(plan, board) if not r["external"]],
         "kv4": program.kv_bits == 4, "k8v4": program.kv_bits == KV8V4,
         "kv4_hadamard": any(isinstance(c.args, Attention) and c.args.rotate for c in program.calls),  # the shift undoes it
-        "kv4_group": kv_layout(c, 4).group if program.kv_bits.v == 4 else 0, "greedy": program.greedy,
+        "kv4_group": kv4_group_of(c, program.kv_bits), "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
         "speculate_k": program.speculate.k if program.speculate is not None else 0,
         "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",

@@ -121,7 +121,10 @@ typedef struct {
 
 typedef struct {
     /* Optional monotonic counter (cycles, instructions, microseconds) for
-     * tllm_token.cost and tllm_result.prefill_cost; NULL: costs are 0. */
+     * tllm_token.cost and tllm_result.prefill_cost; NULL: costs are 0.  The
+     * engine reads it after every pass over the weights, so a counter that
+     * extends a narrower hardware register at each read stays right while
+     * one pass takes less than that register's wrap. */
     uint64_t (*clock)(void);
 } tllm_config;
 

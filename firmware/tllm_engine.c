@@ -263,9 +263,14 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
             logits = tllm_model_prefill(tokens + st->pos, (int32_t)st->pos, (int32_t)n, st->pos + n == st->n_prompt);
             tllm_mark();
             st->pos += n;
+            /* Read after every pass, not only after the last: a board's clock may
+             * be a 32-bit counter extended at each read (the H750's DWT_CYCCNT
+             * wraps every 2^32 cycles, 8.9 s at 480 MHz), so no more than one
+             * pass may lie between two reads. */
+            const uint64_t t = now();
             if (st->pos == st->n_prompt) {
-                st->t_prefill = now();
-                t_token = st->t_prefill;
+                st->t_prefill = t;
+                t_token = t;
                 st->phase = TLLM_SAMPLE;
             }
             break;

@@ -127,7 +127,9 @@ int tllm_board_can_count(void)
     return 1;
 }
 
-/* Core cycles (not instructions) on hardware; 64-bit across CYCCNT wraps. */
+/* Core cycles (not instructions) on hardware; 64-bit across CYCCNT wraps as
+ * long as it is read at least once per 2^32 cycles (8.9 s at 480 MHz): the
+ * engine reads it after every pass over the weights. */
 uint64_t tllm_board_instret(void)
 {
     const uint32_t now = DWT_CYCCNT;

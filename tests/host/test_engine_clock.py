@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from firmware_harness import need
+from firmware_harness import build_model_driver, need
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.frontends import load_model
 
@@ -21,23 +21,8 @@ pytestmark = pytest.mark.host
 STORY = Path(__file__).resolve().parents[2] / "models" / "story-260k"
 DRIVER = Path(__file__).resolve().parents[1] / "c" / "clock" / "wrapping_clock.c"
 ADVANCE = 3_000_000_000  # the driver's ticks per model call
+LINK_WRAPS = ("-Wl,--wrap=tllm_model_prefill", "-Wl,--wrap=tllm_model_step")  # the driver counts these calls
 PROMPT = "Once upon a time there was a little dog who liked to run in the park"
-
-
-def build_driver(root: Path, out: Path) -> Path:
-    proj = root / (out.name + "-clock")
-    proj.mkdir()
-    (proj / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.20)\nproject(wrapping_clock C ASM)\nset(CMAKE_C_STANDARD 11)\n"
-        f"include({out}/cmake/TinyLLM.cmake)\ntinyllm_add_model(TARGET model OUT {out})\n"
-        f"add_executable(wrapping_clock {DRIVER})\n"
-        "target_compile_options(wrapping_clock PRIVATE -Wall -Wextra -Werror)\n"
-        "target_link_options(wrapping_clock PRIVATE -Wl,--wrap=tllm_model_prefill -Wl,--wrap=tllm_model_step)\n"
-        "target_link_libraries(wrapping_clock PRIVATE model tinyllm::numerics m)\n")
-    subprocess.run(["cmake", "-S", str(proj), "-B", str(proj / "b"), "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                   capture_output=True)
-    subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
-    return proj / "b" / "wrapping_clock"
 
 
 @pytest.mark.parametrize("prefill_batch", [1, 4])
@@ -46,7 +31,7 @@ def test_costs_survive_counter_wraps(tmp_path, prefill_batch):
     need("gcc")
     out = tmp_path / f"out-p{prefill_batch}"
     write_tree(compile_path(STORY, CompileOptions(board="host", max_seq=64, prefill_batch=prefill_batch)).tree, out)
-    exe = build_driver(tmp_path, out)
+    exe = build_model_driver(tmp_path, out, DRIVER, LINK_WRAPS, release=True)
     ids = load_model(STORY).tokenizer.encode(PROMPT)
     run = subprocess.run([str(exe), "5", *map(str, ids)], check=True, capture_output=True, text=True, timeout=600)
     lines = run.stdout.split("\n")

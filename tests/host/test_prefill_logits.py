@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from firmware_harness import SHAPES, need
+from firmware_harness import SHAPES, build_model_driver, need
 from tinymodels import make_hf_model
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
@@ -26,22 +26,6 @@ DRIVER = Path(__file__).resolve().parents[1] / "c" / "prefill" / "prefill_logits
 MAX_SEQ = 48
 NEXT = 7  # the token decoded after the prompt
 PROMPTS = ([5], [9, 4, 200], [1, 2, 3, 4, 5], [11, 22, 33, 44, 55, 66, 77, 88, 99, 111])  # 1, 3, 5, 10 tokens
-
-
-def build_driver(root: Path, out: Path) -> Path:
-    proj = root / (out.name + "-driver")
-    proj.mkdir()
-    copy = out / "board" / "copy_sync.c"  # a weight stream's copy hooks (the host board's memcpy)
-    (proj / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.20)\nproject(prefill_logits C ASM)\nset(CMAKE_C_STANDARD 11)\n"
-        f"include({out}/cmake/TinyLLM.cmake)\ntinyllm_add_model(TARGET model OUT {out})\n"
-        f"add_executable(prefill_logits {DRIVER} {copy if copy.is_file() else ''})\n"
-        f"target_include_directories(prefill_logits PRIVATE {out}/board)\n"
-        "target_compile_options(prefill_logits PRIVATE -Wall -Wextra -Werror)\n"
-        "target_link_libraries(prefill_logits PRIVATE model tinyllm::numerics m)\n")
-    subprocess.run(["cmake", "-S", str(proj), "-B", str(proj / "b")], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
-    return proj / "b" / "prefill_logits"
 
 
 def bits(text: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +94,7 @@ def test_batched_prefill_logits_equal_step_by_step_and_reference(root, shape, op
     assert ("tllm_stream_matmat_q4x4(" if "stream" in opts else
             f"tllm_matmat_{shape[5:9].lower().replace('_', '')}(" if shape.startswith("gguf-") else
             "tllm_matmat_q4x4(" if opts["kernels"] == "cortex-m7" else "tllm_matmat_q4(") in src
-    exe = build_driver(root, out)
+    exe = build_model_driver(root, out, DRIVER, copy_hooks=True)
     vocab = compiled.program.config.vocab_size
     for prompt in PROMPTS:
         runs = {mode: bits(subprocess.run([str(exe), mode, str(NEXT), *map(str, prompt)], check=True,

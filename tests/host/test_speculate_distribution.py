@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from firmware_harness import need
+from firmware_harness import build_model_driver, need
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.frontends import load_model
 
@@ -60,21 +60,6 @@ def chi2_homogeneity(a: Counter, b: Counter) -> tuple[float, int]:
     return stat, len(cells) - 1
 
 
-def build_sampler(root: Path, out: Path) -> Path:
-    proj = root / (out.name + "-sampler")
-    proj.mkdir()
-    (proj / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.20)\nproject(sample_many C ASM)\nset(CMAKE_C_STANDARD 11)\n"
-        f"include({out}/cmake/TinyLLM.cmake)\ntinyllm_add_model(TARGET model OUT {out})\n"
-        f"add_executable(sample_many {DRIVER})\n"
-        "target_compile_options(sample_many PRIVATE -Wall -Wextra -Werror)\n"
-        "target_link_libraries(sample_many PRIVATE model tinyllm::numerics m)\n")
-    subprocess.run(["cmake", "-S", str(proj), "-B", str(proj / "b"), "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                   capture_output=True)
-    subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
-    return proj / "b" / "sample_many"
-
-
 @pytest.fixture(scope="module")
 def samplers(tmp_path_factory):
     """(sampler, speculate) -> the sample_many executable of that build."""
@@ -87,7 +72,7 @@ def samplers(tmp_path_factory):
             out = root / f"out-{sampler.replace(':', '')}-{speculate.replace(':', '')}"
             write_tree(compile_path(STORY, CompileOptions(board="host", sampler=sampler, max_seq=96,
                                                           prefill_batch=4, speculate=speculate)).tree, out)
-            exes[(sampler, speculate)] = build_sampler(root, out)
+            exes[(sampler, speculate)] = build_model_driver(root, out, DRIVER, release=True)
         return exes[(sampler, speculate)]
     return get
 

@@ -345,13 +345,16 @@ __asm__(
  * one LDM per K words.  Registers: r4.. the tokens' int32 sums, r8 the
  * weight word (int8: r8 r9), r9 the lane (int8: r10), r10 0x000F000F,
  * r11 weights (pre-indexed: it points at the word last loaded), r12 x16b;
- * s0.. the tokens' float sums.  Q4_1's (float)xsum comes from the stream's
- * -8 * xsum as -xsum (VCVT fixed-point, exact) and enters by VMLS: t -
- * (m * sx) * (-xsum) rounds exactly as t + (m * sx) * xsum for every value
- * but NaN (whose sign may differ).  Stack: [0] xb, [4] out (this row, token
- * 0), [8] rows left from this one in the slot, [12] 4 * rows, [16] end of
- * the x16b stream, [20] slot, [24] rows, [28] tiles, [32] out, [36] the
- * offset of this slot's fp16 d from r11 at the block's end (Q4_0, Q8_0). */
+ * s0.. the tokens' float sums.  Q4_1 reads each block's head as the float32
+ * -xsum (q41_heads converts the stream's -8 * xsum in place around the
+ * call, exactly) and enters it by VMLS: t - (m * sx) * (-xsum) rounds
+ * exactly as t + (m * sx) * xsum for every value but NaN (whose sign may
+ * differ).  Q4_1 at P = 4 takes two blocks per pass (the loop test once per
+ * two).  Stack: [0] xb, [4] out (this row, token 0), [8] rows left from
+ * this one in the slot, [12] 4 * rows, [16] end of the x16b stream, [20]
+ * slot, [24] rows, [28] tiles, [32] out, [36] the offset of this slot's
+ * fp16 d from r11 at the block's end (Q4_0, Q8_0), 1 when the blocks per
+ * row are odd (Q4_1 at P = 4: such a row enters the pass at its second). */
 __asm__(
     "    .syntax unified\n"
     /* lane pair j of the quarter's weights (nibbles in r8; int8 in r8 r9) */
@@ -376,7 +379,7 @@ __asm__(
     "    TLLM_LDM_SUMS \\P\n"           /* the sums start at -8 * xsum */
     "    .elseif \\kind == 1\n"
     "    .if \\P == 2\n"
-    "    vldm r12!, {s12-s13}\n"        /* -8 * xsum */
+    "    vldm r12!, {s12-s13}\n"        /* -xsum (float32: q41_heads) */
     "    .elseif \\P == 3\n"
     "    vldm r12!, {s12-s14}\n"
     "    .else\n"
@@ -440,14 +443,6 @@ __asm__(
     "    vldr s16, [r11, #16]\n"        /* this row's (d, m) */
     "    vcvtb.f32.f16 s17, s16\n"
     "    vcvtt.f32.f16 s18, s16\n"
-    "    vcvt.f32.s32 s12, s12, #3\n"   /* -xsum, exactly */
-    "    vcvt.f32.s32 s13, s13, #3\n"
-    "    .if \\P >= 3\n"
-    "    vcvt.f32.s32 s14, s14, #3\n"
-    "    .endif\n"
-    "    .if \\P >= 4\n"
-    "    vcvt.f32.s32 s15, s15, #3\n"
-    "    .endif\n"
     "    .else\n"
     "    ldr r9, [sp, #36]\n"
     "    ldrh r9, [r11, r9]\n"          /* this row's d */
@@ -477,7 +472,7 @@ __asm__(
     "    mov r6, r4\n"
     "    mov r7, r5\n"
     "    .else\n"
-    "    vldm r12!, {s12-s13}\n"       /* -8 * xsum */
+    "    vldm r12!, {s12-s13}\n"       /* -xsum (float32: q41_heads) */
     "    .endif\n"
     "    TLLM_PAIR_QUARTER (32 - 8 * (1 - \\kind)), (\\kind == 1)\n"
     "    TLLM_PAIR_QUARTER 16, 0\n"
@@ -491,8 +486,6 @@ __asm__(
     "    vcvtt.f32.f16 s19, s16\n"
     "    vcvtb.f32.f16 s20, s17\n"
     "    vcvtt.f32.f16 s21, s17\n"
-    "    vcvt.f32.s32 s12, s12, #3\n"  /* -xsum, exactly */
-    "    vcvt.f32.s32 s13, s13, #3\n"
     "    .else\n"
     "    ldr r9, [sp, #36]\n"
     "    ldr r9, [r11, r9]\n"          /* the rows' d */
@@ -509,6 +502,7 @@ __asm__(
     /* One matmat; pair: P = 2 with nibbles (GXM2_BLOCK, slots 0 and 2). */
     "    .macro GXM_MATMAT name, kind, P\n"
     "    .set gx_pair, (\\P == 2) && (\\kind != 2)\n"
+    "    .set gx_twice, (\\P == 4) && (\\kind == 1)\n"
     "    TLLM_FUNC \\name, .text.\\name\n"
     "    push {r4-r11, lr}\n"
     "    vpush {s16-s23}\n"
@@ -525,6 +519,10 @@ __asm__(
     "    str r6, [sp, #16]\n"
     "    .if \\kind != 2\n"
     "    TLLM_MASK\n"
+    "    .endif\n"
+    "    .if gx_twice\n"
+    "    and r6, r5, #1\n"             /* an odd number of blocks per row */
+    "    str r6, [sp, #36]\n"
     "    .endif\n"
     "    movs r0, #0\n"
     "    str r0, [sp, #20]\n"
@@ -544,19 +542,30 @@ __asm__(
     "    .else\n"
     "    add r11, r2, r0, lsl #2\n"     /* row s's words: 4s into the tile-block */
     "    sub r11, r11, #(32 - 8 * (1 - \\kind))\n"
+    "    .if \\kind == 0\n"
     "    movs r2, #16\n"                /* Q4_0: d at 64 + 2s, r11 at 48 + 4s: 16 - 2s */
     "    sub r2, r2, r0, lsl #1\n"
     "    str r2, [sp, #36]\n"
+    "    .endif\n"
     "    .endif\n"
     "    ldr r2, [sp, #32]\n"
     "    add r2, r2, r0, lsl #2\n"
     "    str r2, [sp, #4]\n"
     "1:  TLLM_ROW_START\n"             /* a row (pair) */
+    "    .if gx_twice\n"              /* two blocks per pass: an odd count enters at the second */
+    "    ldr r0, [sp, #36]\n"
+    "    cmp r0, #0\n"
+    "    bne 3f\n"
+    "    .endif\n"
     "2:\n"
     "    .if gx_pair\n"
     "    GXM2_BLOCK \\kind\n"
     "    .else\n"
     "    GXM_BLOCK \\kind, \\P, (9 - \\P)\n"
+    "    GXM_END \\kind, \\P\n"
+    "    .endif\n"
+    "    .if gx_twice\n"
+    "3:  GXM_BLOCK \\kind, \\P, (9 - \\P)\n"
     "    GXM_END \\kind, \\P\n"
     "    .endif\n"
     "    ldr r9, [sp, #16]\n"
@@ -610,6 +619,28 @@ static inline __attribute__((always_inline)) void matvec_asm(x4_asm_fn *fn, int 
         for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
 }
 
+/* Q4_1's batched assembly reads each block's head (the P tokens' int32
+ * -8 * xsum) as float32 -xsum, so that no row converts it again: before the
+ * call the heads become -xsum (|8 * xsum| <= 8 * 32 * 127: exact in float32,
+ * and so is the division by 8), after it -8 * xsum again, the same bytes
+ * (every other reader of the stream, and the portable twin, sees integers). */
+static void q41_heads(uint8_t *xb, int32_t nb, int32_t P, int to_float) {
+    for (int32_t b = 0; b < nb; b++, xb += X16_BLOCK * P)
+        for (int32_t p = 0; p < P; p++) {
+            if (to_float) {
+                int32_t v;
+                memcpy(&v, xb + 4 * p, 4);
+                const float f = (float)v / 8.0f;
+                memcpy(xb + 4 * p, &f, 4);
+            } else {
+                float f;
+                memcpy(&f, xb + 4 * p, 4);
+                const int32_t v = (int32_t)(f * 8.0f);
+                memcpy(xb + 4 * p, &v, 4);
+            }
+        }
+}
+
 static inline __attribute__((always_inline)) void matmat_asm(x4_asm_fn *const *fns, x4_asm_fn *mv, int kind,
                                                              const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P,
                                                              const float *bias, float *out) {
@@ -623,7 +654,9 @@ static inline __attribute__((always_inline)) void matmat_asm(x4_asm_fn *const *f
     }
     if (m->rows == 0) return;
     const uint32_t dims[2] = {m->rows, (uint32_t)m->cols / TLLM_GGUF_BLOCK};
+    if (kind == KQ41) q41_heads((uint8_t *)xb, (int32_t)dims[1], P, 1);
     fns[P - 2](m->tiles, xb, out, dims);
+    if (kind == KQ41) q41_heads((uint8_t *)xb, (int32_t)dims[1], P, 0);
     if (bias)
         for (int32_t p = 0; p < P; p++)
             for (int32_t r = 0; r < m->rows; r++) out[p * m->rows + r] = out[p * m->rows + r] + bias[r];

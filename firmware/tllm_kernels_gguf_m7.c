@@ -345,13 +345,18 @@ __asm__(
  * one LDM per K words.  Registers: r4.. the tokens' int32 sums, r8 the
  * weight word (int8: r8 r9), r9 the lane (int8: r10), r10 0x000F000F,
  * r11 weights (pre-indexed: it points at the word last loaded), r12 x16b;
- * s0.. the tokens' float sums.  Q4_1's (float)xsum comes from the stream's
- * -8 * xsum as -xsum (VCVT fixed-point, exact) and enters by VMLS: t -
- * (m * sx) * (-xsum) rounds exactly as t + (m * sx) * xsum for every value
- * but NaN (whose sign may differ).  Stack: [0] xb, [4] out (this row, token
- * 0), [8] rows left from this one in the slot, [12] 4 * rows, [16] end of
- * the x16b stream, [20] slot, [24] rows, [28] tiles, [32] out, [36] the
- * offset of this slot's fp16 d from r11 at the block's end (Q4_0, Q8_0). */
+ * s0.. the tokens' float sums.  Q4_1 reads each block's head as the float32
+ * -xsum (q41_heads converts the stream's -8 * xsum in place around the
+ * call, exactly) and enters it by VMLS: t - (m * sx) * (-xsum) rounds
+ * exactly as t + (m * sx) * xsum for every value but NaN (whose sign may
+ * differ).  Q4_1 at P = 4 takes two blocks per pass (the loop test once per
+ * two), its heads shifted by one block (q41_heads), so that one VLDM loads a
+ * block's sx and -xsum.  Stack: [0] xb (Q4_1 at P = 4: xb + 16, past the
+ * first head), [4] out (this row, token 0), [8] rows left from this one in
+ * the slot, [12] 4 * rows, [16] end of the x16b stream (Q4_1 at P = 4: its
+ * last block's sx), [20] slot, [24] rows, [28] tiles, [32] out, [36] the
+ * offset of this slot's fp16 d from r11 at the block's end (Q4_0, Q8_0), 1
+ * when the blocks per row are odd (Q4_1 at P = 4). */
 __asm__(
     "    .syntax unified\n"
     /* lane pair j of the quarter's weights (nibbles in r8; int8 in r8 r9) */
@@ -371,18 +376,18 @@ __asm__(
     "    .endif\n"
     "    .endm\n"
     /* one block of one row against P tokens: 16 P words */
-    "    .macro GXM_BLOCK kind, P, K\n"
+    "    .macro GXM_BLOCK kind, P, K, head=1\n"
     "    .if \\kind == 0\n"
     "    TLLM_LDM_SUMS \\P\n"           /* the sums start at -8 * xsum */
-    "    .elseif \\kind == 1\n"
+    "    .elseif (\\kind == 1) && \\head\n"
     "    .if \\P == 2\n"
-    "    vldm r12!, {s12-s13}\n"        /* -8 * xsum */
+    "    vldm r12!, {s12-s13}\n"        /* -xsum (float32: q41_heads) */
     "    .elseif \\P == 3\n"
     "    vldm r12!, {s12-s14}\n"
     "    .else\n"
     "    vldm r12!, {s12-s15}\n"
     "    .endif\n"
-    "    .else\n"
+    "    .elseif \\kind == 2\n"
     "    add r12, r12, #(4 * \\P)\n"
     "    .endif\n"
     "    .set gx_n, 0\n"
@@ -433,21 +438,24 @@ __asm__(
     "    GXM_FLOAT \\kind, s16, s18, \\sx, \\nx, \\fi, \\acc, \\sx, s20\n"
     "    .endif\n"
     "    .endm\n"
-    "    .macro GXM_END kind, P\n"
+    /* sxnx (Q4_1 at P = 4, shifted heads): 1 loads sx and -xsum in one VLDM
+     * (this block's -xsum sits in the next block's head), 2 is the row's
+     * last block, whose -xsum q41_heads parked in the first head (xb) */
+    "    .macro GXM_END kind, P, sxnx=0\n"
     "    TLLM_SUMS_TO_S \\P\n"
+    "    .if \\sxnx == 1\n"
+    "    vldm r12!, {s8-s15}\n"
+    "    .else\n"
     "    TLLM_LDM_SX \\P\n"             /* sx of the P tokens */
+    "    .endif\n"
+    "    .if \\sxnx == 2\n"
+    "    ldr r9, [sp, #0]\n"           /* xb + 16: the first block's words */
+    "    vldmdb r9!, {s12-s15}\n"
+    "    .endif\n"
     "    .if \\kind == 1\n"
     "    vldr s16, [r11, #16]\n"        /* this row's (d, m) */
     "    vcvtb.f32.f16 s17, s16\n"
     "    vcvtt.f32.f16 s18, s16\n"
-    "    vcvt.f32.s32 s12, s12, #3\n"   /* -xsum, exactly */
-    "    vcvt.f32.s32 s13, s13, #3\n"
-    "    .if \\P >= 3\n"
-    "    vcvt.f32.s32 s14, s14, #3\n"
-    "    .endif\n"
-    "    .if \\P >= 4\n"
-    "    vcvt.f32.s32 s15, s15, #3\n"
-    "    .endif\n"
     "    .else\n"
     "    ldr r9, [sp, #36]\n"
     "    ldrh r9, [r11, r9]\n"          /* this row's d */
@@ -477,7 +485,7 @@ __asm__(
     "    mov r6, r4\n"
     "    mov r7, r5\n"
     "    .else\n"
-    "    vldm r12!, {s12-s13}\n"       /* -8 * xsum */
+    "    vldm r12!, {s12-s13}\n"       /* -xsum (float32: q41_heads) */
     "    .endif\n"
     "    TLLM_PAIR_QUARTER (32 - 8 * (1 - \\kind)), (\\kind == 1)\n"
     "    TLLM_PAIR_QUARTER 16, 0\n"
@@ -491,8 +499,6 @@ __asm__(
     "    vcvtt.f32.f16 s19, s16\n"
     "    vcvtb.f32.f16 s20, s17\n"
     "    vcvtt.f32.f16 s21, s17\n"
-    "    vcvt.f32.s32 s12, s12, #3\n"  /* -xsum, exactly */
-    "    vcvt.f32.s32 s13, s13, #3\n"
     "    .else\n"
     "    ldr r9, [sp, #36]\n"
     "    ldr r9, [r11, r9]\n"          /* the rows' d */
@@ -509,6 +515,7 @@ __asm__(
     /* One matmat; pair: P = 2 with nibbles (GXM2_BLOCK, slots 0 and 2). */
     "    .macro GXM_MATMAT name, kind, P\n"
     "    .set gx_pair, (\\P == 2) && (\\kind != 2)\n"
+    "    .set gx_twice, (\\P == 4) && (\\kind == 1)\n"
     "    TLLM_FUNC \\name, .text.\\name\n"
     "    push {r4-r11, lr}\n"
     "    vpush {s16-s23}\n"
@@ -525,6 +532,15 @@ __asm__(
     "    str r6, [sp, #16]\n"
     "    .if \\kind != 2\n"
     "    TLLM_MASK\n"
+    "    .endif\n"
+    "    .if gx_twice\n"
+    "    and r6, r5, #1\n"             /* an odd number of blocks per row */
+    "    str r6, [sp, #36]\n"
+    "    ldr r6, [sp, #16]\n"          /* the loop's end: the last block's sx */
+    "    subs r6, r6, #16\n"
+    "    str r6, [sp, #16]\n"
+    "    adds r6, r1, #16\n"           /* rows start past the first head */
+    "    str r6, [sp, #0]\n"
     "    .endif\n"
     "    movs r0, #0\n"
     "    str r0, [sp, #20]\n"
@@ -544,14 +560,34 @@ __asm__(
     "    .else\n"
     "    add r11, r2, r0, lsl #2\n"     /* row s's words: 4s into the tile-block */
     "    sub r11, r11, #(32 - 8 * (1 - \\kind))\n"
+    "    .if \\kind == 0\n"
     "    movs r2, #16\n"                /* Q4_0: d at 64 + 2s, r11 at 48 + 4s: 16 - 2s */
     "    sub r2, r2, r0, lsl #1\n"
     "    str r2, [sp, #36]\n"
+    "    .endif\n"
     "    .endif\n"
     "    ldr r2, [sp, #32]\n"
     "    add r2, r2, r0, lsl #2\n"
     "    str r2, [sp, #4]\n"
     "1:  TLLM_ROW_START\n"             /* a row (pair) */
+    "    .if gx_twice\n"
+    /* Two blocks per pass, each block's float part after the next block's
+     * integer part's test: a pass is F I F I, the loop test after the
+     * second I; an even count enters at the first I, an odd one at the
+     * second, and the row's last block has its own F (sxnx 2). */
+    "    ldr r0, [sp, #36]\n"
+    "    cmp r0, #0\n"
+    "    bne 3f\n"
+    "    b 4f\n"
+    "2:  GXM_END 1, 4, 1\n"
+    "4:  GXM_BLOCK 1, 4, 5, 0\n"
+    "    GXM_END 1, 4, 1\n"
+    "3:  GXM_BLOCK 1, 4, 5, 0\n"
+    "    ldr r9, [sp, #16]\n"
+    "    cmp r12, r9\n"
+    "    bne 2b\n"
+    "    GXM_END 1, 4, 2\n"
+    "    .else\n"
     "2:\n"
     "    .if gx_pair\n"
     "    GXM2_BLOCK \\kind\n"
@@ -562,6 +598,7 @@ __asm__(
     "    ldr r9, [sp, #16]\n"
     "    cmp r12, r9\n"
     "    bne 2b\n"
+    "    .endif\n"
     "    .if gx_pair\n"
     "    TLLM_MM2_STORE 12\n"
     "    TLLM_MM_NEXT_SLOT 20, 2\n"
@@ -610,6 +647,48 @@ static inline __attribute__((always_inline)) void matvec_asm(x4_asm_fn *fn, int 
         for (int32_t r = 0; r < m->rows; r++) out[r] = out[r] + bias[r];
 }
 
+/* Q4_1's batched assembly reads each block's head (the P tokens' int32
+ * -8 * xsum) as float32 -xsum, so that no row converts it again: before the
+ * call the heads become -xsum (|8 * xsum| <= 8 * 32 * 127: exact in float32,
+ * and so is the division by 8), after it -8 * xsum again, the same bytes
+ * (every other reader of the stream, and the portable twin, sees integers).
+ * shifted (P = 4): block b's -xsum goes into block b + 1's head, right after
+ * b's sx (one VLDM loads both), the last block's into the first head. */
+/* The P heads at src into dst (the same place or another block's):
+ * int32 -8 * xsum to float32 -xsum, or back. */
+static void q41_head_move(uint8_t *dst, const uint8_t *src, int32_t P, int to_float) {
+    for (int32_t p = 0; p < P; p++) {
+        if (to_float) {
+            int32_t v;
+            memcpy(&v, src + 4 * p, 4);
+            const float f = (float)v / 8.0f;
+            memcpy(dst + 4 * p, &f, 4);
+        } else {
+            float f;
+            memcpy(&f, src + 4 * p, 4);
+            const int32_t v = (int32_t)(f * 8.0f);
+            memcpy(dst + 4 * p, &v, 4);
+        }
+    }
+}
+
+static void q41_heads(uint8_t *xb, int32_t nb, int32_t P, int to_float, int shifted) {
+    const uint32_t step = X16_BLOCK * (uint32_t)P;
+    uint8_t *const last = xb + (uint32_t)(nb - 1) * step;
+    uint8_t keep[4 * TLLM_MAX_BATCH];
+    if (!shifted) {
+        for (uint8_t *h = xb; h <= last; h += step) q41_head_move(h, h, P, to_float);
+    } else if (to_float) { /* from the last block down: each head read before it is overwritten */
+        memcpy(keep, last, 4 * (size_t)P);
+        for (uint8_t *h = last; h > xb; h -= step) q41_head_move(h, h - step, P, 1);
+        q41_head_move(xb, keep, P, 1);
+    } else {
+        memcpy(keep, xb, 4 * (size_t)P);
+        for (uint8_t *h = xb; h < last; h += step) q41_head_move(h, h + step, P, 0);
+        q41_head_move(last, keep, P, 0);
+    }
+}
+
 static inline __attribute__((always_inline)) void matmat_asm(x4_asm_fn *const *fns, x4_asm_fn *mv, int kind,
                                                              const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P,
                                                              const float *bias, float *out) {
@@ -623,7 +702,9 @@ static inline __attribute__((always_inline)) void matmat_asm(x4_asm_fn *const *f
     }
     if (m->rows == 0) return;
     const uint32_t dims[2] = {m->rows, (uint32_t)m->cols / TLLM_GGUF_BLOCK};
+    if (kind == KQ41) q41_heads((uint8_t *)xb, (int32_t)dims[1], P, 1, P == 4);
     fns[P - 2](m->tiles, xb, out, dims);
+    if (kind == KQ41) q41_heads((uint8_t *)xb, (int32_t)dims[1], P, 0, P == 4);
     if (bias)
         for (int32_t p = 0; p < P; p++)
             for (int32_t r = 0; r < m->rows; r++) out[p * m->rows + r] = out[p * m->rows + r] + bias[r];

@@ -75,7 +75,10 @@ void tllm_matvec_q80x4_c(const tllm_ggufx4_matrix *m, const uint8_t *x16, const 
  * the P tokens' x16b stream (group 32; for P = 1 the x16 stream), 4-byte
  * aligned; out[p * rows + r] equals tllm_matvec_*(m, token p's x16, bias)[r]
  * bit for bit (out holds P * rows floats).  The assembly takes P = 1..4
- * (TLLM_MAX_BATCH); a larger P runs the portable twin. */
+ * (TLLM_MAX_BATCH); a larger P runs the portable twin.  On the M7,
+ * tllm_matmat_q41x4 at P = 2..4 rewrites xb's block heads for the duration
+ * of the call (their -8 * xsum as float32 -xsum) and puts the same bytes
+ * back before it returns: xb must be in RAM, as every activation buffer is. */
 void tllm_matmat_q40x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
 void tllm_matmat_q41x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);
 void tllm_matmat_q80x4(const tllm_ggufx4_matrix *m, const uint8_t *xb, int32_t P, const float *bias, float *out);

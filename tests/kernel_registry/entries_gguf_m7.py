@@ -95,7 +95,7 @@ def matmat_twin(qtype):
         toks = [x16_quantized(np.frombuffer(s, np.uint8), v["cols"]) for s in v["streams"]]
         out = exact.matmat_gguf(exact.GGUFOperand.of(qtype, d, m, q), np.stack([a for a, _ in toks]),
                                 np.stack([b for _, b in toks]), _bias(v))
-        return {"out": out.reshape(-1)}
+        return {"out": out.reshape(-1), "xb": np.asarray(v["xb"], np.uint8)}
     return twin
 
 
@@ -142,7 +142,8 @@ MV_SHAPES = [(8, 64, False), (10, 96, True), (3, 2112, False), (7, 32, True), (1
 MM_SHAPES = [(10, 96, True), (3, 2112, False), (5, 64, False), (13, 160, True), (8, 32, False), (1, 64, True)]
 X16 = In("x16", "uint8_t", "x16_bytes(cols, 32)")
 MV_ARGS = TILED_ARGS + (X16, In("bias", "float", "rows", nullable=True))
-MM_ARGS = TILED_ARGS + (In("xb", "uint8_t", "P * x16_bytes(cols, 32)"), Scalar("P", "int32_t"),
+# xb comes back as it went in: Q4_1's assembly rewrites the block heads during the call (q41_heads)
+MM_ARGS = TILED_ARGS + (InOut("xb", "uint8_t", "P * x16_bytes(cols, 32)"), Scalar("P", "int32_t"),
                         In("bias", "float", "rows", nullable=True), Out("out", "float", "P * rows"))
 
 

@@ -41,7 +41,9 @@ from .quant.kv import KV8, KVBits, kv_rotation, kv_rotation_note, parse_kv_bits
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
-from .reference.executor import rope_tables
+from .frontends.vocab_map import vocab_map
+from .reference.draft import DraftModel
+from .reference.executor import Executor, FloatKernels, QuantKernels, rope_tables
 from .reference.sampler import sampler_problem
 from .plan.traffic import kv_read, step_traffic
 from .timing import predicted_for
@@ -131,6 +133,24 @@ def require_tokenizer(model: ImportedModel) -> Tokenizer:
         raise UserError(f"{model.source}: no tokenizer found: add tokenizer.json to the model directory "
                         "or pass --tokenizer tokenizer.bin")
     return model.tokenizer
+
+
+def load_draft(path: Path, target: ImportedModel, target_path: Path, opts: CompileOptions, max_seq: int,
+               fp32: bool = False) -> DraftModel:
+    """`--speculate draft:MODEL`: the draft model quantized with the target's
+    options (or float, as the target runs), with its own KV cache for the
+    target's context, and its ids mapped onto the target's (vocab_map.py)."""
+    draft = load_model(path)
+    if draft.tokenizer is None:
+        raise UserError(f"--speculate draft:{path}: the draft has no tokenizer, so its ids cannot be matched to "
+                        f"{target_path}'s; put its tokenizer.json beside it")
+    if draft.graph.config.max_seq < max_seq:
+        raise UserError(f"--speculate draft:{path}: the draft was trained for {draft.graph.config.max_seq} "
+                        f"positions but {target_path} runs {max_seq}: use --max-seq {draft.graph.config.max_seq}")
+    vmap = vocab_map(require_tokenizer(target), target.graph.config.vocab_size, draft.tokenizer,
+                     draft.graph.config.vocab_size, str(target_path), str(path))
+    kernels = FloatKernels(draft.graph, max_seq) if fp32 else QuantKernels(quantize(draft, opts), max_seq)
+    return DraftModel(Executor(draft.graph, kernels), vmap, target.graph.config.vocab_size)
 
 
 def resolve_kernels(opts: CompileOptions, board: Board | None = None) -> str:

@@ -286,26 +286,34 @@ _kernels_option = click.option(
 @_classifier_option
 @_kv_region_option
 @_context_policy_option
+@click.option("--symbol-prefix", default="tllm_model_", show_default=True, metavar="tllm_NAME_",
+              help="The prefix of the model's C symbols (tllm_model_step -> tllm_NAME_step, its arenas, weights "
+                   "blob and vocabulary too), so that two models link into one image (a speculative draft "
+                   "beside its target). A tree with another prefix is a library for tinyllm_add_model; its "
+                   "console firmware is not built.")
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_rotate, max_seq, ram_budget, quant,
                 calibration, weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers,
-                classifier_quant, kv_region, context_policy):
+                classifier_quant, kv_region, context_policy, symbol_prefix):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
     from .context import parse_context_policy
+    from .kernels.c_names import symbol_prefix_problem
     from .lower.prefill import parse_batch
     from .lower.speculate import parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
     parse_context_policy(context_policy)
+    if (why := symbol_prefix_problem(symbol_prefix)) is not None:
+        raise UserError(why)
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
                    quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
-                   kv_region=kv_region, context_policy=context_policy)
+                   kv_region=kv_region, context_policy=context_policy, symbol_prefix=symbol_prefix)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan

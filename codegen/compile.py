@@ -26,6 +26,7 @@ from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
 from .ir import output_weight_name
+from .kernels.c_names import DEFAULT_PREFIX, symbol_prefix_problem
 from .lower.blob import build_blob
 from .lower.records import StepSource, source_of
 from .lower.speculate import parse_speculate
@@ -89,6 +90,9 @@ class CompileOptions:
     speculate: str = "off"
     # when the KV cache is full (context.py): stop (the default), or roll[:sinks] (keep the sinks and a window)
     context_policy: str = "stop"
+    # the C symbols' prefix (kernels/c_names.py): tllm_model_ (the default, what the engine calls), or another
+    # (tllm_draft_) so that this model links beside a second one
+    symbol_prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self):
         object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
@@ -249,6 +253,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
         options.update(speculate=f"{program.speculate.draft}:{program.speculate.k}")
     if roll is not None:  # only when rolling: trees that stop keep their manifests' options
         options.update(context_policy=roll.policy)
+    if opts.symbol_prefix != DEFAULT_PREFIX:  # only when asked: the default trees keep their manifests
+        options.update(symbol_prefix=opts.symbol_prefix)
     return options
 
 
@@ -256,6 +262,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
     parse_context_policy(opts.context_policy)
+    if (why := symbol_prefix_problem(opts.symbol_prefix)) is not None:
+        raise UserError(why)
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
@@ -274,7 +282,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
         raise UserError(f"weights are {len(blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
     roll = context_roll(opts.context_policy, program.max_seq)
-    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program, roll), opts.unroll_layers, roll)
+    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program, roll), opts.unroll_layers, roll,
+                     opts.symbol_prefix)
     return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off, speculate_note(fitted))
 
 

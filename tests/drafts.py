@@ -64,3 +64,9 @@ def renamed_token_draft(target: Path, out: Path) -> Path:
                                if "".join(m if isinstance(m, list) else m.split(" ")) != name]
     (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False))
     return out
+
+
+def target_and_student(root: Path) -> tuple[Path, Path]:
+    """The tiny target and its one-block student, the pair the host tests link into one program."""
+    target = make_target(root)
+    return target, shallow_student(target, root / "student")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from c_program import build_program
 from chi2 import chi2_critical, position_statistics
 from firmware_harness import need
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
@@ -29,21 +30,6 @@ N_SEEDS = 1000  # each seed prefills the prompt again: its 26 tokens are most of
 N_NEW = 6  # a decoded token costs a seventh of the prompt's prefill: more positions tested per seed
 
 
-def build_sampler(root: Path, out: Path) -> Path:
-    proj = root / (out.name + "-sampler")
-    proj.mkdir()
-    (proj / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.20)\nproject(sample_many C ASM)\nset(CMAKE_C_STANDARD 11)\n"
-        f"include({out}/cmake/TinyLLM.cmake)\ntinyllm_add_model(TARGET model OUT {out})\n"
-        f"add_executable(sample_many {DRIVER})\n"
-        "target_compile_options(sample_many PRIVATE -Wall -Wextra -Werror)\n"
-        "target_link_libraries(sample_many PRIVATE model tinyllm::numerics m)\n")
-    subprocess.run(["cmake", "-S", str(proj), "-B", str(proj / "b"), "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                   capture_output=True)
-    subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
-    return proj / "b" / "sample_many"
-
-
 @pytest.fixture(scope="module")
 def samplers(tmp_path_factory):
     """(sampler, speculate) -> the sample_many executable of that build."""
@@ -56,7 +42,8 @@ def samplers(tmp_path_factory):
             out = root / f"out-{sampler.replace(':', '')}-{speculate.replace(':', '')}"
             write_tree(compile_path(STORY, CompileOptions(board="host", sampler=sampler, max_seq=96,
                                                           prefill_batch=4, speculate=speculate)).tree, out)
-            exes[(sampler, speculate)] = build_sampler(root, out)
+            exes[(sampler, speculate)] = build_program(root / (out.name + "-sampler"), "sample_many", DRIVER,
+                                                         {"model": out})
         return exes[(sampler, speculate)]
     return get
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from drafts import make_target, shallow_student
+from c_program import build_program
+from drafts import target_and_student
 from firmware_harness import need
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.errors import UserError
@@ -38,26 +39,13 @@ def built(tmp_path_factory):
     need("cmake")
     need("gcc")
     root = tmp_path_factory.mktemp("two-models")
-    target = make_target(root)
-    draft = shallow_student(target, root / "student")
+    target, draft = target_and_student(root)
     outs = {}
     for name, model, prefix in (("target", target, "tllm_model_"), ("draft", draft, "tllm_draft_")):
         outs[name] = root / f"out-{name}"
         write_tree(compile_path(model, options(prefix)).tree, outs[name])
-    proj = root / "proj"
-    proj.mkdir()
-    (proj / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.20)\nproject(two_models C ASM)\nset(CMAKE_C_STANDARD 11)\n"
-        "add_compile_options(-Wall -Wextra -Werror)\n"  # both models' sources, the runtime and the driver
-        f"include({outs['target']}/cmake/TinyLLM.cmake)\n"
-        f"tinyllm_add_model(TARGET target OUT {outs['target']})\n"
-        f"tinyllm_add_model(TARGET draft OUT {outs['draft']})\n"
-        f"add_executable(two_models {DRIVER})\n"
-        "target_link_libraries(two_models PRIVATE target draft tinyllm::numerics m)\n")
-    subprocess.run(["cmake", "-S", str(proj), "-B", str(proj / "b"), "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                   capture_output=True)
-    subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
-    return {"target": target, "draft": draft, "outs": outs, "exe": proj / "b" / "two_models", "build": proj / "b"}
+    exe = build_program(root / "proj", "two_models", DRIVER, {"target": outs["target"], "draft": outs["draft"]})
+    return {"target": target, "draft": draft, "outs": outs, "exe": exe, "build": exe.parent}
 
 
 def reference_tokens(model_dir: Path, prefix: str, ids: list[int]) -> list[int]:

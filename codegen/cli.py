@@ -238,8 +238,9 @@ _speculate_option = click.option(
          "ones it would have produced; greedy output is plain decoding's, sampling keeps its distribution. lookup: "
          "the guesses come from the context itself (prompt lookup: no weights), k by the timing model unless given "
          "(1..3, below --prefill-batch); auto: lookup where the timing model predicts more decode tokens/s on the "
-         "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL is not "
-         "built yet (refused). See docs/speculative.md.")
+         "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL[:k] (a "
+         "smaller model sharing the target's vocabulary, or a compress --prune-vocab student of it) runs in the "
+         "reference only so far (compile refuses it). See docs/speculative.md.")
 
 
 _context_policy_option = click.option(
@@ -285,26 +286,34 @@ _kernels_option = click.option(
 @_classifier_option
 @_kv_region_option
 @_context_policy_option
+@click.option("--symbol-prefix", default="tllm_model_", show_default=True, metavar="tllm_NAME_",
+              help="The prefix of the model's C symbols (tllm_model_step -> tllm_NAME_step, its arenas, weights "
+                   "blob and vocabulary too), so that two models link into one image (a speculative draft "
+                   "beside its target). A tree with another prefix is a library for tinyllm_add_model; its "
+                   "console firmware is not built.")
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_rotate, max_seq, ram_budget, quant,
                 calibration, weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers,
-                classifier_quant, kv_region, context_policy):
+                classifier_quant, kv_region, context_policy, symbol_prefix):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
     from .context import parse_context_policy
+    from .kernels.c_names import symbol_prefix_problem
     from .lower.prefill import parse_batch
     from .lower.speculate import parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
     parse_context_policy(context_policy)
+    if (why := symbol_prefix_problem(symbol_prefix)) is not None:
+        raise UserError(why)
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
                    quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
-                   kv_region=kv_region, context_policy=context_policy)
+                   kv_region=kv_region, context_policy=context_policy, symbol_prefix=symbol_prefix)
     compiled = compile_path(model, opts, tokenizer)
     write_tree(compiled.tree, out)
     p = compiled.plan
@@ -445,23 +454,27 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
 @_sampler_option
 @click.option("--speculate", default="off", show_default=True, metavar="off|lookup[:k]|draft:MODEL[:k]",
               help="Speculative decoding as a build compiled with it runs (reference/speculative.py): lookup:k "
-                   "guesses per pass (lookup alone: k as compile picks it for the default board); give the "
-                   "manifest's options.speculate to reproduce a build's sampled tokens.")
+                   "guesses per pass (lookup alone: k as compile picks it for the default board); draft:MODEL[:k]: "
+                   "k steps of a draft model per pass (its vocabulary the target's, or a compress --prune-vocab "
+                   "student's; quantized with the same options; k defaults to 3); give the manifest's "
+                   "options.speculate to reproduce a build's sampled tokens.")
 @_context_policy_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
               kv_bits, kv_rotate, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate,
               context_policy):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
-    from .compile import CompileOptions, context_for, parse_size, quantize, require_tokenizer, speculate_k_for
+    from .compile import (CompileOptions, context_for, load_draft, parse_size, quantize, require_tokenizer,
+                          speculate_k_for)
     from .frontends import load_model
-    from .lower.speculate import parse_speculate
+    from .lower.speculate import parse_draft, parse_speculate
     from .reference.executor import Executor, FloatKernels, QuantKernels
     from .reference.sampler import SamplingOptions, top_k_of
     from .reference.speculative import generate_speculative
 
     from .context import context_roll, parse_context_policy
 
-    draft, k = parse_speculate(speculate)
+    draft_model = parse_draft(speculate)
+    draft, k = ("draft", draft_model[1]) if draft_model else parse_speculate(speculate)
     parse_context_policy(context_policy)
     if draft == "auto":
         raise UserError("--speculate auto is compile's choice per board: give the reference off or lookup[:k] "
@@ -481,15 +494,18 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     if draft == "lookup" and k is None:
         k = speculate_k_for(qg, opts, sampler, parse_size(ram_budget))
     kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(qg, seq)
+    roll = context_roll(context_policy, seq)
+    drafter = load_draft(Path(draft_model[0]), m, model, opts, seq, fp32) if draft_model else None
     gen = generate_speculative(Executor(m.graph, kernels), ids, max_new_tokens, seq, m.graph.config.eos_ids,
                                SamplingOptions(temperature, top_p, seed), top_k=top_k_of(sampler),
-                               k=k if draft == "lookup" else 0, roll=context_roll(context_policy, seq))
+                               k=k if draft != "off" else 0, roll=roll, draft=drafter)
     text = tok.decode(gen.generated_ids)
     if as_json:
         click.echo(json.dumps({"prompt": prompt, "prompt_ids": ids, "generated_ids": gen.generated_ids,
                                "text": text, "stop_reason": gen.stop_reason, "passes": gen.passes,
                                "tokens_per_pass": gen.tokens_per_pass, "pass_tokens": gen.pass_tokens,
-                               "pass_positions": list(gen.pass_positions), "context_shifts": gen.shifts}))
+                               "pass_positions": list(gen.pass_positions), "context_shifts": gen.shifts,
+                               "guessed": gen.guessed, "accepted": gen.accepted, "draft_steps": gen.draft_steps}))
     else:
         click.echo(text if chat else prompt + text)
 

@@ -26,6 +26,7 @@ from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
 from .ir import output_weight_name
+from .kernels.c_names import DEFAULT_PREFIX, symbol_prefix_problem
 from .lower.blob import build_blob
 from .lower.records import StepSource, source_of
 from .lower.speculate import parse_speculate
@@ -41,7 +42,9 @@ from .quant.kv import KV8, KVBits, kv_rotation, kv_rotation_note, parse_kv_bits
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
-from .reference.executor import rope_tables
+from .frontends.vocab_map import vocab_map
+from .reference.draft import DraftModel
+from .reference.executor import Executor, FloatKernels, QuantKernels, rope_tables
 from .reference.sampler import sampler_problem
 from .plan.traffic import kv_read, step_traffic
 from .timing import predicted_for
@@ -87,6 +90,9 @@ class CompileOptions:
     speculate: str = "off"
     # when the KV cache is full (context.py): stop (the default), or roll[:sinks] (keep the sinks and a window)
     context_policy: str = "stop"
+    # the C symbols' prefix (kernels/c_names.py): tllm_model_ (the default, what the engine calls), or another
+    # (tllm_draft_) so that this model links beside a second one
+    symbol_prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self):
         object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
@@ -131,6 +137,24 @@ def require_tokenizer(model: ImportedModel) -> Tokenizer:
         raise UserError(f"{model.source}: no tokenizer found: add tokenizer.json to the model directory "
                         "or pass --tokenizer tokenizer.bin")
     return model.tokenizer
+
+
+def load_draft(path: Path, target: ImportedModel, target_path: Path, opts: CompileOptions, max_seq: int,
+               fp32: bool = False) -> DraftModel:
+    """`--speculate draft:MODEL`: the draft model quantized with the target's
+    options (or float, as the target runs), with its own KV cache for the
+    target's context, and its ids mapped onto the target's (vocab_map.py)."""
+    draft = load_model(path)
+    if draft.tokenizer is None:
+        raise UserError(f"--speculate draft:{path}: the draft has no tokenizer, so its ids cannot be matched to "
+                        f"{target_path}'s; put its tokenizer.json beside it")
+    if draft.graph.config.max_seq < max_seq:
+        raise UserError(f"--speculate draft:{path}: the draft was trained for {draft.graph.config.max_seq} "
+                        f"positions but {target_path} runs {max_seq}: use --max-seq {draft.graph.config.max_seq}")
+    vmap = vocab_map(require_tokenizer(target), target.graph.config.vocab_size, draft.tokenizer,
+                     draft.graph.config.vocab_size, str(target_path), str(path))
+    kernels = FloatKernels(draft.graph, max_seq) if fp32 else QuantKernels(quantize(draft, opts), max_seq)
+    return DraftModel(Executor(draft.graph, kernels), vmap, target.graph.config.vocab_size)
 
 
 def resolve_kernels(opts: CompileOptions, board: Board | None = None) -> str:
@@ -229,6 +253,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
         options.update(speculate=f"{program.speculate.draft}:{program.speculate.k}")
     if roll is not None:  # only when rolling: trees that stop keep their manifests' options
         options.update(context_policy=roll.policy)
+    if opts.symbol_prefix != DEFAULT_PREFIX:  # only when asked: the default trees keep their manifests
+        options.update(symbol_prefix=opts.symbol_prefix)
     return options
 
 
@@ -236,6 +262,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
     parse_context_policy(opts.context_policy)
+    if (why := symbol_prefix_problem(opts.symbol_prefix)) is not None:
+        raise UserError(why)
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
@@ -254,7 +282,8 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
         raise UserError(f"weights are {len(blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
     roll = context_roll(opts.context_policy, program.max_seq)
-    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program, roll), opts.unroll_layers, roll)
+    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program, roll), opts.unroll_layers, roll,
+                     opts.symbol_prefix)
     return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off, speculate_note(fitted))
 
 

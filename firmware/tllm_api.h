@@ -119,6 +119,8 @@ typedef struct {
                                    model still sees) */
 } tllm_result;
 
+struct tllm_draft_model; /* tllm_draft.h */
+
 typedef struct {
     /* Optional monotonic counter (cycles, instructions, microseconds) for
      * tllm_token.cost and tllm_result.prefill_cost; NULL: costs are 0.  The
@@ -126,6 +128,10 @@ typedef struct {
      * extends a narrower hardware register at each read stays right while
      * one pass takes less than that register's wrap. */
     uint64_t (*clock)(void);
+    /* Optional draft model for a target compiled with --speculate (tllm_draft.h):
+     * it drafts the guesses of greedy requests instead of the prompt lookup, and
+     * a request with a temperature is refused (TLLM_ERR_SAMPLING); NULL: lookup. */
+    const struct tllm_draft_model *draft;
 } tllm_config;
 
 /* What the compiled model is. */

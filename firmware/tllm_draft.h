@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "tllm_abi.h" /* TLLM_LOOKUP_NGRAM_MAX / MIN */
+#include "tllm_model_api.h"
 
 /* tokens[0..L) is the context; the guesses go to out[0..k) (which may be
  * tokens + L: only tokens before L are read).  Returns how many (0: no
@@ -42,6 +43,54 @@ static inline int32_t tllm_lookup_draft(const uint16_t *tokens, int32_t L, int32
     if (n > k) n = k;
     for (int32_t i = 0; i < n; i++) out[i] = tokens[best_end + 1 + i];
     return n;
+}
+
+/* A draft model (tllm_config.draft; twin: codegen/reference/draft.py): a
+ * second generated model linked beside the target under its own symbol
+ * prefix (compile --symbol-prefix tllm_draft_), a greedy-only build with the
+ * target's vocabulary and at least its context.  It proposes the guesses of
+ * greedy requests by running k steps of its own with its own KV cache. */
+typedef struct tllm_draft_model {
+    const tllm_model_info *info;          /* its table (tllm_draft for the prefix tllm_draft_) */
+    float *(*step)(int32_t token, int32_t pos, int need_logits);
+    int32_t (*greedy_token)(void);        /* its argmax after a step with need_logits */
+    uint16_t *(*tokens)(void);            /* its planned token buffer: the ids its cache holds, by position */
+} tllm_draft_model;
+
+/* Why the engine cannot draft with d beside its target (NULL: it can). */
+static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
+    if (!tllm_model.speculation) return "the draft model needs a target compiled with --speculate";
+    if (!d->info || !d->step || !d->greedy_token || !d->tokens) return "the draft model's table is incomplete";
+    if (!d->info->greedy_only) return "the draft model must be a greedy-only build (--sampler greedy)";
+    if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
+    if (d->info->max_seq < tllm_model.max_seq) return "the draft model's context is shorter than the target's";
+    return 0;
+}
+
+/* k guesses after tokens[pos] into tokens[pos + 1 ..] (DraftModel.propose):
+ * the draft's cache holds ids[0 .. *n_cached); from the first position where
+ * they and the context differ it steps again (no head), up to pos - 1; then
+ * tokens[pos] and each guess but the last, the head run, its argmax the next
+ * guess.  Rejected guesses' rows are overwritten by a later catch-up. */
+static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_cached, uint16_t *tokens,
+                                        uint32_t pos, uint32_t k) {
+    uint16_t *ids = d->tokens();
+    const uint32_t limit = *n_cached < pos ? *n_cached : pos;
+    uint32_t same = 0;
+    while (same < limit && ids[same] == tokens[same]) same++;
+    for (uint32_t p = same; p < pos; p++) {
+        d->step(tokens[p], (int32_t)p, 0);
+        ids[p] = tokens[p];
+    }
+    uint16_t feed = tokens[pos];
+    for (uint32_t j = 0; j < k; j++) {
+        d->step(feed, (int32_t)(pos + j), 1);
+        ids[pos + j] = feed;
+        feed = (uint16_t)d->greedy_token();
+        tokens[pos + 1u + j] = feed;
+    }
+    *n_cached = pos + k;
+    return k;
 }
 
 #endif

@@ -10,7 +10,8 @@
  * each pass after EMIT drafts first:
  *
  *        EMIT -> DRAFT (prompt-lookup guesses, tllm_draft.h, into the token
- *                       buffer after the last token)
+ *                       buffer after the last token; with tllm_config.draft
+ *                       a draft model's k greedy steps instead)
  *             -> VERIFY (the last token and the guesses through every
  *                        weight together, then per position the sampler's
  *                        token given its guess: the accepted guesses and the
@@ -53,6 +54,8 @@
 #include "tllm_sampler.h"
 
 static uint64_t (*engine_clock)(void);
+static const tllm_draft_model *engine_draft; /* tllm_config.draft: NULL drafts by prompt lookup */
+static uint32_t draft_cached;                /* positions the draft model's KV cache holds (tllm_model_draft) */
 static int engine_ready;
 static const char *engine_detail; /* NULL: nothing to add */
 
@@ -93,9 +96,12 @@ static int is_eos(int32_t tok) {
 
 tllm_status tllm_init(const tllm_config *config) {
     engine_clock = config ? config->clock : 0;
+    engine_draft = config ? config->draft : 0;
+    draft_cached = 0;
     engine_ready = 0;
     engine_detail = 0;
     held.n_tokens = 0; /* a re-init (after a broken canary) trusts no cache */
+    if (engine_draft && (engine_detail = tllm_draft_model_problem(engine_draft)) != 0) return TLLM_ERR_ARGUMENT;
     tllm_model_canary_arm();
     if (tllm_weights_check(&engine_detail) != 0) return TLLM_ERR_WEIGHTS;
     engine_ready = 1;
@@ -148,6 +154,10 @@ static tllm_status check_ids_and_options(const tllm_gen_request *rq) {
         if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
     if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) return TLLM_ERR_SAMPLING;
     if (tllm_model.greedy_only && rq->temperature != 0.0f) return TLLM_ERR_GREEDY_ONLY;
+    if (engine_draft && rq->temperature != 0.0f) { /* the firmware's draft model samples no q yet */
+        engine_detail = "the draft model drafts greedy requests only: send temperature 0";
+        return TLLM_ERR_SAMPLING;
+    }
     return TLLM_OK;
 }
 
@@ -231,6 +241,7 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
     memset(st, 0, sizeof *st);
     st->phase = TLLM_IDLE;
     st->pos = pos0;
+    if (first == 0u) draft_cached = 0u; /* a fresh conversation: the draft model's cache holds nothing of it */
     st->n_prompt = first + rq.n_prompt; /* the prefill's end position */
     st->max_new = rq.max_new_tokens;
     tllm_sampler_init(&st->sampler, rq.temperature, rq.top_p, rq.seed);
@@ -327,8 +338,9 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
         }
         case TLLM_DRAFT: {
             const uint32_t k = guess_room(st, spec->k);
-            n_guess = k ? (uint32_t)tllm_lookup_draft(tokens, (int32_t)st->pos + 1, (int32_t)k, tokens + st->pos + 1)
-                        : 0u;
+            if (!k) n_guess = 0u;
+            else if (engine_draft) n_guess = tllm_model_draft(engine_draft, &draft_cached, tokens, st->pos, k);
+            else n_guess = (uint32_t)tllm_lookup_draft(tokens, (int32_t)st->pos + 1, (int32_t)k, tokens + st->pos + 1);
             st->phase = n_guess ? TLLM_VERIFY : TLLM_DECODE; /* no guess: a plain step */
             break;
         }

@@ -289,7 +289,7 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
 
 int tllm_main(void) {
     const char *why = 0;
-    tllm_config config;
+    tllm_config config = {0}; /* no draft model (config.draft): the console drafts by prompt lookup */
     config.clock = tllm_board_instret;
     if (tllm_init(&config) != TLLM_OK) {
         puts_("@TLLM error weights: ");

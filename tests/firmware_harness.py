@@ -149,30 +149,3 @@ def build_c_harness(tmp: Path, source: str, kernel_file: str) -> Path:
                    check=True)
     return exe
 
-
-def build_model_driver(root: Path, out: Path, driver: Path, link_options: tuple[str, ...] = (),
-                       release: bool = False, copy_hooks: bool = False) -> Path:
-    """A C test driver (one .c file under tests/c) linked with the model of a
-    host tree `out` the way a user's own CMake project links it
-    (tinyllm_add_model); with copy_hooks, also the host board's weight-stream
-    copy hooks where the tree has them (the driver then defines
-    tllm_board_fault); returns the executable."""
-    import subprocess
-
-    name = driver.stem
-    proj = root / f"{out.name}-{name}"
-    proj.mkdir()
-    copy = out / "board" / "copy_sync.c"  # a weight stream's copy hooks (the host board's memcpy)
-    sources = f"{driver} {copy}" if copy_hooks and copy.is_file() else str(driver)
-    options = f"target_link_options({name} PRIVATE {' '.join(link_options)})\n" if link_options else ""
-    (proj / "CMakeLists.txt").write_text(
-        f"cmake_minimum_required(VERSION 3.20)\nproject({name} C ASM)\nset(CMAKE_C_STANDARD 11)\n"
-        f"include({out}/cmake/TinyLLM.cmake)\ntinyllm_add_model(TARGET model OUT {out})\n"
-        f"add_executable({name} {sources})\n"
-        f"target_include_directories({name} PRIVATE {out}/board)\n"
-        f"target_compile_options({name} PRIVATE -Wall -Wextra -Werror)\n{options}"
-        f"target_link_libraries({name} PRIVATE model tinyllm::numerics m)\n")
-    configure = ["cmake", "-S", str(proj), "-B", str(proj / "b")] + (["-DCMAKE_BUILD_TYPE=Release"] if release else [])
-    subprocess.run(configure, check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
-    return proj / "b" / name

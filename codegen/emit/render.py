@@ -23,7 +23,8 @@ from ..context import ContextRoll
 from ..families import config_header, family_files
 from ..frontends.tokenizer import Tokenizer
 from ..kernels import Attention, FcS4PerChannel
-from ..kernels.c_names import arena_macro, arena_symbol, canary_macro, check_unique, offset_macro, region_macro
+from ..kernels.c_names import (DEFAULT_PREFIX, MODEL_SYMBOLS, arena_macro, arena_symbol, canary_macro, check_unique,
+                               offset_macro, prefixed, region_macro)
 from ..kernels.c_text import block_comment
 from ..kernels.refs import GGUFRef, Q4Ref
 from ..lower.step import kv4_group_of
@@ -66,7 +67,7 @@ class EmittedTree:
         return hashlib.sha256(self.files[path]).hexdigest()
 
 
-def _env() -> jinja2.Environment:
+def _env(prefix: str = DEFAULT_PREFIX) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -76,8 +77,8 @@ def _env() -> jinja2.Environment:
     env.filters.update(FILTERS)
     env.filters["offset_macro"] = offset_macro
     env.filters.update(block_comment=block_comment, c_layer_table=c_layer_table)
-    env.filters.update(arena_symbol=arena_symbol, arena_macro=arena_macro, canary_macro=canary_macro,
-                       region_macro=region_macro)
+    env.filters.update(arena_symbol=lambda region: arena_symbol(region, prefix), arena_macro=arena_macro,
+                       canary_macro=canary_macro, region_macro=region_macro)
     return env
 
 
@@ -279,12 +280,19 @@ def config_doc(c) -> dict:
 
 
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
-              unroll_layers: bool = False, roll: ContextRoll | None = None) -> EmittedTree:
+              unroll_layers: bool = False, roll: ContextRoll | None = None,
+              prefix: str = DEFAULT_PREFIX) -> EmittedTree:
     """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py).
-    roll: the rolling context (context.py; None: generation stops at max_seq)."""
+    roll: the rolling context (context.py; None: generation stops at max_seq).  prefix: the model's C
+    symbols' (c_names.prefixed): tllm_model.h renames every external one for all the files that include
+    it, so the templates keep the default names; a prefixed tree is a library to link beside another
+    model, its console firmware is not built (the runtime's engine calls the default names)."""
     c, plan = program.config, program.plan
-    env = _env()
-    ctx = dict(_context(program, tokenizer, board, options, unroll_layers), context_roll=roll)
+    env = _env(prefix)
+    renames = [(s, prefixed(s, prefix)) for s in MODEL_SYMBOLS] if prefix != DEFAULT_PREFIX else []
+    ctx = dict(_context(program, tokenizer, board, options, unroll_layers), context_roll=roll,
+               symbol_renames=renames, weights_blob=prefixed("tllm_weights_blob", prefix),
+               console_firmware=prefix == DEFAULT_PREFIX)
     report = report_doc(program, board)
     if roll is not None:  # only when rolling: reports of builds that stop stay as they were
         report["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}

@@ -71,9 +71,45 @@ def check_unique(names: Iterable[str], what: str, to_c: Callable[[str], str] = i
         seen[i] = n
 
 
-def arena_symbol(region: str) -> str:
+# A model's C symbols carry a prefix (`compile --symbol-prefix`), so that two
+# models link into one image (speculative decoding's target and draft): every
+# external symbol of the model library (the tllm_model_api.h functions and
+# tables, the weights blob and its check, the vocabulary) and its arenas.  The
+# default prefix keeps the names the runtime's engine calls, unchanged.
+DEFAULT_PREFIX = "tllm_model_"
+_PREFIX = re.compile(r"^tllm_[a-z][a-z0-9]*_$")
+MODEL_SYMBOLS = ("tllm_model", "tllm_model_step", "tllm_model_prefill", "tllm_model_verify",
+                 "tllm_model_greedy_token", "tllm_model_topk", "tllm_model_state", "tllm_model_tokens",
+                 "tllm_model_sample_idx", "tllm_model_request_buffer", "tllm_model_request_capacity",
+                 "tllm_model_canary_arm", "tllm_model_canary_ok", "tllm_model_region_canary_ok",
+                 "tllm_model_stack_bytes", "tllm_weights_check", "tllm_weights_base", "tllm_weights_blob",
+                 "tllm_vocab_bytes")
+
+
+def symbol_prefix_problem(prefix: str) -> str | None:
+    """Why a --symbol-prefix is refused (None: it is fine)."""
+    if not _PREFIX.match(prefix):
+        return (f"--symbol-prefix {prefix[:40]!r}: write tllm_<name>_ with <name> lower-case letters and digits "
+                "(e.g. tllm_draft_)")
+    return None
+
+
+def prefixed(symbol: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """symbol (a default name: tllm_model[_x] or tllm_x) under `prefix`:
+    tllm_model_step -> tllm_draft_step, tllm_model -> tllm_draft,
+    tllm_weights_blob -> tllm_draft_weights_blob."""
+    if prefix == DEFAULT_PREFIX:
+        return symbol
+    if symbol == "tllm_model":
+        return prefix[:-1]
+    if symbol.startswith(DEFAULT_PREFIX):
+        return prefix + symbol[len(DEFAULT_PREFIX):]
+    return prefix + symbol[len("tllm_"):]
+
+
+def arena_symbol(region: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The static array holding one memory region's arena."""
-    return "tllm_arena_" + ident(region).lower()
+    return prefixed("tllm_arena_" + ident(region).lower(), prefix)
 
 
 def arena_macro(region: str) -> str:

@@ -107,9 +107,29 @@ def parse_speculate(text: str) -> tuple[str, int | None]:
             raise UserError(f"--speculate {t}: k must be 1..{SPECULATE_MAX_K} (lookup:K)")
         return "lookup", int(rest)
     if kind == "draft":
-        raise UserError(f"--speculate {t}: a draft model is not built yet; use --speculate lookup[:k] or off")
+        parse_draft(t)  # a malformed value is refused as such
+        raise UserError(f"--speculate {t}: a draft model is not built into firmware yet (the reference runs it); "
+                        "use --speculate lookup[:k] or off")
     raise UserError(f"--speculate {t} is not known: choose auto, off, lookup[:k] (k in 1..{SPECULATE_MAX_K}) "
                     "or draft:MODEL[:k]")
+
+
+def parse_draft(text: str) -> tuple[str, int] | None:
+    """`--speculate draft:MODEL[:k]` -> (MODEL, k), None for any other value.
+    k defaults to SPECULATE_MAX_K, the most guesses the firmware verifies; a
+    MODEL path holding a colon is read whole unless its last part is a k."""
+    t = str(text)
+    if not t.startswith("draft:"):
+        return None
+    rest = t[len("draft:"):]
+    path, colon, tail = rest.rpartition(":")
+    if not colon or not tail.isdigit():
+        path, tail = rest, ""
+    if not path:
+        raise UserError(f"--speculate {t}: name the draft model (draft:MODEL or draft:MODEL:K)")
+    if tail and (str(int(tail)) != tail or not 1 <= int(tail) <= SPECULATE_MAX_K):
+        raise UserError(f"--speculate {t}: k must be 1..{SPECULATE_MAX_K} (draft:MODEL:K)")
+    return path, int(tail) if tail else SPECULATE_MAX_K
 
 
 def built_k(options: dict) -> int:

@@ -104,6 +104,15 @@ class SamplingOptions:
             raise ValueError("seed must be in [0, 2^64)")
 
 
+@dataclass(frozen=True)
+class DraftDistribution:
+    """A draft model's q for one guess, on the target's ids: dense[i] the
+    weight of target id i (0 where the draft has no such token or does not
+    sample it), total the sum its sampler scales the coin by."""
+    dense: np.ndarray
+    total: np.float32
+
+
 class Rng:
     def __init__(self, seed: int):
         self.state = seed & MASK64 or DEFAULT_SEED_STATE
@@ -155,48 +164,63 @@ class Sampler:
             return self._top_p(probs, coin)
         return self._multinomial(probs, coin)
 
-    def sample_guess(self, logits: np.ndarray, guess: int) -> int:
+    def sample_guess(self, logits: np.ndarray, guess: int, q: DraftDistribution | None = None) -> int:
         """tllm_sample_guess / tllm_sample_topk_guess (speculative decoding):
         the token at a position the draft guessed `guess` for (< 0: no guess,
         `sample`).  Temperature 0: the argmax (top-K: the set's first entry).
-        Otherwise the sampler's distribution p over its candidates (the whole
-        vocabulary in id order at top_p = 1, total S = 1; else the nucleus in
-        its order, S its float32 sum; a top-K build: the K, in their order):
-        one coin u keeps the guess when u * S < p(guess) (the acceptance rule
-        min(1, p / q) of a one-hot draft, q(guess) = 1; p = 0 outside the
-        candidates), else a second coin draws from the candidates without the
-        guess (the normalised max(0, p - q)): coin times their sum, then the
-        first running sum above it, in order (the last of them if rounding
-        leaves it above every one).  The token is the guess exactly when kept."""
+        Otherwise the sampler's distribution p over its candidates
+        (`distribution`: total S) and the draft's q (None: the one-hot q of a
+        prompt-lookup guess, q(guess) = 1, total 1; a draft model: its own
+        sampler's distribution mapped onto these ids, total Sq), in float32:
+        one coin u keeps the guess when u * (q(guess) * S) < p(guess) * Sq
+        (the acceptance rule min(1, p / q) on the normalised p and q; p = 0
+        outside the candidates), else a second coin draws from the candidates
+        without the guess with the weights max(0, p * Sq - q * S) (the
+        normalised max(0, p - q)): coin times their sum, then the first running
+        sum above it, in order (the last of them if rounding leaves it above
+        every one).  With the one-hot q the weights are p itself, bit for bit.
+        The token is the guess exactly when kept."""
         if guess < 0:
             return self.sample(logits)
         x = np.asarray(logits, F32)
+        if self.opts.temperature == 0.0:
+            return int(top_k_ids(x, self.top_k)[0]) if self.top_k else argmax(x)
+        probs, ids, total = self.distribution(x)
+        return self._accept_or_resample(probs, ids, guess, total, q)
+
+    def distribution(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        """(probs, ids, total) a sampled request draws from (temperature > 0):
+        candidate ids[j] has weight probs[j], `total` their sum as the draw
+        scales its coin (1 where the whole softmax is the candidates: the full
+        vocabulary or the K at top_p = 1; else the nucleus's float32 sum)."""
+        x = np.asarray(logits, F32)
         if self.top_k:
             ids = top_k_ids(x, self.top_k)
-            if self.opts.temperature == 0.0:
-                return int(ids[0])
             probs = softmax(x[ids] / self.temperature)
             if self.top_p < F32(1.0):
                 last, cum = self._nucleus_prefix(list(probs))
-                return self._accept_or_resample(probs[:last + 1], ids[:last + 1], guess, cum)
-            return self._accept_or_resample(probs, ids, guess, F32(1.0))
-        if self.opts.temperature == 0.0:
-            return argmax(x)
+                return probs[:last + 1], ids[:last + 1], cum
+            return probs, ids, F32(1.0)
         probs = softmax(x / self.temperature)
         if self.top_p < F32(1.0):
             ids = np.asarray(self._candidates(probs), np.int64)
             last, cum = self._nucleus_prefix([probs[i] for i in ids])
-            return self._accept_or_resample(probs[ids[:last + 1]], ids[:last + 1], guess, cum)
-        return self._accept_or_resample(probs, np.arange(len(probs)), guess, F32(1.0))
+            return probs[ids[:last + 1]], ids[:last + 1], cum
+        return probs, np.arange(len(probs)), F32(1.0)
 
-    def _accept_or_resample(self, probs: np.ndarray, ids: np.ndarray, guess: int, total: np.float32) -> int:
+    def _accept_or_resample(self, probs: np.ndarray, ids: np.ndarray, guess: int, total: np.float32,
+                            q: DraftDistribution | None) -> int:
         """probs[j] is candidate ids[j]'s probability (see sample_guess)."""
+        q_of, q_total = (None, F32(1.0)) if q is None else (q.dense, q.total)
         at = np.flatnonzero(ids == guess)
         pg = probs[at[0]] if at.size else F32(0.0)
-        if self.rng.next_f32() * total < pg:
+        qg = F32(1.0) if q_of is None else q_of[guess]
+        if self.rng.next_f32() * (qg * total) < pg * q_total:
             return guess
         keep = ids != guess
         rest_p, rest_ids = np.asarray(probs, F32)[keep], ids[keep]
+        if q_of is not None:  # with the one-hot q they are p * 1 - 0 * S = p exactly: nothing to compute
+            rest_p = np.maximum(rest_p * q_total - q_of[rest_ids] * total, F32(0.0))
         cdf = np.cumsum(rest_p, dtype=F32)  # left to right in float32, as the C's running sums
         rest = cdf[-1] if cdf.size else F32(0.0)
         r = self.rng.next_f32() * rest

@@ -3,10 +3,13 @@
 
 Each pass over the weights after the first token:
 
-* draft: up to k guesses of the next tokens (the prompt-lookup draft,
-  `lookup_draft`; firmware/tllm_draft.h), k_eff = min(k, tokens still
+* draft: up to k guesses of the next tokens, k_eff = min(k, tokens still
   allowed - 1, positions left in the context - 1) so no guessed position
-  lies past the context's end or the token limit;
+  lies past the context's end or the token limit: the prompt-lookup draft
+  (`lookup_draft`; firmware/tllm_draft.h), or a draft model
+  (reference/draft.py: k_eff steps of its own, each guess drawn by the
+  request's sampler, with its temperature, top-p and top-K, from the draft's
+  logits, greedy or sampled as the request is);
 * no guess: one plain decode step (the firmware's tllm_model_step);
 * otherwise the verification pass: the last accepted token and the n - 1
   guesses at positions pos .. pos + n - 1, the model's output at every one
@@ -22,11 +25,14 @@ Each pass over the weights after the first token:
 
 Greedy requests (temperature 0) then give exactly the tokens of plain
 decoding.  With a temperature the acceptance rule keeps the output
-distribution the model's (a one-hot draft: accept with probability p(guess),
-else sample the normalised max(0, p - q)); the coins are part of this
-definition, drawn in this order: per tested guess one coin, after a
-rejection one more, for the token after the last guess one (plain
-sampling's).  The emitted tokens then stop exactly where plain decoding
+distribution the model's (accept with probability min(1, p/q), else sample
+the normalised max(0, p - q); q is one-hot for a lookup guess, the draft's
+own sampler distribution for a draft model's: Sampler.sample_guess).  One
+random stream (the request's seed) serves the draft and the target; the
+coins are part of this definition, drawn in this order per pass: a draft
+model's one per guess, in order, as it drafts them (none for lookup), then
+per tested guess one coin, after a rejection one more, for the token after
+the last guess one (plain sampling's).  The emitted tokens then stop exactly where plain decoding
 stops (EOS, the token limit, the context's end), checked token by token."""
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from typing import Sequence
 
 from ..abi import LOOKUP_NGRAM_MAX, LOOKUP_NGRAM_MIN
 from .blas import one_blas_thread
+from .draft import DraftModel
 from .executor import Executor
 from .sampler import Sampler, SamplingOptions
 
@@ -77,6 +84,7 @@ class SpeculativeGeneration:
     guessed: int = 0  # guesses verified over the whole generation
     accepted: int = 0  # of them, kept
     shifts: int = 0  # context shifts (a rolling context, context.py)
+    draft_steps: int = 0  # a draft model's steps (its catch-up included); 0 for lookup
 
     @property
     def passes(self) -> int:
@@ -93,13 +101,14 @@ def verify(executor: Executor, tokens: Sequence[int], pos: int) -> list:
     return [executor.step(t, pos + i, True) for i, t in enumerate(tokens)]
 
 
-def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]:
+def accept(sampler: Sampler, outputs: list, guesses: Sequence[int], qs: Sequence | None = None) -> list[int]:
     """The pass's tokens: the guesses the sampler keeps, in order, then the
-    first token that is not a guess (after the last guess: the model's own)."""
+    first token that is not a guess (after the last guess: the model's own).
+    qs: a draft model's q per guess (None: lookup's one-hot guesses)."""
     out: list[int] = []
     for i, logits in enumerate(outputs):
         g = guesses[i] if i < len(guesses) else -1
-        t = sampler.sample_guess(logits, g)
+        t = sampler.sample_guess(logits, g, qs[i] if qs is not None and i < len(guesses) else None)
         out.append(t)
         if t != g:
             return out
@@ -109,25 +118,36 @@ def accept(sampler: Sampler, outputs: list, guesses: Sequence[int]) -> list[int]
 @one_blas_thread()  # a contextmanager is also a decorator: each call enters it afresh
 def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_tokens: int, max_seq: int,
                          eos_ids: Sequence[int], sampling: SamplingOptions, top_k: int = 0,
-                         k: int = 0, roll=None, cached: int = 0) -> SpeculativeGeneration:
-    """The engine's generation with up to k lookup guesses per pass (k = 0:
-    plain decoding, executor.generate's tokens); see the module docstring.
-    ``cached``: positions 0 .. cached - 1 of prompt_ids are in the executor's
-    KV cache already (a continued conversation, session.Session), so the
-    prefill starts at position ``cached``; 0 starts afresh.  ``roll``: a
-    rolling context (context.ContextRoll; None: stop at the context's end):
-    after a pass whose last token sits at max_seq - 1 the KV cache and the
-    token buffer (the draft's context) shift as context.py states, before
-    the next pass is drafted.  BLAS runs on one thread meanwhile (blas.py:
-    a second thread spins on a shared machine and slows every product)."""
+                         k: int = 0, roll=None, cached: int = 0,
+                         draft: DraftModel | None = None) -> SpeculativeGeneration:
+    """The engine's generation with up to k guesses per pass (k = 0: plain
+    decoding, executor.generate's tokens) from the prompt-lookup draft, or
+    from ``draft`` (a draft model: reference/draft.py); see the module
+    docstring.  ``cached``: positions 0 .. cached - 1 of prompt_ids are in
+    the executor's KV cache already (a continued conversation,
+    session.Session), so the prefill starts at position ``cached``; 0 starts
+    afresh (the draft's cache too; otherwise it catches up by itself).
+    ``roll``: a rolling context (context.ContextRoll; None: stop at the
+    context's end): after a pass whose last token sits at max_seq - 1 the KV
+    caches (the draft model's too) and the token buffer (the lookup draft's
+    context) shift as context.py states, before the next pass is drafted.
+    BLAS runs on one thread meanwhile (blas.py: a second thread spins on a
+    shared machine and slows every product)."""
     if not cached:
         executor.reset()
+        if draft is not None:
+            draft.reset()
+    steps0 = draft.steps if draft is not None else 0
     sampler = Sampler(sampling, top_k)
     tokens = list(prompt_ids)
     prompt, out, passes, positions = list(prompt_ids), [], [], []
     guessed = accepted = shifts = 0
+
+    def done(reason: str) -> SpeculativeGeneration:
+        steps = draft.steps - steps0 if draft is not None else 0
+        return SpeculativeGeneration(prompt, out, reason, passes, positions, guessed, accepted, shifts, steps)
     if max_new_tokens <= 0:
-        return SpeculativeGeneration(prompt, out, "max_tokens", passes, [])
+        return done("max_tokens")
     logits = None
     for pos in range(cached, len(prompt)):
         logits = executor.step(prompt[pos], pos, need_logits=pos == len(prompt) - 1)
@@ -140,22 +160,29 @@ def generate_speculative(executor: Executor, prompt_ids: Sequence[int], max_new_
             out.append(tok)
             pos = len(tokens) - 1
             if tok in eos_ids:
-                return SpeculativeGeneration(prompt, out, "eos", passes, positions, guessed, accepted, shifts)
+                return done("eos")
             if len(out) >= max_new_tokens:
-                return SpeculativeGeneration(prompt, out, "max_tokens", passes, positions, guessed, accepted, shifts)
+                return done("max_tokens")
             if pos + 1 >= max_seq and roll is None:  # the token buffer holds max_seq ids
-                return SpeculativeGeneration(prompt, out, "context", passes, positions, guessed, accepted)
+                return done("context")
         if roll is not None and pos + 1 >= max_seq:  # only a pass's last token reaches max_seq - 1 (k_eff)
             executor.kernels.shift(roll.sinks, roll.discard, pos - roll.sinks - roll.discard)
+            if draft is not None:
+                draft.shift(roll.sinks, roll.discard)
             del tokens[roll.sinks:roll.sinks + roll.discard]
             pos -= roll.discard
             shifts += 1
         k_eff = min(k, max_new_tokens - len(out) - 1, max_seq - 2 - pos)
-        guesses = lookup_draft(tokens, k_eff) if k_eff > 0 else []
+        guesses, qs = [], None
+        if k_eff > 0 and draft is not None:
+            guesses, qs = draft.propose(sampler, tokens, k_eff)
+        elif k_eff > 0:
+            guesses = lookup_draft(tokens, k_eff)
         if not guesses:
             pending, n_pos = [sampler.sample(executor.step(tokens[pos], pos))], 1
             continue
-        pending, n_pos = accept(sampler, verify(executor, [tokens[pos]] + guesses, pos), guesses), len(guesses) + 1
+        outputs = verify(executor, [tokens[pos]] + guesses, pos)
+        pending, n_pos = accept(sampler, outputs, guesses, qs), len(guesses) + 1
         guessed += len(guesses)
         accepted += len(pending) - 1
 

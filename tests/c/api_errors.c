@@ -33,7 +33,7 @@ int main(void) {
     tllm_result res;
 
     CHECK(tllm_generate(&rq, NULL, NULL, &res) == TLLM_ERR_NOT_READY);
-    tllm_config cfg = {fake_clock};
+    tllm_config cfg = {fake_clock, 0}; /* no draft model */
     CHECK(tllm_init(&cfg) == TLLM_OK);
     CHECK(strcmp(tllm_error_detail(), "") == 0);
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from firmware_harness import build_model_driver, need
+from c_program import build_program
+from firmware_harness import need
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.frontends import load_model
 
@@ -31,7 +32,8 @@ def test_costs_survive_counter_wraps(tmp_path, prefill_batch):
     need("gcc")
     out = tmp_path / f"out-p{prefill_batch}"
     write_tree(compile_path(STORY, CompileOptions(board="host", max_seq=64, prefill_batch=prefill_batch)).tree, out)
-    exe = build_model_driver(tmp_path, out, DRIVER, LINK_WRAPS, release=True)
+    exe = build_program(tmp_path / (out.name + "-clock"), "wrapping_clock", DRIVER, {"model": out},
+                        link_options=LINK_WRAPS)
     ids = load_model(STORY).tokenizer.encode(PROMPT)
     run = subprocess.run([str(exe), "5", *map(str, ids)], check=True, capture_output=True, text=True, timeout=600)
     lines = run.stdout.split("\n")

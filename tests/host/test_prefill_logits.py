@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from firmware_harness import SHAPES, build_model_driver, need
+from c_program import build_program
+from firmware_harness import SHAPES, need
 from tinymodels import make_hf_model
 from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
 from tinyllm_gen.frontends import load_model
@@ -94,7 +95,9 @@ def test_batched_prefill_logits_equal_step_by_step_and_reference(root, shape, op
     assert ("tllm_stream_matmat_q4x4(" if "stream" in opts else
             f"tllm_matmat_{shape[5:9].lower().replace('_', '')}(" if shape.startswith("gguf-") else
             "tllm_matmat_q4x4(" if opts["kernels"] == "cortex-m7" else "tllm_matmat_q4(") in src
-    exe = build_model_driver(root, out, DRIVER, copy_hooks=True)
+    copy = out / "board" / "copy_sync.c"  # a weight stream's copy hooks (the host board's memcpy)
+    exe = build_program(root / (out.name + "-driver"), "prefill_logits", DRIVER, {"model": out},
+                        extra_sources=(copy,) if copy.is_file() else (), include_dirs=(out / "board",))
     vocab = compiled.program.config.vocab_size
     for prompt in PROMPTS:
         runs = {mode: bits(subprocess.run([str(exe), mode, str(NEXT), *map(str, prompt)], check=True,

@@ -10,14 +10,14 @@ The test's power is checked the same way: plain sampling at a temperature
 30% higher must be told apart from plain sampling at the asked one."""
 from __future__ import annotations
 
-import math
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from firmware_harness import build_model_driver, need
+from c_program import build_program
+from chi2 import chi2_critical, position_statistics
+from firmware_harness import need
 from tinyllm_gen.compile import CompileOptions, compile_path, write_tree
 from tinyllm_gen.frontends import load_model
 
@@ -28,36 +28,6 @@ DRIVER = Path(__file__).resolve().parents[1] / "c" / "speculate" / "sample_many.
 PROMPT = "Once upon a time there was a cat. The cat was happy. Once upon a time there was a"
 N_SEEDS = 1000  # each seed prefills the prompt again: its 26 tokens are most of the cost
 N_NEW = 6  # a decoded token costs a seventh of the prompt's prefill: more positions tested per seed
-ALPHA_Z = 3.0902  # the standard normal's upper 0.001 quantile: ALPHA = 0.001
-MIN_EXPECTED = 5  # categories expected fewer times in either sample are pooled into one
-
-
-def chi2_critical(df: int, z: float = ALPHA_Z) -> float:
-    """The chi-squared distribution's upper quantile for df degrees of freedom (Wilson and Hilferty's
-    cube-root normal approximation, within 1% of the exact value for df >= 3)."""
-    h = 2.0 / (9.0 * df)
-    return df * (1.0 - h + z * math.sqrt(h)) ** 3
-
-
-def chi2_homogeneity(a: Counter, b: Counter) -> tuple[float, int]:
-    """Pearson's statistic and degrees of freedom for "a and b are samples of one distribution"."""
-    na, nb = sum(a.values()), sum(b.values())
-    n = na + nb
-    cells, rest = [], [0, 0]
-    for c in sorted(set(a) | set(b), key=str):
-        p = (a[c] + b[c]) / n
-        if min(na, nb) * p >= MIN_EXPECTED:
-            cells.append((a[c], b[c]))
-        else:
-            rest[0] += a[c]
-            rest[1] += b[c]
-    if sum(rest):
-        cells.append(tuple(rest))
-    stat = 0.0
-    for ca, cb in cells:
-        p = (ca + cb) / n
-        stat += (ca - na * p) ** 2 / (na * p) + (cb - nb * p) ** 2 / (nb * p)
-    return stat, len(cells) - 1
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +42,8 @@ def samplers(tmp_path_factory):
             out = root / f"out-{sampler.replace(':', '')}-{speculate.replace(':', '')}"
             write_tree(compile_path(STORY, CompileOptions(board="host", sampler=sampler, max_seq=96,
                                                           prefill_batch=4, speculate=speculate)).tree, out)
-            exes[(sampler, speculate)] = build_model_driver(root, out, DRIVER, release=True)
+            exes[(sampler, speculate)] = build_program(root / (out.name + "-sampler"), "sample_many", DRIVER,
+                                                         {"model": out})
         return exes[(sampler, speculate)]
     return get
 
@@ -95,29 +66,18 @@ def _sample(exe: Path, temperature: float, top_p: float, seed0: int) -> tuple[li
     return [[int(t) for t in toks.split()] for toks, _ in rows], [int(p) for _, p in rows]
 
 
-def statistics(a: list[list[int]], b: list[list[int]]) -> list[tuple[str, float, int]]:
-    """(what, statistic, df) for each generated position after the first, and the pair of the next two."""
-    out = []
-    for t in range(1, N_NEW):
-        out.append((f"token {t}", *chi2_homogeneity(Counter(g[t] for g in a if len(g) > t),
-                                                     Counter(g[t] for g in b if len(g) > t))))
-    pair = chi2_homogeneity(Counter(tuple(g[1:3]) for g in a if len(g) > 2), Counter(tuple(g[1:3]) for g in b
-                                                                                      if len(g) > 2))
-    return out + [("tokens 1-2", *pair)]
-
-
 @pytest.mark.parametrize("sampler,temperature,top_p", [("full", 0.8, 0.9), ("topk:8", 1.0, 0.95)])
 def test_speculative_sampling_has_plain_samplings_distribution(samplers, sampler, temperature, top_p):
     plain, _ = sample(samplers(sampler, "off"), temperature, top_p)
     spec, passes = sample(samplers(sampler, "lookup:3"), temperature, top_p, seed0=10 ** 6)  # other coins
     # the verification pass decided a good share of the tested tokens (a fifth of the seeds keep a guess)
     assert sum(len(g) for g in spec) - sum(passes) > N_SEEDS // 5, "too few accepted guesses to test anything"
-    for what, stat, df in statistics(plain, spec):
+    for what, stat, df in position_statistics(plain, spec, N_NEW):
         assert df >= 3 and stat < chi2_critical(df), f"{what}: chi-squared {stat:.1f} with {df} degrees of freedom"
 
 
 def test_the_test_tells_a_30_percent_hotter_temperature_apart(samplers):
     plain, _ = sample(samplers("full", "off"), 0.8, 0.9)
     hotter, _ = sample(samplers("full", "off"), 0.8 * 1.3, 0.9, seed0=10 ** 6)
-    worst = max(stat / chi2_critical(df) for _, stat, df in statistics(plain, hotter))
+    worst = max(stat / chi2_critical(df) for _, stat, df in position_statistics(plain, hotter, N_NEW))
     assert worst > 1.0, f"no statistic exceeds its critical value (largest ratio {worst:.2f})"

@@ -33,6 +33,11 @@ OTHER_HEADERS = {
 
 # Functions of a kernel header with no registry entry, and why.
 EXCLUDED: dict[str, str] = {
+    "tllm_model_draft": "runs the draft model through its table's function pointers (tllm_draft_model), which "
+                        "spec.py's argument types cannot carry; its twin reference/draft.DraftModel.propose is "
+                        "compared token by token and pass by pass in tests/host/test_draft_engine_host.py",
+    "tllm_draft_model_problem": "reads the target's and the draft's info tables, no arithmetic: "
+                                "tests/host/test_draft_engine_host.py has a draft refused by it",
     "tllm_topk_gguf": "takes the block matvec as a function pointer (tllm_gguf_matvec_fn), which spec.py's argument "
                       "types cannot carry; its whole body runs through tllm_topk_q40 / q41 / q80, which are "
                       "registered (entries_topk.py)",

@@ -130,7 +130,7 @@ def test_the_pass_refuses_what_it_cannot_verify(story):
         speculate_step(batch_step(base, 2), 3)
     with pytest.raises(UserError, match="prefilled token by token"):
         speculate_step(batch_step(base, 1), 1)
-    with pytest.raises(UserError, match="not built yet"):
+    with pytest.raises(UserError, match="not built into firmware yet"):
         parse_speculate("draft:student.gguf:2")
     with pytest.raises(UserError, match="k must be 1..3"):
         parse_speculate("lookup:4")

@@ -68,7 +68,8 @@ int main(int argc, char **argv) {
     }
     for (int i = 2; i < argc; i++) ids[i - 2] = (uint16_t)strtoul(argv[i], 0, 10);
     tllm_gen_request rq = {ids, (uint32_t)(argc - 2), (uint32_t)strtoul(argv[1], 0, 10), 0.0f, 1.0f, 1u};
-    const tllm_config config = {extended_clock};
+    tllm_config config = {0};
+    config.clock = extended_clock;
     if (tllm_init(&config) != TLLM_OK) {
         fprintf(stderr, "tllm_init failed: %s\n", tllm_error_detail());
         return 1;

@@ -1,0 +1,121 @@
+"""Measure speculative decoding with a draft model on the bundled story-260k
+(the quantized reference, `reference --speculate draft:MODEL:k`, greedy).
+
+The drafts, all built here from story-260k (5 blocks) and its own corpus:
+
+* `depth2`: its first 2 blocks (embedding, final norm and classifier kept),
+  no training: a depth-pruned student as pruning alone leaves it;
+* `depth2-distilled`: `compress --prune-layers 0.6 --prune-heads 0
+  --prune-ffn 0 --distill-steps STEPS` (the 2 most important blocks, then
+  distilled on a generated story corpus, scripts/make_corpus.py);
+* `self`: story-260k itself, the upper bound (every guess kept);
+* and the prompt-lookup draft for comparison (no weights).
+
+Prompts: the first two sentences of the first N stories of the corpus's
+held-out split.  For every draft and k = 1..3, every prompt runs greedily
+(max_seq 512, MAX_NEW new tokens), its tokens are checked against plain
+decoding's, and the mean tokens per pass over the target's weights is
+reported (all generated tokens / all passes, and the mean of the
+per-prompt ratios), with the draft's steps per pass and its parameter count
+against the target's (what a pass costs in draft weights).
+
+    python scripts/measure_draft.py [--work DIR] [--prompts 12] [--max-new-tokens 100] [--steps 300]
+        [--json out.json]
+
+About 10 minutes on a 2-core machine (the distillation's 4 of them)."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from drafts import shallow_student  # noqa: E402
+from tinyllm_gen.compile import CompileOptions, load_draft, quantize  # noqa: E402
+from tinyllm_gen.compress.distill import DistillOptions  # noqa: E402
+from tinyllm_gen.compress.pipeline import CompressOptions, compress  # noqa: E402
+from tinyllm_gen.frontends import load_model  # noqa: E402
+from tinyllm_gen.reference.executor import Executor, QuantKernels  # noqa: E402
+from tinyllm_gen.reference.sampler import SamplingOptions  # noqa: E402
+from tinyllm_gen.reference.speculative import generate_speculative  # noqa: E402
+
+STORY = ROOT / "models" / "story-260k"
+SEQ = 512
+KS = (1, 2, 3)
+
+
+def build_drafts(work: Path, steps: int) -> dict:
+    corpus = work / "corpus"
+    if not (corpus / "train.txt").is_file():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_corpus.py"), "--out", str(corpus),
+                        "--train-bytes", "600000", "--valid-bytes", "60000"], check=True)
+    depth2 = work / "depth2"
+    if not (depth2 / "config.json").is_file():
+        shallow_student(STORY, depth2, layers=2)
+    distilled = work / f"depth2-distilled-{steps}"
+    if not (distilled / "config.json").is_file():
+        opts = CompressOptions(0.0, 0.0, DistillOptions(steps=steps, threads=1), prune_layers=0.6,
+                               quant_eval_tokens=300)
+        compress(STORY, distilled, corpus / "train.txt", opts, corpus / "valid.txt", progress=False)
+    return {"depth2": depth2, "depth2-distilled": distilled, "self": STORY}
+
+
+def prompts_of(valid: Path, n: int, tok) -> list[list[int]]:
+    stories = [s for s in valid.read_text().split("\n\n") if s.strip()][:n]
+    return [tok.encode(". ".join(s.split(". ")[:2]) + ".") for s in stories]
+
+
+def measure(work: Path, n_prompts: int, max_new: int, steps: int) -> dict:
+    drafts = build_drafts(work, steps)
+    m = load_model(STORY)
+    opts = CompileOptions()
+    ex = Executor(m.graph, QuantKernels(quantize(m, opts), SEQ))
+    eos, greedy = m.graph.config.eos_ids, SamplingOptions()
+    prompts = prompts_of(work / "corpus" / "valid.txt", n_prompts, m.tokenizer)
+    plain = [generate_speculative(ex, p, max_new, SEQ, eos, greedy).generated_ids for p in prompts]
+    params = {name: load_model(d).graph.config.n_params() for name, d in drafts.items()}
+    rows = {}
+    for name in ("lookup", *drafts):
+        draft = None if name == "lookup" else load_draft(drafts[name], m, STORY, opts, SEQ)
+        for k in KS:
+            gens = [generate_speculative(ex, p, max_new, SEQ, eos, greedy, k=k, draft=draft) for p in prompts]
+            for g, want in zip(gens, plain):
+                assert g.generated_ids == want, (name, k)  # greedy speculation is plain decoding
+            tokens, passes = sum(len(g.generated_ids) for g in gens), sum(g.passes for g in gens)
+            rows[f"{name}:{k}"] = {
+                "tokens_per_pass": tokens / passes,
+                "mean_of_prompts": sum(g.tokens_per_pass for g in gens) / len(gens),
+                "accepted_of_guessed": sum(g.accepted for g in gens) / max(1, sum(g.guessed for g in gens)),
+                "draft_steps_per_pass": sum(g.draft_steps for g in gens) / passes,
+                "draft_params_of_target": params.get(name, 0) / m.graph.config.n_params(),
+                "tokens": tokens, "passes": passes}
+    return {"prompts": len(prompts), "max_new_tokens": max_new, "distill_steps": steps, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", type=Path, default=ROOT / "build" / "draft")
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=300, help="distillation steps of the depth2-distilled draft")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    res = measure(a.work, a.prompts, a.max_new_tokens, a.steps)
+    print(f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each, greedy, max_seq {SEQ}; "
+          "every row's tokens are plain decoding's")
+    print(f"{'draft:k':<22} {'tokens/pass':>11} {'per-prompt':>10} {'kept':>6} {'draft steps/pass':>16} "
+          f"{'draft params':>12}")
+    for key, r in res["rows"].items():
+        print(f"{key:<22} {r['tokens_per_pass']:>11.3f} {r['mean_of_prompts']:>10.3f} "
+              f"{100 * r['accepted_of_guessed']:>5.1f}% {r['draft_steps_per_pass']:>16.2f} "
+              f"{100 * r['draft_params_of_target']:>11.1f}%")
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

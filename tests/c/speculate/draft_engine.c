@@ -1,0 +1,62 @@
+/* The engine drafting with a draft model (tests/host/test_draft_engine_host.py):
+ * the target (default symbols, compiled with --speculate) and a greedy-only
+ * draft compiled with --symbol-prefix tllm_draft_, linked together.
+ *   draft_engine MAX_NEW USE_DRAFT TEMPERATURE ID...
+ * runs one generation through tllm_api.h (with the draft when USE_DRAFT is 1,
+ * the prompt lookup otherwise) and prints the generated ids, then each pass's
+ * token count; or the refusal's status and detail. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tllm_api.h"
+#include "tllm_draft.h" /* tllm_draft_model; tllm_model_api.h */
+
+extern const tllm_model_info tllm_draft;
+float *tllm_draft_step(int32_t token, int32_t pos, int need_logits);
+int32_t tllm_draft_greedy_token(void);
+uint16_t *tllm_draft_tokens(void);
+
+static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens};
+
+enum { MAX_TOKENS = 512 };
+static uint32_t pass_tokens[MAX_TOKENS], n_passes;
+
+static int on_token(const tllm_token *t, void *user) {
+    (void)user;
+    printf(t->index ? " %d" : "tokens: %d", (int)t->id);
+    if (t->pass + 1u > n_passes) pass_tokens[n_passes++] = t->pass_tokens;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    enum { FIRST_ID = 4 };
+    static uint16_t ids[MAX_TOKENS];
+    if (argc <= FIRST_ID || argc - FIRST_ID > MAX_TOKENS) {
+        fprintf(stderr, "usage: %s MAX_NEW USE_DRAFT TEMPERATURE ID...\n", argv[0]);
+        return 2;
+    }
+    tllm_config config = {0, atoi(argv[2]) ? &DRAFT : 0};
+    tllm_status s = tllm_init(&config);
+    if (s != TLLM_OK) {
+        printf("status: %d %s\n", (int)s, tllm_error_detail());
+        return 0;
+    }
+    tllm_gen_request rq = {0};
+    rq.n_prompt = (uint32_t)(argc - FIRST_ID);
+    for (uint32_t i = 0; i < rq.n_prompt; i++) ids[i] = (uint16_t)atoi(argv[FIRST_ID + i]);
+    rq.prompt_ids = ids;
+    rq.max_new_tokens = (uint32_t)atoi(argv[1]);
+    rq.temperature = (float)atof(argv[3]);
+    rq.top_p = 1.0f;
+    rq.seed = 1;
+    tllm_result result;
+    s = tllm_generate(&rq, on_token, 0, &result);
+    if (s != TLLM_OK) {
+        printf("status: %d %s\n", (int)s, tllm_error_detail());
+        return 0;
+    }
+    printf("\npasses:");
+    for (uint32_t i = 0; i < n_passes; i++) printf(" %u", (unsigned)pass_tokens[i]);
+    printf("\n");
+    return 0;
+}

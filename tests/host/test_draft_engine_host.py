@@ -1,0 +1,94 @@
+"""The engine drafting with a draft model on a host build (tllm_config.draft,
+firmware/tllm_draft.h): a tiny target compiled with --speculate lookup:3 and
+its one-block student compiled greedy-only with --symbol-prefix tllm_draft_
+(tests/drafts.py) link into one program (tests/c/speculate/draft_engine.c).
+A greedy generation's tokens are plain decoding's and every pass's token
+count is the reference's with the same draft (reference/draft.py), also past
+the context's end; without the draft the same build drafts by prompt lookup,
+as its reference does; a sampled request and an unfit draft are refused."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from c_program import build_program
+from drafts import target_and_student
+from firmware_harness import need
+from tinyllm_gen.compile import CompileOptions, compile_path, load_draft, quantize, write_tree
+from tinyllm_gen.frontends import load_model
+from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.reference.speculative import generate_speculative
+
+pytestmark = pytest.mark.host
+pytest.importorskip("torch")
+
+DRIVER = Path(__file__).resolve().parents[1] / "c" / "speculate" / "draft_engine.c"
+PROMPT = "Once upon a time there was a little cat. The"
+SEQ, K = 64, 3
+TARGET = CompileOptions(board="host", sampler="full", max_seq=SEQ, prefill_batch=4, speculate=f"lookup:{K}")
+DRAFT = CompileOptions(board="host", sampler="greedy", max_seq=SEQ, symbol_prefix="tllm_draft_")
+
+
+def build(root: Path, target_opts: CompileOptions, draft_opts: CompileOptions, name: str, models) -> Path:
+    outs = {}
+    for role, model, opts in (("target", models["target"], target_opts), ("draft", models["draft"], draft_opts)):
+        outs[role] = root / f"{name}-{role}"
+        write_tree(compile_path(model, opts).tree, outs[role])
+    return build_program(root / f"{name}-proj", "draft_engine", DRIVER, outs)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    need("cmake")
+    need("gcc")
+    root = tmp_path_factory.mktemp("draft-engine")
+    target, draft = target_and_student(root)
+    m = {"root": root, "target": target, "draft": draft}
+    m["exe"] = build(root, TARGET, DRAFT, "ok", m)
+    return m
+
+
+def run(exe: Path, ids: list[int], max_new: int, use_draft: bool, temperature: float = 0.0) -> dict:
+    r = subprocess.run([str(exe), str(max_new), "1" if use_draft else "0", repr(temperature), *map(str, ids)],
+                       check=True, capture_output=True, text=True, timeout=300)
+    return {k.strip(): v.split() for k, v in (line.split(":", 1) for line in r.stdout.splitlines())}
+
+
+def reference(models, ids: list[int], max_new: int, use_draft: bool):
+    m = load_model(models["target"])
+    ex = Executor(m.graph, QuantKernels(quantize(m, TARGET), SEQ))
+    draft = load_draft(models["draft"], m, models["target"], DRAFT, SEQ) if use_draft else None
+    return generate_speculative(ex, ids, max_new, SEQ, m.graph.config.eos_ids, SamplingOptions(), k=K,
+                                draft=draft)
+
+
+@pytest.mark.parametrize("max_new", [20, 60])  # the token limit; the context's end (20 prompt tokens + 60 > 64)
+def test_the_engine_drafts_with_the_draft_model_as_the_reference_does(models, max_new):
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    for use_draft in (False, True):  # the draft last: its tokens are checked against plain decoding below
+        got, want = run(models["exe"], ids, max_new, use_draft), reference(models, ids, max_new, use_draft)
+        assert [int(t) for t in got["tokens"]] == want.generated_ids, use_draft
+        assert [int(p) for p in got["passes"]] == want.pass_tokens, use_draft
+        if use_draft:
+            assert want.accepted > 0  # the draft's guesses were kept, not only tried
+    m = load_model(models["target"])
+    plain = generate(Executor(m.graph, QuantKernels(quantize(m, TARGET), SEQ)), ids, max_new, SEQ,
+                     m.graph.config.eos_ids, SamplingOptions())
+    assert [int(t) for t in got["tokens"]] == plain.generated_ids and got["tokens"]
+
+
+def test_a_sampled_request_with_a_draft_model_is_refused(models):
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    got = run(models["exe"], ids, 5, True, 0.8)
+    assert got["status"][0] == "-7" and "greedy requests only" in " ".join(got["status"])
+    assert "tokens" in run(models["exe"], ids, 5, False, 0.8)  # the lookup draft samples
+
+
+def test_an_unfit_draft_model_is_refused_at_init(models):
+    full_draft = CompileOptions(board="host", sampler="full", max_seq=SEQ, symbol_prefix="tllm_draft_")
+    exe = build(models["root"], TARGET, full_draft, "full-draft", models)
+    got = run(exe, [0, 5], 3, True)
+    assert got["status"][0] == "-1" and "greedy-only" in " ".join(got["status"])

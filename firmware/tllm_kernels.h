@@ -93,8 +93,13 @@ typedef struct {
 /* Per group: scale = max|x| / 7, q = round(x * 7/max|x|) in [-7, 7], packed
  * low nibble first into packed[n/2].  Twin: exact.quantize_rows_i4. */
 void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed, float *scales);
+/* tllm_quantize_i4 with each group's scale chosen among max|x| times 1, 0.95,
+ * 0.9, 0.85, 0.8 by least squared error: the int4 keys' quantizer.  Twin:
+ * exact.quantize_rows_i4_clip. */
+void tllm_quantize_i4_clip(const float *x, int32_t n, int32_t group, uint8_t *packed, float *scales);
 
-/* tllm_attention_i8 over an int4 cache.  Scores sum the groups' exact int32
+/* tllm_attention_i8 over an int4 cache (keys stored by tllm_quantize_i4_clip,
+ * values by tllm_quantize_i4).  Scores sum the groups' exact int32
  * dot products times the key scales left to right, then * q scale * 1/sqrt(hd).
  * Twin: exact.attention_kv4. */
 void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,

@@ -388,14 +388,13 @@ void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed,
 }
 
 /* The rotated int4 keys' quantizer (tllm_attention_kv4_hadamard,
- * tllm_kv_shift_kv4_hadamard): per
- * group, tllm_quantize_i4's scale with max|x| clipped to each ratio of
- * TLLM_KV4_K_CLIPS in turn, keeping the one whose squared error
- * sum_i ((float)q[i] * scale - x[i])^2 (float, i ascending) is smallest, the
- * first on a tie (ratio 1 is tllm_quantize_i4's own scale).  A clipped
- * group saturates its one or two largest elements at +-7 and rounds the
- * rest finer: measured on SmolLM2 it takes the int4 cache from +9.34% to
- * +6.68% perplexity over float (docs/numerics.md).  Twin:
+ * tllm_kv_shift_kv4_hadamard): per group, tllm_quantize_i4's scale with
+ * max|x| clipped to each ratio of TLLM_KV4_K_CLIPS in turn, keeping the one
+ * whose squared error sum_i ((float)q[i] * scale - x[i])^2 (float, i
+ * ascending) is smallest, the first on a tie (ratio 1 is tllm_quantize_i4's
+ * own scale).  A clipped group saturates its one or two largest elements at
+ * +-7 and rounds the rest finer: measured on SmolLM2 it takes the int4 cache
+ * from +9.34% to +6.69% perplexity over float (docs/numerics.md).  Twin:
  * exact.quantize_rows_i4_clip. */
 static const float TLLM_KV4_K_CLIPS[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f};
 

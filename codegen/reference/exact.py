@@ -376,8 +376,9 @@ KV4_K_CLIPS = tuple(F32(r) for r in (1.0, 0.95, 0.9, 0.85, 0.8))  # C: TLLM_KV4_
 
 
 def quantize_rows_i4_clip(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rotated int4 keys' quantizer (--kv-rotate hadamard): per group, quantize_rows_i4 with max|x|
-    clipped to each ratio of KV4_K_CLIPS in turn (a = amax * r, scale = a/7,
+    """The rotated int4 keys' quantizer (--kv-rotate hadamard): per group,
+    quantize_rows_i4 with max|x| clipped to each ratio of KV4_K_CLIPS in
+    turn (a = amax * r, scale = a/7,
     q = clamp(round(x * (7/a)), -7, 7)), keeping the ratio of least squared
     error sum_i ((float)q[i] * scale - x[i])^2, summed in float32 with i
     ascending (C's loop); the first on a tie, so ratio 1 (quantize_rows_i4's
@@ -671,7 +672,7 @@ def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndar
         x[i] *= 1/hd (exact: hd a power of two), RoPE's frame again
       x = rope_back(x, cos, sin)
       rotated: x = hadamard_heads(x)
-      k4, ks = quantize_rows_i4_clip(x, group) rotated, quantize_rows_i4(x, group) not
+      k4, ks = quantize_rows_i4_clip(x, group) if rotated, else quantize_rows_i4(x, group)
     C twins: tllm_kv_shift_kv4, tllm_kv_shift_kv4_hadamard."""
     src = slice(to + delta, to + delta + n_rows)
     dst = slice(to, to + n_rows)

@@ -38,7 +38,7 @@ from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
-from .quant.kv import KV8, KVBits, kv_rotation, kv_rotation_note, parse_kv_bits
+from .quant.kv import KV8, KVBits, kv4_key_scales, kv_rotation, kv_rotation_note, parse_kv_bits
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
@@ -240,7 +240,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
                "max_seq": program.max_seq, "ram_budget": opts.ram_budget, "quant": qg.method,
                "kernels": qg.kernels, "sampler": opts.sampler}
     if qg.kv_bits == 4:  # int4 trees say which rotation their cache uses; int8 trees keep their manifests
-        options.update(kv_rotate=qg.kv_rotate)
+        # and how its keys' group scales are chosen (quant/kv.kv4_key_scales)
+        options.update(kv_rotate=qg.kv_rotate, kv4_k_scales=kv4_key_scales(qg.kv_rotate))
     if program.stream is not None:  # only when on: trees compiled without it keep their manifests
         options.update(stream=opts.stream, stream_chunk=program.stream.options.chunk_bytes)
     if opts.unroll_layers:  # only when asked: other trees keep their manifests' options

@@ -93,8 +93,14 @@ typedef struct {
 /* Per group: scale = max|x| / 7, q = round(x * 7/max|x|) in [-7, 7], packed
  * low nibble first into packed[n/2].  Twin: exact.quantize_rows_i4. */
 void tllm_quantize_i4(const float *x, int32_t n, int32_t group, uint8_t *packed, float *scales);
+/* tllm_quantize_i4 with each group's scale chosen among max|x| times 1, 0.95,
+ * 0.9, 0.85, 0.8 by least squared error: the rotated int4 keys' quantizer
+ * (tllm_attention_kv4_hadamard, tllm_kv_shift_kv4_hadamard).  Twin:
+ * exact.quantize_rows_i4_clip. */
+void tllm_quantize_i4_clip(const float *x, int32_t n, int32_t group, uint8_t *packed, float *scales);
 
-/* tllm_attention_i8 over an int4 cache.  Scores sum the groups' exact int32
+/* tllm_attention_i8 over an int4 cache (keys and values stored by
+ * tllm_quantize_i4).  Scores sum the groups' exact int32
  * dot products times the key scales left to right, then * q scale * 1/sqrt(hd).
  * Twin: exact.attention_kv4. */
 void tllm_attention_kv4(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
@@ -123,10 +129,11 @@ void tllm_kv_shift_kv4_hadamard(const tllm_attention_shape *shape, const tllm_kv
 void tllm_hadamard_heads(float *x, int32_t n_heads, int32_t head_dim);
 
 /* tllm_attention_kv4 with k and q Hadamard-rotated per head before they are
- * quantized (--kv-rotate, quant/kv.py), the scale divided by head_dim: the
- * same scores in exact arithmetic, spread outliers across the key groups.
- * head_dim is a power of two.  Twin: exact.attention_kv4 after
- * exact.hadamard_heads on q and k. */
+ * quantized (--kv-rotate, quant/kv.py), the keys by tllm_quantize_i4_clip,
+ * the scale divided by head_dim: the same scores in exact arithmetic,
+ * spread outliers across the key groups.  head_dim is a power of two.
+ * Twin: exact.attention_kv4 after exact.hadamard_heads on q and k, the keys
+ * by exact.quantize_rows_i4_clip. */
 void tllm_attention_kv4_hadamard(const tllm_attention_shape *shape, const float *q, const float *k, const float *v,
                                  const tllm_kv4_layer *kv, int32_t pos, int8_t *q8, float *scores, float *out);
 

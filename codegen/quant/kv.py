@@ -11,6 +11,12 @@ divisor of head_dim that is <= 32, so groups never straddle heads and a
 scale costs at most a quarter of the bits it describes in the common
 head_dim=64/128 case.
 
+Hadamard-rotated keys (--kv-rotate) take group scales clipped where that
+lowers the group's squared error (exact.quantize_rows_i4_clip: max|x| times
+1, 0.95, 0.9, 0.85 or 0.8); unrotated keys and all values take max|x| / 7
+(clipping unrotated keys cuts the few large channels the scores rest on:
+measured worse, docs/numerics.md).  The layout is the same either way.
+
 Layout of one layer's cache (C: tllm_kv4_layer):
     k, v        uint8  [max_seq][n_kv_heads][head_dim / 2]
     k_scale, v_scale float [max_seq][n_kv_heads][head_dim / group]
@@ -160,3 +166,9 @@ def kv_rotation_note(mode: str, bits, head_dim: int) -> str:
         return (f"--kv-rotate auto: no Hadamard rotation of the int4 KV cache "
                 f"(head_dim {head_dim} is not a power of two)")
     return ""
+
+
+def kv4_key_scales(rotation: str) -> str:
+    """How an int4 cache chooses its keys' group scales, as the manifest names
+    it: "clipped" (rotated keys, exact.quantize_rows_i4_clip) or "absmax"."""
+    return "clipped" if rotation == "hadamard" else "absmax"

@@ -372,6 +372,41 @@ def quantize_rows_i4(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]
     return q.reshape(x.shape), scales
 
 
+KV4_K_CLIPS = tuple(F32(r) for r in (1.0, 0.95, 0.9, 0.85, 0.8))  # C: TLLM_KV4_K_CLIPS
+
+
+def quantize_rows_i4_clip(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rotated int4 keys' quantizer (--kv-rotate hadamard): per group,
+    quantize_rows_i4 with max|x| clipped to each ratio of KV4_K_CLIPS in
+    turn (a = amax * r, scale = a/7,
+    q = clamp(round(x * (7/a)), -7, 7)), keeping the ratio of least squared
+    error sum_i ((float)q[i] * scale - x[i])^2, summed in float32 with i
+    ascending (C's loop); the first on a tie, so ratio 1 (quantize_rows_i4's
+    own scale) wins unless a clip is strictly better.
+    C twin: tllm_quantize_i4_clip."""
+    x = np.asarray(x, dtype=F32)
+    n = x.shape[-1]
+    xg = x.reshape(*x.shape[:-1], n // group, group)
+    amax = np.max(np.abs(xg), axis=-1)
+    best = None
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing error is inf in C too
+        for r in KV4_K_CLIPS:
+            a = (amax * r).astype(F32)
+            ok = a >= AMAX_MIN
+            scale = np.where(ok, a / F32(7.0), F32(0.0)).astype(F32)
+            inv = np.where(ok, F32(7.0) / np.where(ok, a, F32(1.0)), F32(0.0)).astype(F32)
+            q = np.clip(round_half_away(xg * inv[..., None]), -7, 7).astype(np.int8)
+            d = (q.astype(F32) * scale[..., None] - xg).astype(F32)
+            err = seq_sum(d * d, axis=-1)
+            if best is None:
+                best = [q, scale, err]
+                continue
+            better = err < best[2]
+            best = [np.where(better[..., None], q, best[0]), np.where(better, scale, best[1]),
+                    np.where(better, err, best[2])]
+    return best[0].reshape(x.shape), best[1].astype(F32)
+
+
 def hadamard_heads(x: np.ndarray, n_heads: int, head_dim: int) -> np.ndarray:
     """Unnormalised Walsh-Hadamard transform of each head (the last axis
     holds n_heads * head_dim floats; head_dim a power of two).
@@ -637,7 +672,7 @@ def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndar
         x[i] *= 1/hd (exact: hd a power of two), RoPE's frame again
       x = rope_back(x, cos, sin)
       rotated: x = hadamard_heads(x)
-      k4, ks = quantize_rows_i4(x, group)
+      k4, ks = quantize_rows_i4_clip(x, group) if rotated, else quantize_rows_i4(x, group)
     C twins: tllm_kv_shift_kv4, tllm_kv_shift_kv4_hadamard."""
     src = slice(to + delta, to + delta + n_rows)
     dst = slice(to, to + n_rows)
@@ -648,7 +683,7 @@ def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndar
     x = rope_back(x, cos, sin)
     if rotated:
         x = hadamard_heads(x, 1, hd)
-    k_q[dst], k_s[dst] = quantize_rows_i4(x, group)
+    k_q[dst], k_s[dst] = (quantize_rows_i4_clip if rotated else quantize_rows_i4)(x, group)
     v_q[dst], v_s[dst] = v_q[src].copy(), v_s[src].copy()
 
 

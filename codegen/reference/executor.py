@@ -306,10 +306,12 @@ class QuantKernels:
 
     def _attention_kv4(self, layer, hd, nh, nkv, q, k, v, pos):
         g, scale = self.kv4_group, self.att_scale
-        if self.qg.kv_rotate == "hadamard":  # tllm_attention_kv4_hadamard
+        rotate = self.qg.kv_rotate == "hadamard"
+        if rotate:  # tllm_attention_kv4_hadamard
             q, k = exact.hadamard_heads(q, nh, hd), exact.hadamard_heads(k, nkv, hd)
             scale = exact.rotated_attention_scale(scale, hd)
-        self.k_q[layer, pos], self.k_s[layer, pos] = exact.quantize_rows_i4(k.reshape(nkv, hd), g)
+        quantize_keys = exact.quantize_rows_i4_clip if rotate else exact.quantize_rows_i4
+        self.k_q[layer, pos], self.k_s[layer, pos] = quantize_keys(k.reshape(nkv, hd), g)
         self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i4(v.reshape(nkv, hd), g)
         return exact.attention_kv4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
                                    self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], scale, g)

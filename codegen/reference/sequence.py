@@ -112,7 +112,8 @@ class SeqQuantKernels(_SeqRope):
         # the keys give the scores (exact.attention_i8 / attention_kv4), the values the weighted sum;
         # --kv-bits 8:4 takes int8's keys and int4's values (exact.attention_k8v4)
         if self.qg.kv_bits.k == 4:
-            k_q, k_s = exact.quantize_rows_i4(k.reshape(T, nkv, hd), g)  # [T, nkv, hd], [T, nkv, ng]
+            quantize_keys = exact.quantize_rows_i4_clip if rotate else exact.quantize_rows_i4  # as _attention_kv4
+            k_q, k_s = quantize_keys(k.reshape(T, nkv, hd), g)  # [T, nkv, hd], [T, nkv, ng]
             ng = hd // g
             qg8 = q8.reshape(T, nh, ng, g).transpose(1, 2, 0, 3)  # [nh, ng, Tq, g]
             kg = k_q[:, kv_of].reshape(T, nh, ng, g).transpose(1, 2, 3, 0)  # [nh, ng, g, Tk]

@@ -74,7 +74,7 @@ def _kv4_case(nh, nkv, hd, group, to, delta, n_rows, seed, rotated=False):
         v, k, vals = _shift_values(r, nh, nkv, hd, to, delta, n_rows)
         if rotated:  # the cache holds H k (tllm_attention_kv4_hadamard stores it so)
             k = exact.hadamard_heads(k.reshape(k.shape[0], -1), nkv, hd).reshape(k.shape)
-        kq, ks = exact.quantize_rows_i4(k, group)
+        kq, ks = (exact.quantize_rows_i4_clip if rotated else exact.quantize_rows_i4)(k, group)  # as stored
         vq, vs = exact.quantize_rows_i4(vals, group)
         return dict(v, group=group, k_cache=pack_nibbles(kq), v_cache=pack_nibbles(vq), k_scale=ks.reshape(-1),
                     v_scale=vs.reshape(-1))

@@ -258,6 +258,11 @@ def _quant_i4_case(n, group, seed, kind="zero-group", known_difference=""):
             x = I.tiny_group(n, group, float(kind[4:]))
         if kind == "zero-group":
             x[:group] = 0.0
+        if kind == "outlier":  # one large element per group: a clipped scale wins in most groups
+            x[::group] *= F32(4.0)
+        if kind == "levels":  # every element on the grid of ratio 1: its error is 0, no clip can win
+            x = (r.integers(-7, 8, n) * F32(0.25)).astype(F32)
+            x[::group] = F32(1.75)
         return dict(x=x, n=n, group=group)
     return Case(f"n{n}g{group}-{kind}", make, seed, known_difference)
 
@@ -276,6 +281,17 @@ QUANTIZE_I4 = Kernel(
        _quant_i4_case(64, 32, 2, "tiny1e-38")))
 
 
+def _quant_i4_clip_twin(v):
+    q, s = exact.quantize_rows_i4_clip(v["x"], v["group"])
+    return {"packed": pack_nibbles(q), "scales": s}
+
+
+QUANTIZE_I4_CLIP = Kernel(
+    "tllm_quantize_i4_clip", H, QUANTIZE_I4.args, QUANTIZE_I4.call, _quant_i4_clip_twin,
+    QUANTIZE_I4.cases + tuple(_quant_i4_case(n, g, seed=n + 1, kind=kind)
+                              for n, g in [(64, 32), (128, 32), (16, 8), (34, 17)] for kind in ("outlier", "levels")))
+
+
 def _attn_kv4_case(nh, nkv, hd, group, pos, seed):
     def make(r):
         v, k_rows, v_rows = _attention_values(r, nh, nkv, hd, pos)
@@ -288,14 +304,14 @@ def _attn_kv4_case(nh, nkv, hd, group, pos, seed):
     return Case(f"h{nh}kv{nkv}hd{hd}g{group}-pos{pos}", make, seed)
 
 
-def _attn_kv4_twin(v):
+def _attn_kv4_twin(v, quantize_keys=exact.quantize_rows_i4):
     from .layouts import unpack_nibbles
     nh, nkv, hd, pos, g = v["n_heads"], v["n_kv_heads"], v["head_dim"], v["pos"], v["group"]
     kq = unpack_nibbles(v["k_cache"], (pos + 1) * nkv * hd).reshape(pos + 1, nkv, hd)
     vq = unpack_nibbles(v["v_cache"], (pos + 1) * nkv * hd).reshape(pos + 1, nkv, hd)
     ks = np.array(v["k_scale"], F32).reshape(pos + 1, nkv, hd // g)
     vs = np.array(v["v_scale"], F32).reshape(pos + 1, nkv, hd // g)
-    kq[pos], ks[pos] = exact.quantize_rows_i4(np.asarray(v["k"], F32).reshape(nkv, hd), g)
+    kq[pos], ks[pos] = quantize_keys(np.asarray(v["k"], F32).reshape(nkv, hd), g)
     vq[pos], vs[pos] = exact.quantize_rows_i4(np.asarray(v["v"], F32).reshape(nkv, hd), g)
     out = exact.attention_kv4(np.asarray(v["q"], F32).reshape(nh, hd), kq, ks, vq, vs, F32(v["scale"]), g)
     return {"out": out, "k_cache": pack_nibbles(kq), "v_cache": pack_nibbles(vq), "k_scale": ks, "v_scale": vs}
@@ -388,7 +404,7 @@ def _attn_kv4_hadamard_twin(v):
     nh, nkv, hd = v["n_heads"], v["n_kv_heads"], v["head_dim"]
     rotated = dict(v, q=exact.hadamard_heads(v["q"], nh, hd), k=exact.hadamard_heads(v["k"], nkv, hd),
                    scale=exact.rotated_attention_scale(F32(v["scale"]), hd))
-    return _attn_kv4_twin(rotated)
+    return _attn_kv4_twin(rotated, exact.quantize_rows_i4_clip)  # rotated keys take clipped scales
 
 
 ATTENTION_KV4_HADAMARD = Kernel(
@@ -440,4 +456,4 @@ SOFTMAX = Kernel("tllm_softmax", H, (InOut("x", "float", "n"), Scalar("n", "int3
                                        (33, "equal")]))
 
 ENTRIES = (EXPF, EMBED_Q4, RMSNORM, QUANTIZE_I8, MATVEC_Q4, MATMAT_Q4, ARGMAX_Q4, ROPE, ATTENTION_I8, QUANTIZE_I4,
-           ATTENTION_KV4, HADAMARD_HEADS, ATTENTION_KV4_HADAMARD, ATTENTION_K8V4, ADD, SILU_MUL, SOFTMAX)
+           QUANTIZE_I4_CLIP, ATTENTION_KV4, HADAMARD_HEADS, ATTENTION_KV4_HADAMARD, ATTENTION_K8V4, ADD, SILU_MUL, SOFTMAX)

@@ -28,3 +28,14 @@ def build_program(proj: Path, name: str, driver: Path, models: dict[str, Path], 
                    capture_output=True)
     subprocess.run(["cmake", "--build", str(proj / "b")], check=True, capture_output=True)
     return proj / "b" / name
+
+
+def write_trees(root: Path, builds: dict) -> dict[str, Path]:
+    """Compile each name -> (model path, CompileOptions) into root/name; returns name -> OUT tree."""
+    from tinyllm_gen.compile import compile_path, write_tree
+
+    outs = {}
+    for name, (model, opts) in builds.items():
+        outs[name] = root / name
+        write_tree(compile_path(model, opts).tree, outs[name])
+    return outs

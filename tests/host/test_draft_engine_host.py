@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from c_program import build_program
+from c_program import build_program, write_trees
 from drafts import target_and_student
 from firmware_harness import need
-from tinyllm_gen.compile import CompileOptions, compile_path, load_draft, quantize, write_tree
+from tinyllm_gen.compile import CompileOptions, load_draft, quantize
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
@@ -33,10 +33,9 @@ DRAFT = CompileOptions(board="host", sampler="greedy", max_seq=SEQ, symbol_prefi
 
 
 def build(root: Path, target_opts: CompileOptions, draft_opts: CompileOptions, name: str, models) -> Path:
-    outs = {}
-    for role, model, opts in (("target", models["target"], target_opts), ("draft", models["draft"], draft_opts)):
-        outs[role] = root / f"{name}-{role}"
-        write_tree(compile_path(model, opts).tree, outs[role])
+    outs = write_trees(root, {f"{name}-target": (models["target"], target_opts),
+                              f"{name}-draft": (models["draft"], draft_opts)})
+    outs = {"target": outs[f"{name}-target"], "draft": outs[f"{name}-draft"]}
     return build_program(root / f"{name}-proj", "draft_engine", DRIVER, outs)
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from c_program import build_program
+from c_program import build_program, write_trees
 from drafts import target_and_student
 from firmware_harness import need
-from tinyllm_gen.compile import CompileOptions, compile_path, quantize, write_tree
+from tinyllm_gen.compile import CompileOptions, compile_path, quantize
 from tinyllm_gen.errors import UserError
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
@@ -40,10 +40,9 @@ def built(tmp_path_factory):
     need("gcc")
     root = tmp_path_factory.mktemp("two-models")
     target, draft = target_and_student(root)
-    outs = {}
-    for name, model, prefix in (("target", target, "tllm_model_"), ("draft", draft, "tllm_draft_")):
-        outs[name] = root / f"out-{name}"
-        write_tree(compile_path(model, options(prefix)).tree, outs[name])
+    trees = write_trees(root, {"out-target": (target, options("tllm_model_")),
+                               "out-draft": (draft, options("tllm_draft_"))})
+    outs = {"target": trees["out-target"], "draft": trees["out-draft"]}
     exe = build_program(root / "proj", "two_models", DRIVER, {"target": outs["target"], "draft": outs["draft"]})
     return {"target": target, "draft": draft, "outs": outs, "exe": exe, "build": exe.parent}
 

@@ -47,8 +47,10 @@ from ..lower.records import LoweredStep
 # +1,152 B each with multi-turn KV reuse (tllm_continue, the history CRC, the console's refusal line:
 # measured +866 to +1,086 B across the cases of tests/emu/test_code_flash_estimate.py); +256 B each with
 # the rolling context's engine side merged beside it (the EMIT branch, context_shift and the end line's
-# shifts: built 78-102 B over the estimate without it)
-RUNTIME_BYTES = {"cortex-m7": 18_944, "portable": 19_584}
+# shifts: built 78-102 B over the estimate without it); +640 B each with the draft-model engine
+# (tllm_config.draft: tllm_model_draft and tllm_init's checks of the draft; built up to 502 B over the
+# estimate without it)
+RUNTIME_BYTES = {"cortex-m7": 18_944 + 640, "portable": 19_584 + 640}
 # loop: LAYERS[l], KV[l], the matrix descriptors (measured 120-170 B from dim 64 to SmolLM2's 576)
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 176, "portable": 288},
                    "unrolled": {"cortex-m7": 384, "portable": 448}}

@@ -299,15 +299,14 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
 
     from .compile import check_out_dir, compile_path, parse_size, write_tree
     from .context import parse_context_policy
-    from .kernels.c_names import symbol_prefix_problem
+    from .kernels.c_names import check_symbol_prefix
     from .lower.prefill import parse_batch
     from .lower.speculate import parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
     parse_context_policy(context_policy)
-    if (why := symbol_prefix_problem(symbol_prefix)) is not None:
-        raise UserError(why)
+    check_symbol_prefix(symbol_prefix)
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
                    quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,

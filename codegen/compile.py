@@ -26,7 +26,7 @@ from .fit.search import fit as fit_step
 from .fit.tradeoffs import prefill_rows, prefill_text, sampler_saving, stream_rows, stream_text
 from .frontends import ImportedModel, Tokenizer, load_model
 from .ir import output_weight_name
-from .kernels.c_names import DEFAULT_PREFIX, symbol_prefix_problem
+from .kernels.c_names import DEFAULT_PREFIX, check_symbol_prefix
 from .lower.blob import build_blob
 from .lower.records import StepSource, source_of
 from .lower.speculate import parse_speculate
@@ -263,8 +263,7 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
     parse_context_policy(opts.context_policy)
-    if (why := symbol_prefix_problem(opts.symbol_prefix)) is not None:
-        raise UserError(why)
+    check_symbol_prefix(opts.symbol_prefix)
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
+from ..errors import UserError
+
 _NON_IDENT = re.compile(r"[^0-9A-Za-z]+")
 
 
@@ -86,12 +88,11 @@ MODEL_SYMBOLS = ("tllm_model", "tllm_model_step", "tllm_model_prefill", "tllm_mo
                  "tllm_vocab_bytes")
 
 
-def symbol_prefix_problem(prefix: str) -> str | None:
-    """Why a --symbol-prefix is refused (None: it is fine)."""
+def check_symbol_prefix(prefix: str) -> None:
+    """Refuse a --symbol-prefix that is not tllm_<name>_ (one line, UserError)."""
     if not _PREFIX.match(prefix):
-        return (f"--symbol-prefix {prefix[:40]!r}: write tllm_<name>_ with <name> lower-case letters and digits "
-                "(e.g. tllm_draft_)")
-    return None
+        raise UserError(f"--symbol-prefix {prefix[:40]!r}: write tllm_<name>_ with <name> lower-case letters and "
+                        "digits (e.g. tllm_draft_)")
 
 
 def prefixed(symbol: str, prefix: str = DEFAULT_PREFIX) -> str:

@@ -213,11 +213,18 @@ def check_kept_logits(teacher, pruned, old_seqs: Sequence[Sequence[int]], new_se
     kept = torch.tensor(plan.kept, dtype=torch.long)
     same = [(o, n) for o, n in zip(old_seqs, new_seqs) if [remap.get(i, -1) for i in o] == list(n)]
     worst, positions, identical = 0.0, 0, True
-    with torch.no_grad():
-        for old, new in same:  # one document per forward: no padding, nothing to mask
-            t = teacher(input_ids=torch.tensor([list(old)])).logits[0][:, kept]
-            p = pruned(input_ids=torch.tensor([list(new)])).logits[0]
-            identical = identical and torch.equal(t.view(torch.int32), p.view(torch.int32))  # bit patterns
-            worst = max(worst, float((t - p).abs().max()))
-            positions += len(new)
+    # One thread: with several, how the classifier's product is split among them depends on its row
+    # count, and the two classifiers differ in rows, so the same sums could round differently.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for old, new in same:  # one document per forward: no padding, nothing to mask
+                t = teacher(input_ids=torch.tensor([list(old)])).logits[0][:, kept]
+                p = pruned(input_ids=torch.tensor([list(new)])).logits[0]
+                identical = identical and torch.equal(t.view(torch.int32), p.view(torch.int32))  # bit patterns
+                worst = max(worst, float((t - p).abs().max()))
+                positions += len(new)
+    finally:
+        torch.set_num_threads(threads)
     return VocabCheck(len(old_seqs), len(same), positions, worst, identical and positions > 0)

@@ -10,7 +10,8 @@ import click
 from . import __version__
 from .abi import GROUP_SIZES
 from .errors import UserError, one_line
-from .quant.kv import KV4, KV8, KV_BITS_CHOICES, KV_ROTATIONS, kv_rotation, kv_rotation_note, parse_kv_bits
+from .quant.kv import (KV4, KV8, KV_BITS_CHOICES, KV_CENTERS, KV_ROTATIONS, kv_centering, kv_rotation,
+                       kv_rotation_note, parse_kv_bits)
 
 GROUP_CHOICES = [str(g) for g in GROUP_SIZES]  # --group-size, stated once (abi.py)
 EVAL_KV_DEFAULT = (KV8, KV4)  # eval's comparison without --kv-bits (8:4 when asked for)
@@ -148,6 +149,10 @@ def _quant_options(f):
                      help="Hadamard rotation of each head's k and q before the int4 KV cache quantizes them "
                           "(the same scores, far less int4 loss); auto: on for int4 KV where head_dim is a "
                           "power of two. int8 KV is never rotated.")(f)
+    f = click.option("--kv-center", type=click.Choice(KV_CENTERS), default="auto", show_default=True,
+                     help="Centre the rotated int4 KV cache: store k and v minus their mean over calibration "
+                          "text (--calibration, default a built-in sample), the same attention with far less "
+                          "int4 loss; auto: wherever the int4 keys are rotated.")(f)
     f = click.option("--kv-bits", type=KV_BITS, default="8", show_default=True,
                      help="KV cache precision: 8 (int8), 4 (group-wise int4), 8:4 (int8 K, group-wise int4 V).")(f)
     f = click.option("--group-size", type=click.Choice(GROUP_CHOICES), default="32", show_default=True,
@@ -189,11 +194,11 @@ _sampler_option = click.option(
     "samples within them, top_p within the K.")
 
 
-def _compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate="auto"):
+def _compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate="auto", kv_center="auto"):
     from .compile import CompileOptions, parse_size
 
     return CompileOptions(board=board, group_size=int(group_size), kv_bits=kv_bits, max_seq=max_seq,
-                          ram_budget=parse_size(ram_budget), kv_rotate=kv_rotate)
+                          ram_budget=parse_size(ram_budget), kv_rotate=kv_rotate, kv_center=kv_center)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -291,7 +296,8 @@ _kernels_option = click.option(
                    "blob and vocabulary too), so that two models link into one image (a speculative draft "
                    "beside its target). A tree with another prefix is a library for tinyllm_add_model; its "
                    "console firmware is not built.")
-def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_rotate, max_seq, ram_budget, quant,
+def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_rotate, kv_center, max_seq, ram_budget,
+                quant,
                 calibration, weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers,
                 classifier_quant, kv_region, context_policy, symbol_prefix):
     """Quantize, plan and emit a firmware source tree into OUT."""
@@ -307,8 +313,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
     parse_speculate(speculate)
     parse_context_policy(context_policy)
     check_symbol_prefix(symbol_prefix)
-    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
-                   quant=quant,
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate, kv_center),
+                   kernels=kernels, quant=quant,
                    calibration=calibration, weight_quant=weight_quant, sampler=sampler, stream=stream,
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
@@ -459,7 +465,8 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
                    "options.speculate to reproduce a build's sampled tokens.")
 @_context_policy_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
-              kv_bits, kv_rotate, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler, speculate,
+              kv_bits, kv_rotate, kv_center, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler,
+              speculate,
               context_policy):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
     from .compile import (CompileOptions, context_for, load_draft, parse_size, quantize, require_tokenizer,
@@ -483,13 +490,13 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     if sampler == "greedy" and temperature > 0:
         raise UserError("--sampler greedy decodes greedily only: pass --temperature 0")
     opts = CompileOptions(group_size=int(group_size), kv_bits=kv_bits, max_seq=max_seq, quant=quant,
-                          calibration=calibration, weight_quant=weight_quant, kv_rotate=kv_rotate)
+                          calibration=calibration, weight_quant=weight_quant, kv_rotate=kv_rotate, kv_center=kv_center)
     seq = context_for(m, opts, parse_size(ram_budget))  # --max-seq auto: the context compile would pick
     ids = _prompt_ids(tok, prompt, chat)
     if len(ids) >= seq:
         raise UserError(f"the prompt is {len(ids)} tokens but the context is {seq}: shorten the prompt "
                         "or raise --max-seq")
-    qg = quantize(m, opts)
+    qg = quantize(m, opts, max_seq=seq)  # a centred cache's centres are those of the context
     if draft == "lookup" and k is None:
         k = speculate_k_for(qg, opts, sampler, parse_size(ram_budget))
     kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(qg, seq)
@@ -528,7 +535,8 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_kv_region_option
 @_context_policy_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, max_seq, ram_budget, sampler, quant, stream,
+def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, kv_center, max_seq, ram_budget, sampler, quant,
+             stream,
              stream_chunk, prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region,
              context_policy, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
@@ -538,8 +546,8 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, max_seq, r
     from .compile import parse_size, plan_model
     from .lower.prefill import parse_batch
 
-    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
-                   weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
+    opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate, kv_center),
+                   kernels=kernels, weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
                    context_policy=context_policy)
     doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
                            parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
@@ -644,6 +652,9 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
 @click.option("--kv-rotate", "kv_rotates", multiple=True, type=click.Choice(KV_ROTATIONS),
               help="Rotations of the int4 KV cache to compare (repeatable; default: auto, Hadamard where "
                    "head_dim is a power of two; int8 KV is never rotated).")
+@click.option("--kv-center", "kv_centers", multiple=True, type=click.Choice(KV_CENTERS),
+              help="Centring of the rotated int4 KV cache to compare (repeatable; default: auto, centred wherever "
+                   "the int4 keys are rotated, on --calibration or the built-in sample).")
 @click.option("--max-seq", "eval_max_seq", type=click.IntRange(2), default=None,
               help="Cut each document at this many tokens, a build's context (default: the model's).")
 @click.option("--calibration", type=_TextFile(), default=None,
@@ -653,7 +664,8 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="tokenizer.bin for llama2.c checkpoints.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, kv_rotates, eval_max_seq, calibration,
+def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, kv_rotates, kv_centers, eval_max_seq,
+             calibration,
              classifier_quants, tokenizer, as_json):
     """Perplexity and top-1 agreement: float vs the quantized reference (the firmware's exact logits)."""
     from .compress.eval import (QuantConfig, encode_documents, evaluate, format_table, make_quantizer,
@@ -677,16 +689,17 @@ def eval_cmd(model, data, max_tokens, weight_quants, group_sizes, kv_bits, kv_ro
         if kv_rotation_note(r, k, hd):
             click.echo(kv_rotation_note(r, k, hd), err=True)
     configs = list(dict.fromkeys(
-        QuantConfig(w, int(g), k, c, rotations[(k, r)]) for w in methods
+        QuantConfig(w, int(g), k, c, rotations[(k, r)], kv_centering(ctr, k, rotations[(k, r)])) for w in methods
         for g in (group_sizes or GROUP_CHOICES) for k in kvs for r in (kv_rotates or ("auto",))
-        if (k, r) in rotations
+        if (k, r) in rotations for ctr in (kv_centers or ("auto",))
+        if ctr != "calibrated" or rotations[(k, r)] == "hadamard"
         for c in ((classifier_quants or ("keep",)) if w == "gguf" else ("keep",))
         if w != "gguf" or g == "32"))  # llama.cpp's blocks are 32 weights
     if not configs:
         raise UserError("--weight-quant gguf keeps llama.cpp's 32-weight blocks: add --group-size 32")
     total = sum(len(d) - 1 for d in docs) * (1 + len(configs))
     with click.progressbar(length=total, label="scoring", file=sys.stderr) as bar:
-        result = evaluate(m, docs, configs, make_quantizer(m, calibration), progress=bar.update)
+        result = evaluate(m, docs, configs, make_quantizer(m, calibration, eval_max_seq), progress=bar.update)
     click.echo(json.dumps(result, indent=2) if as_json else format_table(result))
 
 

@@ -38,7 +38,8 @@ from .quant.calibrated import calibration_documents, quantize_calibrated
 from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
-from .quant.kv import KV8, KVBits, kv4_key_scales, kv_rotation, kv_rotation_note, parse_kv_bits
+from .quant.kv import KV8, KVBits, kv4_key_scales, kv_centering, kv_rotation, kv_rotation_note, parse_kv_bits
+from .quant.kv_center import KV_CALIBRATION_TEXT, kv_centers
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
@@ -65,6 +66,9 @@ class CompileOptions:
     # int4 KV: Hadamard rotation of k and q per head (quant/kv.py): auto (on where head_dim is a power of two),
     # hadamard, off; resolved into QuantizedGraph.kv_rotate by quantize()
     kv_rotate: str = "auto"
+    # the rotated int4 cache centred on calibration text (quant/kv_center.py): auto (wherever the keys are
+    # rotated), calibrated (asked for: an error elsewhere), off
+    kv_center: str = "auto"
     max_seq: int | str | None = None  # None: the model's context; "auto": the longest that fits (fit/search.py)
     ram_budget: int = DEFAULT_RAM_BUDGET
     kernels: str = "auto"  # "auto": the board's (Cortex-M7 boards: "cortex-m7"), or "portable" / "cortex-m7"
@@ -153,7 +157,7 @@ def load_draft(path: Path, target: ImportedModel, target_path: Path, opts: Compi
                         f"positions but {target_path} runs {max_seq}: use --max-seq {draft.graph.config.max_seq}")
     vmap = vocab_map(require_tokenizer(target), target.graph.config.vocab_size, draft.tokenizer,
                      draft.graph.config.vocab_size, str(target_path), str(path))
-    kernels = FloatKernels(draft.graph, max_seq) if fp32 else QuantKernels(quantize(draft, opts), max_seq)
+    kernels = FloatKernels(draft.graph, max_seq) if fp32 else QuantKernels(quantize(draft, opts, max_seq=max_seq), max_seq)
     return DraftModel(Executor(draft.graph, kernels), vmap, target.graph.config.vocab_size)
 
 
@@ -190,10 +194,31 @@ def resolve_weight_quant(model: ImportedModel, weight_quant: str) -> str:
     return "gguf" if blocks and kept_formats(blocks) else "rtn"
 
 
-def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
-    """The weights as the build stores them, with the KV cache's rotation resolved."""
+def quantize(model: ImportedModel, opts: CompileOptions, board: Board | None = None,
+             max_seq: int | None = None) -> QuantizedGraph:
+    """The weights as the build stores them, with the KV cache's rotation
+    resolved and, where it is centred, its centres for a context of max_seq
+    (None: opts.max_seq where it is a number, else the model's context)."""
+    qg = quantize_uncentred(model, opts, board)
+    if isinstance(opts.max_seq, int) and max_seq is None:
+        max_seq = opts.max_seq
+    return with_kv_centers(qg, model, opts, max_seq or qg.config.max_seq)
+
+
+def quantize_uncentred(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
+    """quantize without the KV centres, which need the context the plan decides."""
     rotation = kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim)  # a bad option first
+    kv_centering(opts.kv_center, opts.kv_bits, rotation)  # and a centring that cannot apply
     return replace(quantize_weights(model, opts, board), kv_rotate=rotation)
+
+
+def with_kv_centers(qg: QuantizedGraph, model: ImportedModel, opts: CompileOptions, max_seq: int) -> QuantizedGraph:
+    """qg with the centres of its KV cache (quant/kv_center.py) for a context of max_seq, where opts centre it."""
+    if not kv_centering(opts.kv_center, opts.kv_bits, qg.kv_rotate):
+        return qg
+    docs = calibration_documents(require_tokenizer(model), opts.calibration or KV_CALIBRATION_TEXT,
+                                 qg.config.max_seq)
+    return replace(qg, kv_centers=kv_centers(qg.graph, docs, max_seq))
 
 
 def quantize_weights(model: ImportedModel, opts: CompileOptions, board: Board | None = None) -> QuantizedGraph:
@@ -242,6 +267,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
     if qg.kv_bits == 4:  # int4 trees say which rotation their cache uses; int8 trees keep their manifests
         # and how its keys' group scales are chosen (quant/kv.kv4_key_scales)
         options.update(kv_rotate=qg.kv_rotate, kv4_k_scales=kv4_key_scales(qg.kv_rotate))
+        if qg.kv_centers is not None:  # only when centred: the other int4 trees keep their manifests
+            options.update(kv_center="calibrated")
     if program.stream is not None:  # only when on: trees compiled without it keep their manifests
         options.update(stream=opts.stream, stream_chunk=program.stream.options.chunk_bytes)
     if opts.unroll_layers:  # only when asked: other trees keep their manifests' options
@@ -267,10 +294,11 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
     board = load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
-    qg = verify_quantized(quantize(model, opts, board))  # every stage's output is checked at its boundary
+    qg = verify_quantized(quantize_uncentred(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
-    src = source_of(qg)
+    src = replace(source_of(qg), kv_center=centring_of(opts, model))
     fitted = fit_step(lower_step(src, opts.sampler), src, fit_request(opts, board, vocab.size))  # lowered once
+    qg = with_kv_centers(qg, model, opts, fitted.plan.max_seq)  # the centres of the context the plan chose
     check_code(fitted, opts.board)  # the code flash, before the linker would say so
     external_vocab = fitted.vocab_in_weights  # too big for the code flash: into the weights blob
     cos, sin = rope_tables(qg.config.head_dim, qg.config.rope_theta, fitted.plan.max_seq)
@@ -292,7 +320,8 @@ def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
     if opts.max_seq != AUTO:
         return resolve_max_seq(model, opts.max_seq)
     src = StepSource(model.graph, opts.group_size, opts.kv_bits,
-                     kv_rotate=kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim))
+                     kv_rotate=kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim),
+                     kv_center=centring_of(opts, model))
     return Planner(load_board(opts.board), budget).auto_max_seq(lower_step(src), model.graph.config.max_seq)
 
 
@@ -405,6 +434,12 @@ def write_tree(tree: EmittedTree, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def centring_of(opts: CompileOptions, model: ImportedModel) -> bool:
+    """Whether opts' build centres its cache (quant/kv_center.kv_centering), without computing the centres."""
+    hd = model.graph.config.head_dim
+    return kv_centering(opts.kv_center, opts.kv_bits, kv_rotation(opts.kv_rotate, opts.kv_bits, hd))
+
+
 def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: Board) -> StepSource:
     """What `plan` lowers: the graph with the weight layout compile would pick, no weights quantized
     (the kernel set decides the layouts and the activation scratch; a kept file's qtypes, with
@@ -417,7 +452,8 @@ def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: B
         kept[classifier] = "Q4_0"  # what requantize_classifier stores
     kept = tuple(sorted(kept.items()))
     return StepSource(verify_graph(model.graph), opts.group_size, opts.kv_bits, kernels, method, kept,
-                      kv_rotate=kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim))
+                      kv_rotate=kv_rotation(opts.kv_rotate, opts.kv_bits, model.graph.config.head_dim),
+                      kv_center=centring_of(opts, model))
 
 
 def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,

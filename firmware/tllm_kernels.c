@@ -655,18 +655,28 @@ static void attention_kv4(const tllm_attention_shape *shape, const float *q, con
     const int32_t w_limit = attention_weight_limit(n);
     const float scale = rotate ? shape->scale / (float)hd : shape->scale;
     for (int32_t kh = 0; kh < n_kv; kh++) {
-        const float *kr = k + kh * hd;
+        const float *kr = k + kh * hd, *vr = v + kh * hd;
         if (rotate) {
             memcpy(out, kr, (size_t)hd * sizeof(float));
             tllm_hadamard_heads(out, 1, hd);
+            kr = out;
+        }
+        if (kv->k_center) { /* exact.centered: k - c, one subtraction each */
+            for (int32_t i = 0; i < hd; i++) out[i] = kr[i] - kv->k_center[kh * hd + i];
             kr = out;
         }
         /* rotated keys take clipped scales; unrotated ones keep max|x| / 7, which loses less where a few
          * large channels carry the scores (measured, docs/numerics.md) */
         (rotate ? tllm_quantize_i4_clip : tllm_quantize_i4)(kr, hd, group, kv->k + pos * pos_bytes + kh * row_bytes,
                                                             kv->k_scale + pos * pos_scales + kh * ng);
-        tllm_quantize_i4(v + kh * hd, hd, group, kv->v + pos * pos_bytes + kh * row_bytes,
-                         kv->v_scale + pos * pos_scales + kh * ng);
+        if (kv->v_center) { /* the key is stored: out is free again */
+            for (int32_t i = 0; i < hd; i++) out[i] = vr[i] - kv->v_center[kh * hd + i];
+            vr = out;
+        }
+        /* centred values lose their common part, and clipping then helps them as it helps rotated keys */
+        (kv->v_center ? tllm_quantize_i4_clip : tllm_quantize_i4)(vr, hd, group,
+                                                                  kv->v + pos * pos_bytes + kh * row_bytes,
+                                                                  kv->v_scale + pos * pos_scales + kh * ng);
     }
     for (int32_t h = 0; h < shape->n_heads; h++) {
         const int32_t kh = h / heads_per_kv;
@@ -684,6 +694,8 @@ static void attention_kv4(const tllm_attention_shape *shape, const float *q, con
                                                   kv->k_scale + kh * ng, pos_scales, n, scores);
         attend_values_kv4(scores, m, (qs * scale) * EXP_LOG2E, vs, pos_scales, -1.0f, vrow, pos_bytes, n, group,
                           hd / group, w_limit, out + h * hd);
+        if (kv->v_center) /* exact.uncentered_output: sum_t p_t (v_t - c) + c */
+            for (int32_t i = 0; i < hd; i++) out[h * hd + i] += kv->v_center[kh * hd + i];
     }
 }
 
@@ -739,7 +751,9 @@ static void kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer
         for (int32_t kh = 0; kh < n_kv; kh++) {
             const uint8_t *q = kv->k + s * row_bytes + kh * (hd / 2);
             const float *scale = kv->k_scale + s * row_scales + kh * (hd / group);
+            const float *c = kv->k_center ? kv->k_center + kh * hd : NULL;
             for (int32_t i = 0; i < hd; i++) x[i] = (float)nibble_at(q, i) * scale[i / group];
+            if (c) for (int32_t i = 0; i < hd; i++) x[i] += c[i]; /* the key itself again */
             if (rotated) { /* back to RoPE's frame: H x / head_dim (H H = head_dim I) */
                 const float inv = 1.0f / (float)hd; /* exact: head_dim is a power of two */
                 tllm_hadamard_heads(x, 1, hd);
@@ -747,6 +761,7 @@ static void kv_shift_kv4(const tllm_attention_shape *shape, const tllm_kv4_layer
             }
             rope_back(x, hd, cos, sin);
             if (rotated) tllm_hadamard_heads(x, 1, hd);
+            if (c) for (int32_t i = 0; i < hd; i++) x[i] -= c[i];
             (rotated ? tllm_quantize_i4_clip : tllm_quantize_i4)(x, hd, group, kv->k + r * row_bytes + kh * (hd / 2),
                                                                  kv->k_scale + r * row_scales + kh * (hd / group));
         }

@@ -81,13 +81,19 @@ void tllm_attention_i8(const tllm_attention_shape *shape, const float *q, const 
 
 /* One layer's int4 KV cache (codegen/quant/kv.py): values
  * [max_seq][n_kv_heads][head_dim/2] bytes, element 2j in the LOW nibble of
- * byte j, in [-7, 7]; float32 scales [max_seq][n_kv_heads][head_dim/group]. */
+ * byte j, in [-7, 7]; float32 scales [max_seq][n_kv_heads][head_dim/group].
+ * A centred cache (codegen/quant/kv_center.py) stores k - k_center and
+ * v - v_center ([n_kv_heads * head_dim] each, k_center in the rotated frame),
+ * both with clipped group scales, and adds v_center back to the output:
+ * the same attention in exact arithmetic. */
 typedef struct {
     uint8_t *k;
     uint8_t *v;
     float *k_scale;
     float *v_scale;
-    uint16_t group; /* elements per scale; divides head_dim */
+    uint16_t group;        /* elements per scale; divides head_dim */
+    const float *k_center; /* NULL: uncentred */
+    const float *v_center; /* NULL: uncentred */
 } tllm_kv4_layer;
 
 /* Per group: scale = max|x| / 7, q = round(x * 7/max|x|) in [-7, 7], packed

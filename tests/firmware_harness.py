@@ -101,7 +101,8 @@ def reference_tokens(model_dir: Path, group: int, prompt_ids: list[int], samplin
     """The reference's tokens: plain decoding, or with k > 0 speculative decoding as a build with
     --speculate lookup:k runs it (speculate_k)."""
     m = load_model(model_dir)
-    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits, quant=quant, kv_rotate=kv_rotate))
+    qg = quantize(m, CompileOptions(group_size=group, kv_bits=kv_bits, quant=quant, kv_rotate=kv_rotate),
+                  max_seq=max_seq)  # a centred int4 cache's centres are those of the build's context
     ex = Executor(m.graph, QuantKernels(qg, max_seq))
     if k:
         return generate_speculative(ex, prompt_ids, N_NEW, max_seq, m.graph.config.eos_ids, sampling,

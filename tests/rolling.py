@@ -34,7 +34,7 @@ def check_rolls(out: Path, opts: dict, samplings=(SamplingOptions(), SAMPLED)) -
     """The firmware's tokens and shift count against the reference's, N_NEW tokens each; returns the shifts."""
     m = load_model(STORY)
     kv = opts.get("kv_bits", 8)
-    ex = Executor(m.graph, QuantKernels(quantize(m, CompileOptions(kv_bits=kv)), MAX_SEQ))
+    ex = Executor(m.graph, QuantKernels(quantize(m, CompileOptions(kv_bits=kv), max_seq=MAX_SEQ), MAX_SEQ))
     roll = context_roll(opts["context_policy"], MAX_SEQ)
     k = int(opts["speculate"].split(":")[1]) if "speculate" in opts else 0
     top_k = top_k_of(opts.get("sampler", "full"))

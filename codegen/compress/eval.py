@@ -28,6 +28,7 @@ from ..quant.calibrated import calibration_documents, quantize_calibrated
 from ..quant.classifier_q4 import requantize_classifier
 from ..quant.gguf_keep import quantize_gguf
 from ..quant.kv import KVBits, parse_kv_bits
+from ..quant.kv_center import KV_CALIBRATION_TEXT, kv_centers
 
 DOC_SEPARATOR = "\n\n"
 DEFAULT_MAX_TOKENS = 20000
@@ -123,11 +124,13 @@ class QuantConfig:
     kv_bits: KVBits  # quant/kv.py: 8, 4 or 8:4
     classifier_quant: str = "keep"  # gguf only: "q4" re-rounds the kept classifier (quant/classifier_q4.py)
     kv_rotate: str = "off"  # the int4 cache's rotation, resolved (quant/kv.kv_rotation): hadamard | off
+    kv_center: bool = False  # the rotated int4 cache centred on calibration text (quant/kv_center.py)
 
     @property
     def name(self) -> str:
         cls = "" if self.classifier_quant == "keep" else f"-classifier-{self.classifier_quant}"
         rot = "-hadamard" if self.kv_rotate == "hadamard" else ""
+        rot += "-centred" if self.kv_center else ""
         return f"{self.weight_quant}-g{self.group_size}-kv{self.kv_bits}{rot}{cls}"
 
 
@@ -144,7 +147,7 @@ def evaluate(model: ImportedModel, docs: Sequence[Sequence[int]], configs: Seque
         result["configs"][cfg.name] = {
             "weight_quant": cfg.weight_quant, "group_size": cfg.group_size,
             "kv_bits": parse_kv_bits(cfg.kv_bits).json_value(),
-            "kv_rotate": cfg.kv_rotate,
+            "kv_rotate": cfg.kv_rotate, "kv_center": "calibrated" if cfg.kv_center else "off",
             "classifier_quant": cfg.classifier_quant,
             "ce": qs.ce, "ppl": qs.ppl, "ppl_delta_pct": 100.0 * (qs.ppl / fp.ppl - 1.0),
             "top1_agreement": qs.agree / max(1, qs.tokens)}
@@ -161,23 +164,45 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def make_quantizer(model: ImportedModel, calibration: Path | None):
-    """QuantConfig -> QuantizedGraph, calibrated on the text file (None: the built-in sample)."""
+def make_quantizer(model: ImportedModel, calibration: Path | None, max_seq: int | None = None):
+    """QuantConfig -> QuantizedGraph, calibrated on the text file (None: the
+    built-in samples: the weights' and the KV centres', as compile takes them);
+    a centred cache's centres for a context of max_seq (None: the model's)."""
     docs: list = []
+    kv_docs: list = []
 
     def load():
         if not docs:
             docs.extend(calibration_documents(model.tokenizer, calibration, model.graph.config.max_seq))
         return docs
 
-    return make_quantizer_from_docs(model, load)
+    def load_kv():
+        if not kv_docs:
+            kv_docs.extend(calibration_documents(model.tokenizer, calibration or KV_CALIBRATION_TEXT,
+                                                 model.graph.config.max_seq))
+        return kv_docs
+
+    return make_quantizer_from_docs(model, load, load_kv, max_seq)
 
 
-def make_quantizer_from_docs(model: ImportedModel, docs):
+def make_quantizer_from_docs(model: ImportedModel, docs, kv_docs=None, max_seq: int | None = None):
     """`docs`: calibration token lists, or a function returning them (read only
-    when a calibrated method is asked for).  Calibrates once per (method, group
-    size): the KV precision does not change the weights."""
+    when a calibrated method is asked for); `kv_docs` likewise for the KV
+    centres (None: `docs`), for a context of max_seq (None: the model's).
+    Calibrates once per (method, group size): the KV precision does not change
+    the weights; the centres once per weight method."""
     cache: dict = {}
+    centres: dict = {}
+
+    def centred(qg, cfg: QuantConfig):
+        if not cfg.kv_center:
+            return None
+        key = (cfg.weight_quant, cfg.group_size, cfg.classifier_quant)
+        if key not in centres:
+            source = docs if kv_docs is None else kv_docs
+            centres[key] = kv_centers(qg.graph, source() if callable(source) else source,
+                                      max_seq or model.graph.config.max_seq)
+        return centres[key]
 
     def quantizer(cfg: QuantConfig):
         key = (cfg.weight_quant, cfg.group_size, cfg.classifier_quant)
@@ -189,6 +214,6 @@ def make_quantizer_from_docs(model: ImportedModel, docs):
         if key not in cache:
             d = [] if cfg.weight_quant == "rtn" else (docs() if callable(docs) else docs)
             cache[key] = quantize_calibrated(model.graph, d, cfg.weight_quant, cfg.group_size, 8)
-        return replace(cache[key], kv_bits=cfg.kv_bits, kv_rotate=cfg.kv_rotate)
+        return replace(cache[key], kv_bits=cfg.kv_bits, kv_rotate=cfg.kv_rotate, kv_centers=centred(cache[key], cfg))
 
     return quantizer

@@ -24,7 +24,7 @@ from ..families import config_header, family_files
 from ..frontends.tokenizer import Tokenizer
 from ..kernels import Attention, FcS4PerChannel
 from ..kernels.c_names import (DEFAULT_PREFIX, MODEL_SYMBOLS, arena_macro, arena_symbol, canary_macro, check_unique,
-                               offset_macro, prefixed, region_macro)
+                               offset_macro, prefixed, region_macro, vector_macro)
 from ..kernels.c_text import block_comment
 from ..kernels.refs import GGUFRef, Q4Ref
 from ..lower.step import kv4_group_of
@@ -34,6 +34,7 @@ from ..plan.memory import CANARY_BYTES
 from ..plan.report import plan_json, plan_text
 from ..plan.traffic import kv_read, traffic_of
 from ..quant.kv import KV8V4
+from ..quant.kv_center import K_CENTER, V_CENTER, center_name
 from ..reference.exact import c_float_literal
 from ..resources import cmake_dir, firmware_dir, templates_dir
 from ..timing import LOOKUP_ACCEPTANCE, build_mode, predicted_for, speculative_prediction
@@ -191,6 +192,13 @@ def _weights_context(program: Program) -> dict:
             "vectors": vector_refs, "fc_layers": fc_layers, **_stream_context(program, pinned)}
 
 
+def _kv_centers(program: Program, layer: int) -> dict:
+    """A centred int4 cache's centre pointers for tllm_kv4_layer (quant/kv_center.py), "0" when uncentred."""
+    names = {e.name for e in program.blob.entries if e.kind == "f32"}
+    return {key: vector_macro(center_name(layer, which)) if center_name(layer, which) in names else "0"
+            for key, which in (("k_center", K_CENTER), ("v_center", V_CENTER))}
+
+
 def _vocab_context(program: Program, tokenizer: Tokenizer) -> dict:
     """The vocabulary's tables: in tllm_vocab.c, or in the weights blob (external flash, vocab.py)."""
     blob = program.blob
@@ -221,8 +229,8 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "request_capacity": plan.buffer("request").request.count,
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
-        "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale"}
-                      for i in range(c.n_layers)],
+        "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale",
+                       **_kv_centers(program, i)} for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
         "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,

@@ -13,7 +13,7 @@ from typing import ClassVar
 from ..quant.kv import KV4, KV8, KV8V4, KVBits
 from .base import Kernel
 from .c_text import CArg, CCall, KV, buf, fixed, shape
-from .refs import BufferRef
+from .refs import BufferRef, VectorRef
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,9 @@ class Attention(Kernel):
 
     # the int4 KV kernels (measured), with the rotation: both entry points share one body that holds
     # tllm_hadamard_heads inlined, so rotated and unrotated images are the same size; the keys' clipped-scale
-    # quantizer (tllm_quantize_i4_clip and its ratio table) adds 412 B (arm-none-eabi-size of tllm_kernels.o)
-    KV4_CODE_BYTES: ClassVar[int] = 1_184 + 412
+    # quantizer (tllm_quantize_i4_clip and its ratio table) adds 412 B (arm-none-eabi-size of tllm_kernels.o),
+    # the centred cache's subtractions and add-back (--kv-center) 168 B of attention_kv4
+    KV4_CODE_BYTES: ClassVar[int] = 1_184 + 412 + 168
     # tllm_attention_k8v4 (the int8 key pass, the int4 value passes, tllm_quantize_i4) in place of
     # tllm_attention_i8: measured +980 B of text over the int8 build of story-260k on the DK
     K8V4_CODE_BYTES: ClassVar[int] = 980
@@ -58,6 +59,9 @@ class Attention(Kernel):
     kv_bits: KVBits = KV8
     group: int = 0  # int4 elements per scale along head_dim (an int4 V: kv_bits 4 or 8:4)
     rotate: bool = False  # int4 only: k and q Hadamard-rotated per head before quantizing (--kv-rotate)
+    # int4 only: the centres the cache subtracts (quant/kv_center.py), passed in the KV table (tllm_kv4_layer)
+    k_center: VectorRef | None = None
+    v_center: VectorRef | None = None
 
     def c_call(self) -> CCall:
         fn, table = self.c_function()
@@ -79,6 +83,8 @@ class Attention(Kernel):
         kv = {KV4: f"int4 KV g{self.group}", KV8V4: f"int8 K int4 V g{self.group}"}.get(self.kv_bits, "int8 KV")
         if self.rotate:
             kv += " Hadamard-rotated, K scales clipped"
+        if self.k_center is not None:
+            kv += ", centred, V scales clipped"
         return f"attention over {kv} (stores k,v at pos)", self.out
 
     def per_token_scratch(self) -> frozenset:

@@ -32,6 +32,7 @@ from ..abi import BLOB_HEADER_BYTES, BLOB_MAGIC, BLOB_VERSION
 from ..ir import ModelConfig, build_decoder_graph, expected_weight_shapes
 from ..quant.formats import (GGUFMatrix, Q4Tensor, QuantizedGraph, pack_gguf, pack_gguf_tiled, pack_q4x4, unpack_gguf,
                              unpack_gguf_tiled, unpack_q4, unpack_q4x4)
+from ..quant.kv_center import centers_from_blob, parse_center_name
 from .fusion import FUSED_SUFFIX, fused_gate_up, interleave_gate_up, interleave_gate_up_blocks
 
 HEADER_BYTES = BLOB_HEADER_BYTES
@@ -117,6 +118,9 @@ def build_blob(qg: QuantizedGraph, rope_cos: np.ndarray, rope_sin: np.ndarray,
             put(name, kind, np.ascontiguousarray(arr, "<i4").tobytes())
     for name in sorted(qg.vectors):
         put(name, "f32", np.ascontiguousarray(qg.vectors[name], "<f4").tobytes())
+    if qg.kv_centers is not None:  # the centred int4 cache's centres (quant/kv_center.py)
+        for name, c in qg.kv_centers.blob_items():
+            put(name, "f32", np.ascontiguousarray(c, "<f4").tobytes())
     put("rope.cos", "f32", np.ascontiguousarray(rope_cos, "<f4").tobytes())
     put("rope.sin", "f32", np.ascontiguousarray(rope_sin, "<f4").tobytes())
     if vocab_text is not None:
@@ -173,6 +177,7 @@ def read_blob(data: bytes, entries: Sequence[BlobEntry], config: ModelConfig, gr
     q4: dict[str, Q4Tensor] = {}
     gg: dict[str, GGUFMatrix] = {}
     vectors: dict[str, np.ndarray] = {}
+    centers: dict[str, np.ndarray] = {}
     for e in entries:
         raw = data[e.offset:e.offset + e.nbytes]
         fused = e.name.endswith(FUSED_SUFFIX)
@@ -201,6 +206,8 @@ def read_blob(data: bytes, entries: Sequence[BlobEntry], config: ModelConfig, gr
                 gg[e.name] = m
         elif e.kind == "f32" and e.name in shapes:
             vectors[e.name] = np.frombuffer(raw, "<f4").astype(np.float32)
+        elif e.kind == "f32" and parse_center_name(e.name) is not None:
+            centers[e.name] = np.frombuffer(raw, "<f4").astype(np.float32)
         elif e.kind not in ("q4.scales", "f32", "u32", "u8"):
             raise ValueError(f"blob entry {e.name} of kind {e.kind}: read_blob reads the group-wise schemes only")
     weights = {n: (q4[n].dequantized() if n in q4 else gg[n].dequantized() if n in gg else vectors[n])
@@ -208,7 +215,8 @@ def read_blob(data: bytes, entries: Sequence[BlobEntry], config: ModelConfig, gr
     graph = build_decoder_graph(config, weights)
     method = "gguf" if gg else "rtn"
     return QuantizedGraph(graph=graph, q4=q4, vectors=vectors, group_size=group_size, kv_bits=kv_bits,
-                          method=method, kernels=kernels, gguf=gg)
+                          method=method, kernels=kernels, gguf=gg,
+                          kv_centers=centers_from_blob(centers, config.n_layers))
 
 
 def _split_q4(t: Q4Tensor, gate: str) -> dict[str, Q4Tensor]:

@@ -35,6 +35,7 @@ class StepSource:
     kept: tuple[tuple[str, str], ...] = ()  # (weight, GGUF qtype) of matrices whose llama.cpp blocks are kept
     static: Mapping[str, object] = field(default_factory=dict)  # per-channel: output value -> StaticLinear
     kv_rotate: str = "off"  # the int4 cache's rotation, resolved (quant/kv.kv_rotation): "hadamard" | "off"
+    kv_center: bool = False  # the rotated int4 cache stores k - c_k and v - c_v (quant/kv_center.py)
 
     def __post_init__(self):
         object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
@@ -51,7 +52,8 @@ class StepSource:
 def source_of(qg: QuantizedGraph) -> StepSource:
     """A quantized graph's lowering input."""
     kept = tuple(sorted((name, t.qtype) for name, t in qg.gguf.items()))
-    return StepSource(qg.graph, qg.group_size, qg.kv_bits, qg.kernels, qg.method, kept, qg.static, qg.kv_rotate)
+    return StepSource(qg.graph, qg.group_size, qg.kv_bits, qg.kernels, qg.method, kept, qg.static, qg.kv_rotate,
+                      qg.kv_centers is not None)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from ..kernels.classifier import chunk_rows_for
 from ..kernels.refs import BufferRef, FcS4PcRef, GGUFRef, Q4Ref, VectorRef
 from ..quant.formats import n_groups, x16_stream_bytes
 from ..quant.kv import KVBits, kv_layout, kv_layouts, parse_kv_bits
+from ..quant.kv_center import K_CENTER, V_CENTER, center_name
 from ..reference import exact
 from ..reference.executor import head_start_node
 from ..reference.sampler import top_k_of
@@ -281,8 +282,16 @@ class _Lowering:
         scores = self.new(lay + ".att.scores", "float", 0, "scratch", per_seq=1)
         self.emit(Attention(layer, self.val(ins[0]), self.val(ins[1]), self.val(ins[2]), caches[0], caches[1],
                             scales[0], scales[1], q8, scores, self.out_value(node), kv_bits=bits,
-                            group=kv4_group_of(self.c, bits), rotate=bits == 4 and self.src.kv_rotate == "hadamard"),
-                  node)
+                            group=kv4_group_of(self.c, bits), rotate=bits == 4 and self.src.kv_rotate == "hadamard",
+                            **self.kv_centers(layer)), node)
+
+    def kv_centers(self, layer: int) -> dict:
+        """A centred cache's centre vectors (quant/kv_center.py), read by the kernel through the KV table."""
+        if not (self.src.kv_center and self.src.kv_bits == 4):
+            return {}
+        dim = self.c.n_kv_heads * self.c.head_dim
+        return {"k_center": VectorRef(center_name(layer, K_CENTER), dim),
+                "v_center": VectorRef(center_name(layer, V_CENTER), dim)}
 
 
 def kv4_group_of(config, bits: KVBits) -> int:

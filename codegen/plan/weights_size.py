@@ -17,6 +17,7 @@ from ..lower.blob import blob_layout, gguf_blob_kind
 from ..lower.fusion import fused_gate_up
 from ..ir import expected_weight_shapes
 from ..lower.records import StepSource
+from ..quant.kv_center import center_names
 from ..quant.formats import gguf_row_bytes, gguf_tiled_bytes_of, n_groups, q4_row_bytes, q4x4_bytes_of
 
 
@@ -66,6 +67,8 @@ def blob_items(src: StepSource, max_seq: int, vocab: tuple[int, int] | None = No
             items += [(node.output, kind, 4 * rows) for kind in ("s4pc.bias", "s4pc.multipliers", "s4pc.shifts")]
     for name in sorted(vectors):
         items.append((name, "f32", 4 * vectors[name]))
+    if src.kv_center and src.kv_bits == 4:  # the centred cache's centres (quant/kv_center.py)
+        items += [(name, "f32", 4 * c.n_kv_heads * c.head_dim) for name in center_names(c.n_layers)]
     for name in ("rope.cos", "rope.sin"):
         items.append((name, "f32", 4 * max_seq * (c.head_dim // 2)))
     if vocab is not None:

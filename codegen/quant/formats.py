@@ -97,6 +97,8 @@ class QuantizedGraph:
     method: str = "rtn"
     # the int4 KV cache's rotation, resolved (quant/kv.kv_rotation): "hadamard" | "off"
     kv_rotate: str = "off"
+    # the rotated int4 cache's centres (quant/kv_center.KVCenters), None: uncentred
+    kv_centers: object = None
     # Kernel set the firmware uses ("portable" | "cortex-m7"); it decides
     # the weight layout in the blob (q4 / q4x4) and the activation scratch.
     kernels: str = "portable"

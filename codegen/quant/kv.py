@@ -172,3 +172,21 @@ def kv4_key_scales(rotation: str) -> str:
     """How an int4 cache chooses its keys' group scales, as the manifest names
     it: "clipped" (rotated keys, exact.quantize_rows_i4_clip) or "absmax"."""
     return "clipped" if rotation == "hadamard" else "absmax"
+
+
+# --kv-center: the rotated int4 cache stores k and v minus their calibrated means (quant/kv_center.py).
+KV_CENTERS = ("auto", "calibrated", "off")
+
+
+def kv_centering(mode: str, bits, rotation: str) -> bool:
+    """Whether a build centres its cache: "auto" where the int4 keys are
+    rotated (quant/kv.kv_rotation), "calibrated" asks for it (an error where
+    it cannot apply), "off" never."""
+    if mode not in KV_CENTERS:
+        raise UserError(f"--kv-center {mode} is not known: choose one of {', '.join(KV_CENTERS)}")
+    if mode == "calibrated" and rotation != "hadamard":
+        kv = parse_kv_bits(bits)
+        raise UserError(f"--kv-center calibrated centres the Hadamard-rotated int4 cache, and this build has "
+                        f"{kv.describe()} KV{', unrotated' if kv == 4 else ''}: add --kv-bits 4 (and a power-of-two "
+                        "head_dim, --kv-rotate auto) or use --kv-center auto")
+    return mode != "off" and rotation == "hadamard"

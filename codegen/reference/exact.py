@@ -664,27 +664,52 @@ def kv_shift_i8(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarr
 
 
 def kv_shift_kv4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray, to: int, delta: int,
-                 n_rows: int, cos: np.ndarray, sin: np.ndarray, group: int, rotated: bool = False) -> None:
+                 n_rows: int, cos: np.ndarray, sin: np.ndarray, group: int, rotated: bool = False,
+                 k_center: np.ndarray | None = None) -> None:
     """kv_shift_i8 over an int4 cache (k_q/v_q [T, kv_heads, hd] int4 values
     held in int8, k_s/v_s [T, kv_heads, hd/group]).  Each key head:
       x[i] = (float)k4[i] * ks[i / group]    (one float32 product)
+      centred (the cache holds H k - c, quant/kv_center.py; c: k_center [kv_heads * hd]):
+        x[i] = x[i] + c[i]
       rotated (the cache holds H k, --kv-rotate hadamard): x = hadamard_heads(x) then
         x[i] *= 1/hd (exact: hd a power of two), RoPE's frame again
       x = rope_back(x, cos, sin)
       rotated: x = hadamard_heads(x)
+      centred: x[i] = x[i] - c[i]
       k4, ks = quantize_rows_i4_clip(x, group) if rotated, else quantize_rows_i4(x, group)
-    C twins: tllm_kv_shift_kv4, tllm_kv_shift_kv4_hadamard."""
+    The values move as they are: their centre is the same at every position.
+    C twins: tllm_kv_shift_kv4, tllm_kv_shift_kv4_hadamard (the centre: tllm_kv4_layer.k_center)."""
     src = slice(to + delta, to + delta + n_rows)
     dst = slice(to, to + n_rows)
     hd = k_q.shape[-1]
     x = k_q[src].astype(F32) * np.repeat(k_s[src], group, axis=-1)
+    c = None if k_center is None else np.asarray(k_center, F32).reshape(x.shape[1:])
+    if c is not None:
+        x = (x + c).astype(F32)
     if rotated:
         x = (hadamard_heads(x, 1, hd) * F32(1.0 / hd)).astype(F32)
     x = rope_back(x, cos, sin)
     if rotated:
         x = hadamard_heads(x, 1, hd)
+    if c is not None:
+        x = centered(x, c)
     k_q[dst], k_s[dst] = (quantize_rows_i4_clip if rotated else quantize_rows_i4)(x, group)
     v_q[dst], v_s[dst] = v_q[src].copy(), v_s[src].copy()
+
+
+def centered(x: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """x - center, one float32 subtraction per element (center's shape is x's
+    trailing axes, broadcast over the leading ones): what a centred cache stores (quant/kv_center.py).
+    C: the loops of attention_kv4 and kv_shift_kv4 over tllm_kv4_layer's centres."""
+    return (np.asarray(x, F32) - np.asarray(center, F32)).astype(F32)
+
+
+def uncentered_output(out: np.ndarray, v_center: np.ndarray, n_heads: int, n_kv: int, hd: int) -> np.ndarray:
+    """A centred cache's attention output [.., n_heads * hd] plus each head's
+    kv head's value centre: sum_t p_t (v_t - c) + c, one float32 add per element."""
+    kv_of = np.arange(n_heads) // (n_heads // n_kv)
+    c = np.asarray(v_center, F32).reshape(n_kv, hd)[kv_of].reshape(-1)
+    return (np.asarray(out, F32) + c).astype(F32)
 
 
 def kv_shift_k8v4(k_q: np.ndarray, k_s: np.ndarray, v_q: np.ndarray, v_s: np.ndarray, to: int, delta: int,

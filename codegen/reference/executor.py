@@ -310,11 +310,16 @@ class QuantKernels:
         if rotate:  # tllm_attention_kv4_hadamard
             q, k = exact.hadamard_heads(q, nh, hd), exact.hadamard_heads(k, nkv, hd)
             scale = exact.rotated_attention_scale(scale, hd)
+        centers = self.qg.kv_centers  # quant/kv_center.py: the cache holds k - c_k and v - c_v
+        if centers is not None:
+            k, v = exact.centered(k, centers.k[layer]), exact.centered(v, centers.v[layer])
         quantize_keys = exact.quantize_rows_i4_clip if rotate else exact.quantize_rows_i4
+        quantize_values = exact.quantize_rows_i4_clip if centers is not None else exact.quantize_rows_i4
         self.k_q[layer, pos], self.k_s[layer, pos] = quantize_keys(k.reshape(nkv, hd), g)
-        self.v_q[layer, pos], self.v_s[layer, pos] = exact.quantize_rows_i4(v.reshape(nkv, hd), g)
-        return exact.attention_kv4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
-                                   self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], scale, g)
+        self.v_q[layer, pos], self.v_s[layer, pos] = quantize_values(v.reshape(nkv, hd), g)
+        out = exact.attention_kv4(q.reshape(nh, hd), self.k_q[layer, : pos + 1], self.k_s[layer, : pos + 1],
+                                  self.v_q[layer, : pos + 1], self.v_s[layer, : pos + 1], scale, g)
+        return out if centers is None else exact.uncentered_output(out, centers.v[layer], nh, nkv, hd)
 
     def add(self, node, a, b):
         return (a + b).astype(np.float32)
@@ -329,8 +334,10 @@ class QuantKernels:
         for layer in range(self.qg.config.n_layers):
             caches = (self.k_q[layer], self.k_s[layer], self.v_q[layer], self.v_s[layer])
             if self.qg.kv_bits == 4:
+                centers = self.qg.kv_centers
                 exact.kv_shift_kv4(*caches, sinks, discard, n_rows, cos, sin, self.kv4_group,
-                                   rotated=self.qg.kv_rotate == "hadamard")
+                                   rotated=self.qg.kv_rotate == "hadamard",
+                                   k_center=None if centers is None else centers.k[layer])
             elif self.qg.kv_bits == KV8V4:
                 exact.kv_shift_k8v4(*caches, sinks, discard, n_rows, cos, sin)
             else:

@@ -106,6 +106,10 @@ class SeqQuantKernels(_SeqRope):
         if rotate:
             q, k = exact.hadamard_heads(q, nh, hd), exact.hadamard_heads(k, nkv, hd)
         scale = exact.rotated_attention_scale(self.att_scale, hd) if rotate else self.att_scale
+        centers = self.qg.kv_centers if self.qg.kv_bits == 4 else None  # quant/kv_center.py
+        if centers is not None:
+            layer = at["layer"]
+            k, v = exact.centered(k, centers.k[layer]), exact.centered(v, centers.v[layer])
         q8, qs = exact.quantize_rows_i8(q.reshape(T, nh, hd))  # [T, nh, hd], [T, nh]
         future = np.triu(np.ones((T, T), bool), 1)[:, None, :]  # [Tq, 1, Tk]
         g = kv_layout(self.qg.config, 4).group
@@ -128,7 +132,8 @@ class SeqQuantKernels(_SeqRope):
             dots = _integer_matmul(q8.transpose(1, 0, 2), kf).transpose(1, 0, 2)  # [Tq, nh, Tk]
             r = dots.astype(np.int32).astype(F32) * k_s[:, kv_of].T[None]
         if self.qg.kv_bits.v == 4:
-            v_q, v_s = exact.quantize_rows_i4(v.reshape(T, nkv, hd), g)
+            quantize_values = exact.quantize_rows_i4_clip if centers is not None else exact.quantize_rows_i4
+            v_q, v_s = quantize_values(v.reshape(T, nkv, hd), g)
             ng = hd // g
             vs = v_s[:, kv_of].transpose(1, 2, 0).astype(F32)  # [nh, ng, Tk]
             vq = v_q[:, kv_of].reshape(T, nh, ng, g)
@@ -137,7 +142,8 @@ class SeqQuantKernels(_SeqRope):
             vs = v_s[:, kv_of].T.astype(F32)[:, None, :]  # [nh, 1, Tk]: one value group
             vq = v_q[:, kv_of].reshape(T, nh, 1, hd)
         vsmax = np.maximum.accumulate(vs, axis=2).transpose(2, 0, 1)  # [Tq, nh, ng]: keys 0..t
-        return self._integer_weighted_values(r, qs * scale, future, vs[None], vsmax, vq)
+        out = self._integer_weighted_values(r, qs * scale, future, vs[None], vsmax, vq)
+        return out if centers is None else exact.uncentered_output(out, centers.v[at["layer"]], nh, nkv, hd)
 
     def _integer_weighted_values(self, r, qs_scale, future, vs, vsmax, vq):
         """exact.attention_i8 / attention_kv4 from the raw scores r [Tq, nh, Tk]:

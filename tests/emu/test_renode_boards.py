@@ -97,7 +97,7 @@ def prompt_ids(out: Path) -> list[int]:
 def reference(root: Path, model: str, out: Path, kv_bits: int, ids: list[int], sampling, n: int = N_NEW) -> list[int]:
     m = load_model(model_dir(root, model))
     max_seq = read_manifest(out)["max_seq"]
-    qg = quantize(m, CompileOptions(kv_bits=kv_bits))
+    qg = quantize(m, CompileOptions(kv_bits=kv_bits), max_seq=max_seq)
     return generate(Executor(m.graph, QuantKernels(qg, max_seq)), ids, n, max_seq, m.graph.config.eos_ids,
                     sampling).generated_ids
 

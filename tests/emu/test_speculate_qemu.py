@@ -54,7 +54,7 @@ def check(out: Path, opts: dict, samplings, texts=(REPEATING, "Lily and Ben"), n
     n_new = MAX_SEQ runs every generation that does not stop at EOS into the context's end."""
     m = load_model(STORY)
     kv = opts.get("kv_bits", 8)
-    ex = Executor(m.graph, QuantKernels(quantize(m, CompileOptions(kv_bits=kv)), MAX_SEQ))
+    ex = Executor(m.graph, QuantKernels(quantize(m, CompileOptions(kv_bits=kv), max_seq=MAX_SEQ), MAX_SEQ))
     k, top_k = int(opts["speculate"].split(":")[1]), top_k_of(opts.get("sampler", "full"))
     eos = m.graph.config.eos_ids
     for text in texts:

@@ -69,16 +69,19 @@ KV_SHIFT_I8 = Kernel(
     tuple(_i8_case(*s, *m, seed=i * 7 + j) for i, s in enumerate(SHAPES) for j, m in enumerate(MOVES)))
 
 
-def _kv4_case(nh, nkv, hd, group, to, delta, n_rows, seed, rotated=False):
+def _kv4_case(nh, nkv, hd, group, to, delta, n_rows, seed, rotated=False, centred=False):
     def make(r):
         v, k, vals = _shift_values(r, nh, nkv, hd, to, delta, n_rows)
         if rotated:  # the cache holds H k (tllm_attention_kv4_hadamard stores it so)
             k = exact.hadamard_heads(k.reshape(k.shape[0], -1), nkv, hd).reshape(k.shape)
+        centre = I.normal(r, nkv * hd, 4.0) if centred else np.zeros(0, F32)  # none: NULL
+        if centred:  # and H k - c (quant/kv_center.py)
+            k = exact.centered(k, centre.reshape(nkv, hd))
         kq, ks = (exact.quantize_rows_i4_clip if rotated else exact.quantize_rows_i4)(k, group)  # as stored
         vq, vs = exact.quantize_rows_i4(vals, group)
         return dict(v, group=group, k_cache=pack_nibbles(kq), v_cache=pack_nibbles(vq), k_scale=ks.reshape(-1),
-                    v_scale=vs.reshape(-1))
-    return Case(f"h{nh}kv{nkv}hd{hd}g{group}-to{to}-d{delta}-n{n_rows}", make, seed)
+                    v_scale=vs.reshape(-1), k_center=centre)
+    return Case(f"h{nh}kv{nkv}hd{hd}g{group}-to{to}-d{delta}-n{n_rows}{'-centred' if centred else ''}", make, seed)
 
 
 def _kv4_twin(v, rotated=False):
@@ -88,7 +91,8 @@ def _kv4_twin(v, rotated=False):
     vq = unpack_nibbles(v["v_cache"], T * nkv * hd).reshape(T, nkv, hd)
     ks = np.array(v["k_scale"], F32).reshape(T, nkv, hd // g)
     vs = np.array(v["v_scale"], F32).reshape(T, nkv, hd // g)
-    exact.kv_shift_kv4(kq, ks, vq, vs, v["to"], v["delta"], v["n_rows"], v["cos"], v["sin"], g, rotated)
+    centre = v["k_center"] if len(v["k_center"]) else None
+    exact.kv_shift_kv4(kq, ks, vq, vs, v["to"], v["delta"], v["n_rows"], v["cos"], v["sin"], g, rotated, centre)
     return {"k_cache": pack_nibbles(kq), "v_cache": pack_nibbles(vq), "k_scale": ks, "v_scale": vs}
 
 
@@ -100,16 +104,18 @@ KV_SHIFT_KV4 = Kernel(
     SHAPE + (InOut("k_cache", "uint8_t", f"{ROWS} * head_dim // 2"),
              InOut("v_cache", "uint8_t", f"{ROWS} * head_dim // 2"),
              InOut("k_scale", "float", GROUP_ROWS), InOut("v_scale", "float", GROUP_ROWS),
-             Scalar("group", "uint16_t"),
+             Scalar("group", "uint16_t"), In("k_center", "float", "n_kv_heads * head_dim", nullable=True),
              struct_of("kv", "tllm_kv4_layer", k="k_cache", v="v_cache", k_scale="k_scale", v_scale="v_scale",
-                       group="group"))
+                       group="group", k_center="k_center"))
     + MOVE, CALL, _kv4_twin,
     tuple(_kv4_case(*s, *m, seed=i * 7 + j) for i, s in enumerate(KV4_SHAPES) for j, m in enumerate(MOVES)))
 
 KV_SHIFT_KV4_HADAMARD = Kernel(
     "tllm_kv_shift_kv4_hadamard", H, KV_SHIFT_KV4.args, CALL, lambda v: _kv4_twin(v, rotated=True),
     tuple(_kv4_case(*s, *m, seed=i * 7 + j, rotated=True) for i, s in enumerate(KV4_SHAPES) if s[2] & (s[2] - 1) == 0
-          for j, m in enumerate(MOVES)))
+          for j, m in enumerate(MOVES))
+    + tuple(_kv4_case(*s, *m, seed=i * 7 + j + 1, rotated=True, centred=True)  # --kv-center (quant/kv_center.py)
+            for i, s in enumerate(KV4_SHAPES) if s[2] & (s[2] - 1) == 0 for j, m in enumerate(MOVES[:3])))
 
 def _k8v4_case(nh, nkv, hd, group, to, delta, n_rows, seed):
     def make(r):

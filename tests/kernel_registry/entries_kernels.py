@@ -292,16 +292,19 @@ QUANTIZE_I4_CLIP = Kernel(
                               for n, g in [(64, 32), (128, 32), (16, 8), (34, 17)] for kind in ("outlier", "levels")))
 
 
-def _attn_kv4_case(nh, nkv, hd, group, pos, seed):
+def _attn_kv4_case(nh, nkv, hd, group, pos, seed, centred=False):
+    """centred: the cache's centres (quant/kv_center.py), as large as the keys' common part can be."""
     def make(r):
         v, k_rows, v_rows = _attention_values(r, nh, nkv, hd, pos)
         k_rows[min(3, pos), 0, :group] = 0.0  # an all-zero key group: scale 0, q 0
         kq, ks = exact.quantize_rows_i4(k_rows, group)
         vq, vs = exact.quantize_rows_i4(v_rows, group)
         kq[pos], vq[pos], ks[pos], vs[pos] = 5, -5, 3.0, 3.0  # stale slot
+        centres = {"k_center": I.normal(r, nkv * hd, 4.0), "v_center": I.normal(r, nkv * hd, 1.0)} if centred else \
+            {"k_center": np.zeros(0, F32), "v_center": np.zeros(0, F32)}  # none: NULL
         return dict(v, group=group, k_cache=pack_nibbles(kq), v_cache=pack_nibbles(vq), k_scale=ks.reshape(-1),
-                    v_scale=vs.reshape(-1))
-    return Case(f"h{nh}kv{nkv}hd{hd}g{group}-pos{pos}", make, seed)
+                    v_scale=vs.reshape(-1), **centres)
+    return Case(f"h{nh}kv{nkv}hd{hd}g{group}-pos{pos}{'-centred' if centred else ''}", make, seed)
 
 
 def _attn_kv4_twin(v, quantize_keys=exact.quantize_rows_i4):
@@ -311,9 +314,15 @@ def _attn_kv4_twin(v, quantize_keys=exact.quantize_rows_i4):
     vq = unpack_nibbles(v["v_cache"], (pos + 1) * nkv * hd).reshape(pos + 1, nkv, hd)
     ks = np.array(v["k_scale"], F32).reshape(pos + 1, nkv, hd // g)
     vs = np.array(v["v_scale"], F32).reshape(pos + 1, nkv, hd // g)
-    kq[pos], ks[pos] = quantize_keys(np.asarray(v["k"], F32).reshape(nkv, hd), g)
-    vq[pos], vs[pos] = exact.quantize_rows_i4(np.asarray(v["v"], F32).reshape(nkv, hd), g)
+    k, val = np.asarray(v["k"], F32), np.asarray(v["v"], F32)
+    centred = len(v["k_center"]) > 0
+    if centred:  # the cache holds k - c_k and v - c_v, the values' scales clipped too
+        k, val = exact.centered(k, v["k_center"]), exact.centered(val, v["v_center"])
+    kq[pos], ks[pos] = quantize_keys(k.reshape(nkv, hd), g)
+    vq[pos], vs[pos] = (exact.quantize_rows_i4_clip if centred else exact.quantize_rows_i4)(val.reshape(nkv, hd), g)
     out = exact.attention_kv4(np.asarray(v["q"], F32).reshape(nh, hd), kq, ks, vq, vs, F32(v["scale"]), g)
+    if centred:
+        out = exact.uncentered_output(out, v["v_center"], nh, nkv, hd)
     return {"out": out, "k_cache": pack_nibbles(kq), "v_cache": pack_nibbles(vq), "k_scale": ks, "v_scale": vs}
 
 
@@ -324,8 +333,10 @@ ATTENTION_KV4 = Kernel(
                    InOut("k_scale", "float", "(pos + 1) * n_kv_heads * head_dim // group"),
                    InOut("v_scale", "float", "(pos + 1) * n_kv_heads * head_dim // group"),
                    Scalar("group", "uint16_t"),
+                   In("k_center", "float", "n_kv_heads * head_dim", nullable=True),
+                   In("v_center", "float", "n_kv_heads * head_dim", nullable=True),
                    struct_of("kv", "tllm_kv4_layer", k="k_cache", v="v_cache", k_scale="k_scale", v_scale="v_scale",
-                             group="group"),
+                             group="group", k_center="k_center", v_center="v_center"),
                    Scalar("pos", "int32_t")) + SCRATCH,
     ("shape", "q", "k", "v", "kv", "pos", "q8", "scores", "out"), _attn_kv4_twin,
     tuple(_attn_kv4_case(nh, nkv, hd, g, pos, seed=hd + nh + pos)
@@ -412,7 +423,10 @@ ATTENTION_KV4_HADAMARD = Kernel(
     tuple(_attn_kv4_case(nh, nkv, hd, g, pos, seed=hd + nh + pos)
           for nh, nkv, hd, g in [(4, 2, 16, 16), (8, 4, 8, 8), (2, 1, 64, 32), (9, 3, 64, 32), (2, 1, 32, 8)]
           for pos in (0, 1, 2, 5, 8))
-    + (_attn_kv4_case(2, 1, 16, 8, 599, seed=4),))
+    + (_attn_kv4_case(2, 1, 16, 8, 599, seed=4),)
+    + tuple(_attn_kv4_case(nh, nkv, hd, g, pos, seed=hd + pos + 3, centred=True)  # --kv-center (quant/kv_center.py)
+            for nh, nkv, hd, g in [(8, 4, 8, 8), (9, 3, 64, 32), (2, 1, 32, 8)] for pos in (0, 1, 5))
+    + (_attn_kv4_case(2, 1, 16, 8, 599, seed=6, centred=True),))
 
 
 def _vector_case(n, label, seed, make_x):

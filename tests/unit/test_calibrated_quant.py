@@ -66,10 +66,12 @@ def test_eval_json(model, tmp_path, capsys):
     assert e.value.code == 0
     r = json.loads(capsys.readouterr().out)
     assert r["fp32"]["ppl"] > 1 and r["documents"] == 2
-    # --kv-rotate auto: the int4 rows are Hadamard-rotated (head_dim 8), as compile's default builds them
+    # --kv-rotate and --kv-center auto: the int4 rows are Hadamard-rotated (head_dim 8) and centred, as
+    # compile's default builds them
     assert set(r["configs"]) == {f"{w}-g{g}-kv{k}" for w in ("rtn", "awq") for g in (32, 128)
-                                 for k in ("8", "4-hadamard")}
+                                 for k in ("8", "4-hadamard-centred")}
     assert {c["kv_rotate"] for c in r["configs"].values() if c["kv_bits"] == 4} == {"hadamard"}
+    assert {c["kv_center"] for c in r["configs"].values()} == {"calibrated", "off"}
     for c in r["configs"].values():
         assert c["ppl"] > 1 and 0 <= c["top1_agreement"] <= 1
         assert c["ppl_delta_pct"] == pytest.approx(100 * (c["ppl"] / r["fp32"]["ppl"] - 1))

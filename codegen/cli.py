@@ -301,7 +301,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
     from .context import parse_context_policy
     from .kernels.c_names import check_symbol_prefix
     from .lower.prefill import parse_batch
-    from .lower.speculate import parse_speculate
+    from .compile_draft import compile_draft_path
+    from .lower.speculate import parse_draft, parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
@@ -313,11 +314,13 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
                    kv_region=kv_region, context_policy=context_policy, symbol_prefix=symbol_prefix)
-    compiled = compile_path(model, opts, tokenizer)
+    compiled = (compile_draft_path if parse_draft(speculate) else compile_path)(model, opts, tokenizer)
     write_tree(compiled.tree, out)
-    p = compiled.plan
+    p, d = compiled.plan, compiled.draft
+    ram = (f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B" if d is None else  # the draft's arenas share the budget
+           f"RAM {p.total_bytes + d['ram_bytes']:,} of {d['budget_bytes']:,} B with the draft's")
     click.echo(f"wrote {out}: {len(compiled.tree.files)} files, weights {len(compiled.program.blob.data):,} B, "
-               f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B (arena {p.arena_bytes:,} B, "
+               f"{ram} (arena {p.arena_bytes:,} B, "
                f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}, "
                f"prefill {compiled.program.prefill_batch} prompt tokens per pass over the weights")
     if p.external_bytes:
@@ -328,6 +331,10 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
         click.echo(kv_rotation_note(kv_rotate, kv_bits, compiled.model.graph.config.head_dim))
     if compiled.speculate_note:
         click.echo(compiled.speculate_note)
+    if d is not None:
+        click.echo(f"draft model {d['source']} in {out}/{d['dir']}: {d['k']} guesses per pass, RAM {d['ram_bytes']:,} B "
+                   f"(KV cache {d['kv_cache_bytes']:,} B at {d['max_seq']} tokens), weights {d['weights_bytes']:,} B"
+                   + (f" at +{d['weights_offset']:,} B in weights.bin" if d['weights_offset'] else ""))
     if compiled.program.stream is not None:
         from .emit.stream_tables import schedule_json, schedule_text
 

@@ -55,6 +55,7 @@ typedef struct tllm_draft_model {
     float *(*step)(int32_t token, int32_t pos, int need_logits);
     int32_t (*greedy_token)(void);        /* its argmax after a step with need_logits */
     uint16_t *(*tokens)(void);            /* its planned token buffer: the ids its cache holds, by position */
+    int (*weights_check)(const char **why); /* its blob's check at tllm_init (NULL: not checked) */
 } tllm_draft_model;
 
 /* Why the engine cannot draft with d beside its target (NULL: it can). */

@@ -106,6 +106,12 @@ static tllm_gen_request to_gen_request(const tllm_request *rq, tllm_history *his
     return g;
 }
 
+/* A refused request's line: the engine's detail where it says more than the
+ * status (a sampled request to a firmware that drafts with a model). */
+static const char *refusal(tllm_status s) {
+    return *tllm_error_detail() ? tllm_error_detail() : tllm_status_message(s);
+}
+
 /* The request checks done as a request arrives; the greedy-only refusal
  * comes later, from the generation itself (as the protocol always had it:
  * such a request still counts for its exit flag), and so do a continue's
@@ -116,7 +122,7 @@ static int check_request(const tllm_request *rq, const char **why) {
     /* a continue may bring no ids (its options are checked with its history) */
     const tllm_status s = is_continue(rq) && g.n_prompt == 0 ? TLLM_OK : tllm_check_request(&g);
     if (s == TLLM_OK || s == TLLM_ERR_GREEDY_ONLY) return 0;
-    *why = tllm_status_message(s);
+    *why = refusal(s);
     return -1;
 }
 
@@ -220,7 +226,7 @@ static int generate(const tllm_request *req) {
     const uint32_t held = tllm_history_held()->n_tokens;
     const tllm_status refused = cont ? tllm_check_continue(&rq, &named) : tllm_check_request(&rq);
     if (refused == TLLM_ERR_HISTORY || refused == TLLM_ERR_CONTEXT_FULL) return refused_continue(refused, req);
-    if (refused != TLLM_OK) return bad_request(tllm_status_message(refused)); /* the held conversation stays */
+    if (refused != TLLM_OK) return bad_request(refusal(refused)); /* the held conversation stays */
 
     puts_("@TLLM begin n_prompt=");
     put_u64(rq.n_prompt);
@@ -287,10 +293,17 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
     return 0;
 }
 
+#ifdef TLLM_CONSOLE_DRAFT /* compile --speculate draft:MODEL: the tree's draft model (draft/tllm_draft_table.c) */
+extern const struct tllm_draft_model tllm_console_draft;
+#endif
+
 int tllm_main(void) {
     const char *why = 0;
-    tllm_config config = {0}; /* no draft model (config.draft): the console drafts by prompt lookup */
+    tllm_config config = {0}; /* without a draft model (config.draft) the engine drafts by prompt lookup */
     config.clock = tllm_board_instret;
+#ifdef TLLM_CONSOLE_DRAFT
+    config.draft = &tllm_console_draft;
+#endif
     if (tllm_init(&config) != TLLM_OK) {
         puts_("@TLLM error weights: ");
         puts_(tllm_error_detail());

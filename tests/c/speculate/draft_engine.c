@@ -15,8 +15,10 @@ extern const tllm_model_info tllm_draft;
 float *tllm_draft_step(int32_t token, int32_t pos, int need_logits);
 int32_t tllm_draft_greedy_token(void);
 uint16_t *tllm_draft_tokens(void);
+int tllm_draft_weights_check(const char **why);
 
-static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens};
+static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens,
+                                       tllm_draft_weights_check};
 
 enum { MAX_TOKENS = 512 };
 static uint32_t pass_tokens[MAX_TOKENS], n_passes;

@@ -16,15 +16,13 @@ from pathlib import Path
 import pytest
 
 from bounds import BACKSTOP_S
-from drafts import random_draft, renamed_token_draft, target_and_student, vocab_pruned_student
+from drafts import draft_reference, random_draft, renamed_token_draft, target_and_student, vocab_pruned_student
 from firmware_harness import need
 from tinyllm_gen.build.cmake import build
-from tinyllm_gen.compile import CompileOptions, load_draft, quantize, write_tree
+from tinyllm_gen.compile import CompileOptions, write_tree
 from tinyllm_gen.compile_draft import compile_draft_path
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
-from tinyllm_gen.reference.speculative import generate_speculative
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.run.protocol import pack_request
 
@@ -56,21 +54,11 @@ def tree(models):
     return out
 
 
-def reference(models, ids: list[int], max_new: int):
-    m = load_model(models["target"])
-    opts = CompileOptions()
-    ex = Executor(m.graph, QuantKernels(quantize(m, opts), SEQ))
-    draft = load_draft(models["draft"], m, models["target"], opts, SEQ)
-    spec = generate_speculative(ex, ids, max_new, SEQ, m.graph.config.eos_ids, SamplingOptions(), k=K, draft=draft)
-    plain = generate(ex, ids, max_new, SEQ, m.graph.config.eos_ids, SamplingOptions())
-    return spec, plain
-
-
 @pytest.mark.parametrize("max_new", [20, 60])  # the token limit; the context's end (20 prompt tokens + 60 > 64)
 def test_the_tree_drafts_with_its_draft_model_as_the_reference_does(models, tree, max_new):
     ids = load_model(models["target"]).tokenizer.encode(PROMPT)
     got = run_firmware(tree, ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S).output
-    spec, plain = reference(models, ids, max_new)
+    spec, plain = draft_reference(models["target"], models["draft"], ids, max_new, SEQ, K)
     assert got.generated_ids == spec.generated_ids == plain.generated_ids and got.generated_ids
     assert got.pass_tokens == spec.pass_tokens
     assert spec.accepted > 0 and max(got.pass_tokens) == K + 1  # the draft's guesses were kept, not only tried

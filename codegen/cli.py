@@ -332,9 +332,9 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
     if compiled.speculate_note:
         click.echo(compiled.speculate_note)
     if d is not None:
-        click.echo(f"draft model {d['source']} in {out}/{d['dir']}: {d['k']} guesses per pass, RAM {d['ram_bytes']:,} B "
-                   f"(KV cache {d['kv_cache_bytes']:,} B at {d['max_seq']} tokens), weights {d['weights_bytes']:,} B"
-                   + (f" at +{d['weights_offset']:,} B in weights.bin" if d['weights_offset'] else ""))
+        from .emit.draft_tree import draft_text
+
+        click.echo(draft_text(d, p.total_bytes), nl=False)
     if compiled.program.stream is not None:
         from .emit.stream_tables import schedule_json, schedule_text
 
@@ -543,14 +543,16 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, max_seq, r
     from dataclasses import replace
 
     from .compile import parse_size, plan_model
+    from .compile_draft import plan_with_draft
     from .lower.prefill import parse_batch
+    from .lower.speculate import parse_draft
 
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate), kernels=kernels,
                    weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
                    context_policy=context_policy)
-    doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
-                           parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
-                           unroll_layers, speculate)
+    planner = plan_with_draft if parse_draft(speculate) else plan_model
+    doc, text = planner(model, tokenizer, opts, sampler, quant, stream, parse_size(stream_chunk) if stream_chunk else None,
+                        parse_batch(prefill_batch), unroll_layers, speculate)
     click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text, nl=as_json)
 
 
@@ -590,6 +592,10 @@ def report(out, as_json):
                 from .timing import speculate_text
 
                 text += speculate_text(plan_doc["speculate"])
+            if "draft" in plan_doc:
+                from .emit.draft_tree import draft_text
+
+                text += draft_text(plan_doc["draft"], plan_doc["total_sram_bytes"])
             if "stream_schedule" in plan_doc:
                 from .emit.stream_tables import schedule_text
 

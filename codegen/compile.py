@@ -462,11 +462,12 @@ def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: B
 
 def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,
                stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool,
-               speculate: str = "off") -> tuple[dict, str]:
-    """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
+               speculate: str = "off", board: Board | None = None) -> tuple[dict, str]:
+    """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text).
+    board: the memory the plan may use when it is not all of opts' board's (compile_draft.py)."""
     spec = parse_speculate(speculate)
     rolling = parse_context_policy(opts.context_policy) is not None
-    board = load_board(opts.board)
+    board = board or load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)

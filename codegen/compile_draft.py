@@ -25,26 +25,52 @@ import dataclasses
 from pathlib import Path
 
 from .board import Board, load_board
-from .compile import (CompileOptions, Compiled, check_draft, emit_prepared, prepare, resolve_max_seq)
-from .emit.draft_tree import DRAFT_DIR, DRAFT_PREFIX, DraftPart, draft_board, weights_offset
+from .compile import (CompileOptions, Compiled, check_draft, emit_prepared, plan_model, plan_source, prepare,
+                      resolve_max_seq)
+from .context import parse_context_policy
+from .emit.draft_tree import DRAFT_DIR, DRAFT_PREFIX, DraftPart, draft_board, draft_text, weights_offset
 from .errors import UserError
-from .fit.search import AUTO, KV_REGIONS
+from .fit.search import AUTO, KV_REGIONS, FitRequest
+from .fit.search import fit as fit_step
 from .frontends import ImportedModel, load_model
 from .lower.speculate import parse_draft
+from .lower.step import lower_step
 from .plan.codesize import RUNTIME_BYTES
 from .plan.memory import MemoryPlan
 from .plan.regions import check_kv_region
+from .vocab import vocabulary_of
 
 
 def compile_draft_path(model_path: Path, opts: CompileOptions, tokenizer: Path | None = None) -> Compiled:
     """compile_path for `--speculate draft:DRAFT[:k]` (opts.speculate)."""
+    target, draft, draft_path, k = load_pair(model_path, tokenizer, opts, opts.speculate)
+    return compile_with_draft(target, Path(model_path), draft, draft_path, k, opts)
+
+
+def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions,
+              speculate: str) -> tuple[ImportedModel, ImportedModel, Path, int]:
+    """(target, draft, the draft's path, k) of `--speculate draft:DRAFT[:k]`, read after the cheap checks."""
     check_kv_region(load_board(opts.board), opts.kv_region, KV_REGIONS)  # before the models are read
-    draft_path, k = parse_draft(opts.speculate)
+    draft_path, k = parse_draft(speculate)
     if not Path(draft_path).exists():
-        raise UserError(f"--speculate {opts.speculate}: {draft_path} does not exist: give the draft model's "
+        raise UserError(f"--speculate {speculate}: {draft_path} does not exist: give the draft model's "
                         "path (a Hugging Face folder, a GGUF or a llama2.c checkpoint)")
-    target = load_model(Path(model_path), tokenizer)
-    return compile_with_draft(target, Path(model_path), load_model(Path(draft_path)), Path(draft_path), k, opts)
+    return load_model(Path(model_path), tokenizer), load_model(Path(draft_path)), Path(draft_path), k
+
+
+def checked_context(target: ImportedModel, target_path: Path, draft: ImportedModel, draft_path: Path,
+                    opts: CompileOptions, what: str) -> int:
+    """The context both run at, once the draft is fit to run beside the target (compile.check_draft,
+    and the same vocabulary: the C has no id tables for a pruned one yet)."""
+    if opts.max_seq == AUTO:
+        raise UserError(f"{what}: --max-seq auto searches one model's context; with a draft model give the "
+                        "context: --max-seq N")
+    seq = resolve_max_seq(target, opts.max_seq)
+    if not check_draft(draft, draft_path, target, target_path, seq).shared:
+        raise UserError(f"{what}: {draft_path}'s vocabulary is a pruned part of {target_path}'s, and the firmware "
+                        "has no id tables to map it yet: use a draft with the target's whole vocabulary "
+                        "(compress without --prune-vocab), or --speculate lookup")
+    return seq
 
 
 def draft_options(opts: CompileOptions, max_seq: int) -> CompileOptions:
@@ -59,15 +85,7 @@ def draft_options(opts: CompileOptions, max_seq: int) -> CompileOptions:
 def compile_with_draft(target: ImportedModel, target_path: Path, draft: ImportedModel, draft_path: Path, k: int,
                        opts: CompileOptions) -> Compiled:
     what = f"--speculate {opts.speculate}"
-    if opts.max_seq == AUTO:
-        raise UserError(f"{what}: --max-seq auto searches one model's context; with a draft model give the "
-                        "context: --max-seq N")
-    seq = resolve_max_seq(target, opts.max_seq)
-    vmap = check_draft(draft, draft_path, target, target_path, seq)
-    if not vmap.shared:
-        raise UserError(f"{what}: {draft_path}'s vocabulary is a pruned part of {target_path}'s, and the firmware "
-                        "has no id tables to map it yet: use a draft with the target's whole vocabulary "
-                        "(compress without --prune-vocab), or --speculate lookup")
+    seq = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
     d_opts = draft_options(opts, seq)
     d = prepare(draft, d_opts)
@@ -76,7 +94,8 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     try:
         t = prepare(target, t_opts, beside(board, d.fitted.plan), opts.ram_budget - d_ram)
     except UserError as e:
-        raise over_budget(e, target, t_opts, d.fitted.plan, what) from None
+        raise over_budget(e, lambda: prepare(target, t_opts).fitted.plan.total_bytes, opts.ram_budget,
+                          d.fitted.plan, what) from None
     offset = weights_offset(len(t.program.blob.data), board)
     check_weights(board, offset, len(t.program.blob.data), len(d.program.blob.data), what)
     code = check_code(t.fitted, d.fitted, d.qg.kernels, opts.board, what)
@@ -100,21 +119,21 @@ def beside(board: Board, plan: MemoryPlan) -> Board:
     return dataclasses.replace(board, memory=dataclasses.replace(board.memory, regions=regions))
 
 
-def over_budget(err: UserError, target: ImportedModel, opts: CompileOptions, draft: MemoryPlan,
-                what: str) -> UserError:
-    """The target does not fit beside the draft: by how much, if it fits alone; else its own refusal."""
+def over_budget(err: UserError, alone_bytes, budget: int, draft: MemoryPlan, what: str) -> UserError:
+    """The target does not fit beside the draft: by how much, if it fits alone (alone_bytes(): its RAM
+    planned alone); else its own refusal."""
     try:
-        alone = prepare(target, opts).fitted.plan
+        alone = alone_bytes()
     except UserError:
         return err
     d_ram = on_chip_arena_bytes(draft)
-    over = alone.total_bytes + d_ram - opts.ram_budget
+    over = alone + d_ram - budget
     if over <= 0:  # the total fits but a region does not hold both: say which
         return UserError(f"{what}: the target does not fit beside the draft model's {d_ram:,} B of arenas "
                          f"({err}); use a smaller --max-seq, or no draft (--speculate lookup)")
-    return UserError(f"{what}: the target ({alone.total_bytes:,} B of RAM) and the draft model ({d_ram:,} B: "
+    return UserError(f"{what}: the target ({alone:,} B of RAM) and the draft model ({d_ram:,} B: "
                      f"its arena and KV cache at {draft.max_seq} tokens) need {over:,} B more than the "
-                     f"{opts.ram_budget:,} B budget: use a smaller --max-seq, or no draft (--speculate lookup)")
+                     f"{budget:,} B budget: use a smaller --max-seq, or no draft (--speculate lookup)")
 
 
 def check_weights(board: Board, offset: int, target_bytes: int, draft_bytes: int, what: str) -> None:
@@ -149,3 +168,42 @@ def draft_record(path: Path, k: int, d, offset: int, ram: int, code: int | None,
             "weights_bytes": len(d.program.blob.data), "weights_offset": offset,
             "ram_bytes": ram, "kv_cache_bytes": plan.kv_cache_bytes, "external_ram_bytes": plan.external_bytes,
             "code_flash_bytes": code, "budget_bytes": budget}
+
+
+def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str,
+                    stream: str, stream_chunk: int | None, prefill_batch, unroll_layers: bool,
+                    speculate: str) -> tuple[dict, str]:
+    """`plan TARGET --speculate draft:DRAFT[:k]`: compile_with_draft's fit without quantizing (compile.plan_model
+    for the target, in what the draft leaves); the document's "draft" and the text's last line say what the
+    draft costs."""
+    what = f"--speculate {speculate}"
+    target, draft, draft_path, k = load_pair(model_path, tokenizer, opts, speculate)
+    seq = checked_context(target, Path(model_path), draft, draft_path, opts, what)
+    board = load_board(opts.board)
+    d_opts = draft_options(dataclasses.replace(opts, stream=stream, stream_chunk=stream_chunk), seq)
+    src = plan_source(draft, d_opts, quant, board)
+    vocab = vocabulary_of(draft.tokenizer, draft.graph.config.vocab_size).size
+    req = FitRequest(board, opts.ram_budget, seq, d_opts.stream, d_opts.stream_chunk, 1, vocab, unroll_layers,
+                     opts.kv_region, ("off", None), parse_context_policy(opts.context_policy) is not None)
+    d = fit_step(lower_step(src, "greedy"), src, req)
+    d_ram = on_chip_arena_bytes(d.plan)
+    t_opts = dataclasses.replace(opts, max_seq=seq, ram_budget=opts.ram_budget - d_ram)
+    args = (model_path, tokenizer, t_opts, sampler, quant, stream, stream_chunk, prefill_batch, unroll_layers,
+            f"lookup:{k}")
+    try:
+        doc, text = plan_model(*args, board=beside(board, d.plan))
+    except UserError as e:
+        alone = dataclasses.replace(t_opts, ram_budget=opts.ram_budget)
+        raise over_budget(e, lambda: plan_model(model_path, tokenizer, alone, *args[3:])[0]["total_sram_bytes"],
+                          opts.ram_budget, d.plan, what) from None
+    offset = weights_offset(doc["weights_bytes"], board)
+    check_weights(board, offset, doc["weights_bytes"], d.weights_bytes, what)
+    code = None
+    if d.code is not None and doc.get("code_flash_bytes") is not None:
+        code = max(0, d.code.total_bytes - RUNTIME_BYTES.get(src.kernels, 0))
+    doc["draft"] = {"source": str(draft_path), "dir": DRAFT_DIR, "symbol_prefix": DRAFT_PREFIX, "k": k,
+                    "max_seq": d.plan.max_seq, "weights_bytes": d.weights_bytes, "weights_offset": offset,
+                    "ram_bytes": d_ram, "kv_cache_bytes": d.plan.kv_cache_bytes,
+                    "external_ram_bytes": d.plan.external_bytes, "code_flash_bytes": code,
+                    "budget_bytes": opts.ram_budget}
+    return doc, text + draft_text(doc["draft"], doc["total_sram_bytes"])

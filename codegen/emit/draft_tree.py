@@ -83,3 +83,15 @@ class DraftPart:
     def weights_bin(self, target_blob: bytes) -> bytes:
         """OUT/weights.bin on an external-weights board: the target's blob, padding, the draft's."""
         return target_blob + bytes(self.weights_offset - len(target_blob)) + self.blob
+
+
+def draft_text(d: dict, target_ram: int | None = None) -> str:
+    """One line of what the draft costs (d: the manifest's and report's "draft"), for compile, plan and
+    report; target_ram: the target's RAM, to say what the two take of the shared budget."""
+    ram = f"RAM {d['ram_bytes']:,} B (its KV cache {d['kv_cache_bytes']:,} B at {d['max_seq']} tokens)"
+    if target_ram is not None:
+        ram += f", with the target's {target_ram + d['ram_bytes']:,} B of the {d['budget_bytes']:,} B budget"
+    where = f" at +{d['weights_offset']:,} B in weights.bin" if d["weights_offset"] else f" in {d['dir']}/weights.bin"
+    code = f", code flash about {d['code_flash_bytes']:,} B" if d.get("code_flash_bytes") is not None else ""
+    return (f"draft model {d['source']} ({d['dir']}/, {d['k']} guesses per pass): {ram}, weights "
+            f"{d['weights_bytes']:,} B{where}{code}\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -147,3 +146,21 @@ def test_a_draft_over_the_ram_budget_is_refused_naming_the_bytes(models):
                         "--ram-budget", f"{budget}K", "--stream", "off", "--speculate", f"draft:{models['draft']}:{K}"])
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "more than the" in err and "--max-seq" in err and "no draft" in err and not out.exists()
+
+
+def test_plan_and_report_say_what_the_draft_costs(models, tree):
+    """plan's figures are the compiled tree's, and both say them in a line."""
+    code, out, _ = cli(["plan", str(models["target"]), "--board", "host", "--max-seq", str(SEQ), "--json",
+                        "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 0
+    planned = json.loads(out)["draft"]
+    built = json.loads((tree / "manifest.json").read_text())["draft"]
+    same = ("k", "max_seq", "ram_bytes", "kv_cache_bytes", "weights_bytes", "weights_offset", "budget_bytes")
+    assert {k: planned[k] for k in same} == {k: built[k] for k in same}
+    assert json.loads(out)["total_sram_bytes"] + planned["ram_bytes"] <= planned["budget_bytes"]
+    code, out, _ = cli(["report", str(tree)])
+    line = next(line for line in out.splitlines() if line.startswith("draft model"))
+    assert f"RAM {built['ram_bytes']:,} B" in line and f"weights {built['weights_bytes']:,} B" in line
+    code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "18K", "--stream", "off",
+                        "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 2 and "B more than the 18,432 B budget" in err and len(err.strip().splitlines()) == 1

@@ -33,6 +33,7 @@ from .errors import UserError
 from .fit.search import AUTO, KV_REGIONS, FitRequest
 from .fit.search import fit as fit_step
 from .frontends import ImportedModel, load_model
+from .kernels.c_names import DEFAULT_PREFIX
 from .lower.speculate import parse_draft
 from .lower.step import lower_step
 from .plan.codesize import RUNTIME_BYTES
@@ -52,6 +53,9 @@ def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions,
     """(target, draft, the draft's path, k) of `--speculate draft:DRAFT[:k]`, read after the cheap checks."""
     check_kv_region(load_board(opts.board), opts.kv_region, KV_REGIONS)  # before the models are read
     draft_path, k = parse_draft(speculate)
+    if opts.symbol_prefix != DEFAULT_PREFIX:
+        raise UserError(f"--speculate {speculate} builds the console firmware, whose engine calls the target "
+                        f"by the default names (the draft is {DRAFT_PREFIX}): drop --symbol-prefix")
     if not Path(draft_path).exists():
         raise UserError(f"--speculate {speculate}: {draft_path} does not exist: give the draft model's "
                         "path (a Hugging Face folder, a GGUF or a llama2.c checkpoint)")

@@ -133,6 +133,13 @@ def test_a_bad_draft_is_refused_in_one_line_and_nothing_is_written(models, bad):
     assert "Traceback" not in err and not out.exists()
 
 
+def test_a_draft_tree_keeps_the_targets_default_symbols(models):
+    out = models["root"] / "out-prefixed"
+    code, _, err = cli(["compile", str(models["target"]), "-o", str(out), "--board", "host", "--max-seq", str(SEQ),
+                        "--symbol-prefix", "tllm_other_", "--speculate", f"draft:{models['draft']}"])
+    assert code == 2 and "drop --symbol-prefix" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
 def test_a_draft_over_the_ram_budget_is_refused_naming_the_bytes(models):
     """The target fits the budget alone; beside the draft's arena it does not (weights read in place: pins
     would take whatever SRAM is left)."""

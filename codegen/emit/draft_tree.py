@@ -80,6 +80,17 @@ class DraftPart:
         keep["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
         return {f"{DRAFT_DIR}/{k}": keep[k] for k in sorted(keep)}
 
+    def speculate_doc(self, doc: dict) -> dict:
+        """report.json's "speculate" of the target's verification pass, saying who drafts; its prediction
+        stays the prompt-lookup draft's, and says so (the timing model prices no draft model yet)."""
+        d = self.record
+        pred = dict(doc["predicted"], acceptance="prompt lookup's, not the draft model's (the timing model prices "
+                                                 "no draft model yet)")
+        return dict(doc, draft="model", choice=f"draft:{d['source']}:{d['k']} (asked)", predicted=pred,
+                    why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} greedy "
+                        f"steps of it per pass, verified with the last accepted token as {d['k'] + 1} positions "
+                        "through every weight together (tllm_model_verify).")
+
     def weights_bin(self, target_blob: bytes) -> bytes:
         """OUT/weights.bin on an external-weights board: the target's blob, padding, the draft's."""
         return target_blob + bytes(self.weights_offset - len(target_blob)) + self.blob

@@ -301,6 +301,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         report["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}
     if draft is not None:  # only with a draft model: other reports stay as they were
         report["draft"] = draft.record
+        report["speculate"] = draft.speculate_doc(report["speculate"])
     weights = program.blob.data if draft is None or not ctx["weights_external"] else draft.weights_bin(program.blob.data)
 
     def render(name: str, **extra) -> bytes:

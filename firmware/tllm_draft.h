@@ -57,7 +57,15 @@ typedef struct tllm_draft_model {
     int32_t (*greedy_token)(void);        /* its argmax after a step with need_logits */
     uint16_t *(*tokens)(void);            /* its planned token buffer: the ids its cache holds, by position */
     int (*weights_check)(const char **why); /* its blob's check at tllm_init (NULL: not checked) */
+    void (*canary_arm)(void);             /* its arenas' guard words: armed with the target's (NULL: none) */
+    int (*canary_ok)(void);               /* and checked with them after every generation */
 } tllm_draft_model;
+
+/* The draft's guard words, where it has them (d NULL or without: nothing to arm, intact). */
+static inline void tllm_draft_model_arm(const tllm_draft_model *d) {
+    if (d && d->canary_arm) d->canary_arm();
+}
+static inline int tllm_draft_model_intact(const tllm_draft_model *d) { return !d || !d->canary_ok || d->canary_ok(); }
 
 /* Why the engine cannot draft with d beside its target (NULL: it can). */
 static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {

@@ -103,6 +103,7 @@ tllm_status tllm_init(const tllm_config *config) {
     held.n_tokens = 0; /* a re-init (after a broken canary) trusts no cache */
     if (engine_draft && (engine_detail = tllm_draft_model_problem(engine_draft)) != 0) return TLLM_ERR_ARGUMENT;
     tllm_model_canary_arm();
+    tllm_draft_model_arm(engine_draft);
     if (tllm_weights_check(&engine_detail) != 0) return TLLM_ERR_WEIGHTS;
     if (engine_draft && engine_draft->weights_check && engine_draft->weights_check(&engine_detail) != 0)
         return TLLM_ERR_WEIGHTS; /* the draft's blob: flashed with the target's, checked the same way */
@@ -390,7 +391,7 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
             result->n_tokens = rq.n_prompt + st->n_generated;
         }
     }
-    return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
+    return tllm_model_canary_ok() && tllm_draft_model_intact(engine_draft) ? TLLM_OK : TLLM_ERR_CANARY;
 }
 
 tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callback, void *user,

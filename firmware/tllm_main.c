@@ -30,6 +30,7 @@
 
 #include "tllm_api.h"
 #include "tllm_board.h"
+#include "tllm_draft.h" /* tllm_draft_model: the console's draft model, if the tree has one */
 #include "tllm_frame.h"
 #include "tllm_model_api.h"
 #include "tllm_request.h"
@@ -134,9 +135,18 @@ static void print_text(const uint16_t *tokens, uint32_t from, uint32_t to) {
     }
 }
 
-/* One line: arena guard words per region, and the stack-limit canary. */
+#ifdef TLLM_CONSOLE_DRAFT /* compile --speculate draft:MODEL: the tree's draft model (draft/tllm_draft_table.c) */
+extern const tllm_draft_model tllm_console_draft;
+#define CONSOLE_DRAFT (&tllm_console_draft)
+#else
+#define CONSOLE_DRAFT ((const tllm_draft_model *)0) /* the engine drafts by prompt lookup */
+#endif
+
+/* One line: arena guard words per region (the draft model's arenas as
+ * "draft"), and the stack-limit canary. */
 static int report_canaries(void) {
-    const int arena = tllm_model_canary_ok();
+    const int draft = tllm_draft_model_intact(CONSOLE_DRAFT);
+    const int arena = tllm_model_canary_ok() && draft;
     const size_t peak = tllm_board_stack_peak();
     const int stack = peak + 16u <= tllm_model_stack_bytes();
     puts_(arena ? "@TLLM canary arena=ok" : "@TLLM canary arena=BROKEN");
@@ -151,6 +161,9 @@ static int report_canaries(void) {
         puts_(name);
         puts_(tllm_model_region_canary_ok(i, &name) ? ":ok" : ":BROKEN");
     }
+#ifdef TLLM_CONSOLE_DRAFT
+    puts_(draft ? ",draft:ok" : ",draft:BROKEN");
+#endif
     puts_("\n");
     return arena && stack;
 }
@@ -293,17 +306,12 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
     return 0;
 }
 
-#ifdef TLLM_CONSOLE_DRAFT /* compile --speculate draft:MODEL: the tree's draft model (draft/tllm_draft_table.c) */
-extern const struct tllm_draft_model tllm_console_draft;
-#endif
 
 int tllm_main(void) {
     const char *why = 0;
-    tllm_config config = {0}; /* without a draft model (config.draft) the engine drafts by prompt lookup */
+    tllm_config config = {0};
     config.clock = tllm_board_instret;
-#ifdef TLLM_CONSOLE_DRAFT
-    config.draft = &tllm_console_draft;
-#endif
+    config.draft = CONSOLE_DRAFT;
     if (tllm_init(&config) != TLLM_OK) {
         puts_("@TLLM error weights: ");
         puts_(tllm_error_detail());
@@ -327,5 +335,6 @@ int tllm_main(void) {
         tllm_frame_done(&uart_frames, status);
         if (exit_after || status == EXIT_CANARY) return status;
         tllm_model_canary_arm();
+        tllm_draft_model_arm(CONSOLE_DRAFT);
     }
 }

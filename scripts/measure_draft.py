@@ -99,6 +99,25 @@ def measure_firmware(work: Path, draft: Path, prompts: list, max_new: int, board
     return rows
 
 
+def measure_firmware_only(work: Path, n_prompts: int, max_new: int, steps: int, board: str) -> dict:
+    """--firmware-only: the distilled draft in firmware alone, each k's reference run with a fresh target
+    executor and a fresh draft (measure()'s reference reuses them across drafts and k)."""
+    draft = build_drafts(work, steps)["depth2-distilled"]
+    m = load_model(STORY)
+    opts, greedy, eos = CompileOptions(), SamplingOptions(), m.graph.config.eos_ids
+    prompts = prompts_of(work / "corpus" / "valid.txt", n_prompts, m.tokenizer)
+    want = {}
+    for k in KS:
+        ex = Executor(m.graph, QuantKernels(quantize(m, opts), SEQ))
+        plain = [generate_speculative(ex, p, max_new, SEQ, eos, greedy).generated_ids for p in prompts]
+        d = load_draft(draft, m, STORY, opts, SEQ)
+        gens = [generate_speculative(ex, p, max_new, SEQ, eos, greedy, k=k, draft=d) for p in prompts]
+        assert [g.generated_ids for g in gens] == plain, k  # greedy speculation is plain decoding
+        want[k] = [(g.generated_ids, g.pass_tokens) for g in gens]
+    rows = measure_firmware(work, draft, prompts, max_new, board, want)
+    return {"prompts": len(prompts), "max_new_tokens": max_new, "distill_steps": steps, "rows": rows}
+
+
 def measure(work: Path, n_prompts: int, max_new: int, steps: int, firmware: str | None = None) -> dict:
     drafts = build_drafts(work, steps)
     m = load_model(STORY)
@@ -138,9 +157,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="distillation steps of the depth2-distilled draft")
     ap.add_argument("--firmware", default=None, metavar="BOARD",
                     help="also build the distilled draft into firmware for BOARD and run the prompts on it")
+    ap.add_argument("--firmware-only", action="store_true", help="with --firmware: only the firmware rows")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
-    res = measure(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware)
+    res = (measure_firmware_only(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware) if a.firmware_only
+           else measure(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware))
     print(f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each, greedy, max_seq {SEQ}; "
           "every row's tokens are plain decoding's")
     print(f"{'draft:k':<22} {'tokens/pass':>11} {'per-prompt':>10} {'kept':>6} {'draft steps/pass':>16} "

@@ -53,7 +53,7 @@ def check(models, out: Path, max_new: int, kv_bits: int = 8) -> None:
     assert (got.generated_ids, got.stop_reason) == (spec.generated_ids, spec.stop_reason)
     assert got.generated_ids == plain.generated_ids and got.generated_ids
     assert got.pass_tokens == spec.pass_tokens and max(got.pass_tokens) == K + 1
-    assert got.canary_ok is True
+    assert got.canary_ok is True and got.canary_regions["draft"] is True  # its arenas are guarded too
 
 
 QEMU_CASES = [dict(), dict(kv_bits=4, stream="all", stream_chunk=2048)]

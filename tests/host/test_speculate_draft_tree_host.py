@@ -61,7 +61,7 @@ def test_the_tree_drafts_with_its_draft_model_as_the_reference_does(models, tree
     assert got.generated_ids == spec.generated_ids == plain.generated_ids and got.generated_ids
     assert got.pass_tokens == spec.pass_tokens
     assert spec.accepted > 0 and max(got.pass_tokens) == K + 1  # the draft's guesses were kept, not only tried
-    assert got.canary_ok is True
+    assert got.canary_ok is True and got.canary_regions["draft"] is True  # its arenas are guarded too
 
 
 def test_the_tree_is_deterministic_and_holds_the_draft_in_draft(models, tree):

@@ -204,9 +204,11 @@ function(_tinyllm_model_library name out linked_weights cmsis_nn_root)
   endforeach()
   if(linked_weights)
     list(APPEND sources "${out}/src/tllm_weights.S")
-    # .incbin "../weights.bin" is relative to src/; rebuild when the blob changes.
+    # .incbin the blob by its absolute path (a relative one is tried from the build directory
+    # first, where another tree's weights.bin may be); rebuild when the blob changes.
     set_source_files_properties("${out}/src/tllm_weights.S" PROPERTIES
       COMPILE_OPTIONS "-Wa,-I${out}/src"
+      COMPILE_DEFINITIONS "TLLM_WEIGHTS_FILE=\"${out}/weights.bin\""
       OBJECT_DEPENDS "${out}/weights.bin")
   endif()
   add_library(${name} STATIC ${sources})

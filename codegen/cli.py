@@ -307,7 +307,8 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
     from .context import parse_context_policy
     from .kernels.c_names import check_symbol_prefix
     from .lower.prefill import parse_batch
-    from .lower.speculate import parse_speculate
+    from .compile_draft import compile_draft_path
+    from .lower.speculate import parse_draft, parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
     parse_speculate(speculate)
@@ -319,11 +320,13 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
                    stream_chunk=parse_size(stream_chunk) if stream_chunk else None, unroll_layers=unroll_layers,
                    prefill_batch=parse_batch(prefill_batch), speculate=speculate, classifier_quant=classifier_quant,
                    kv_region=kv_region, context_policy=context_policy, symbol_prefix=symbol_prefix)
-    compiled = compile_path(model, opts, tokenizer)
+    compiled = (compile_draft_path if parse_draft(speculate) else compile_path)(model, opts, tokenizer)
     write_tree(compiled.tree, out)
-    p = compiled.plan
+    p, d = compiled.plan, compiled.draft
+    ram = (f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B" if d is None else  # the draft's arenas share the budget
+           f"RAM {p.total_bytes + d['ram_bytes']:,} of {d['budget_bytes']:,} B with the draft's")
     click.echo(f"wrote {out}: {len(compiled.tree.files)} files, weights {len(compiled.program.blob.data):,} B, "
-               f"RAM {p.total_bytes:,} of {p.budget_bytes:,} B (arena {p.arena_bytes:,} B, "
+               f"{ram} (arena {p.arena_bytes:,} B, "
                f"lower bound {p.lower_bound_bytes:,} B), max_seq {p.max_seq}, "
                f"prefill {compiled.program.prefill_batch} prompt tokens per pass over the weights")
     if p.external_bytes:
@@ -334,6 +337,10 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
         click.echo(kv_rotation_note(kv_rotate, kv_bits, compiled.model.graph.config.head_dim))
     if compiled.speculate_note:
         click.echo(compiled.speculate_note)
+    if d is not None:
+        from .emit.draft_tree import draft_text
+
+        click.echo(draft_text(d, p.total_bytes), nl=False)
     if compiled.program.stream is not None:
         from .emit.stream_tables import schedule_json, schedule_text
 
@@ -544,14 +551,16 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, kv_center,
     from dataclasses import replace
 
     from .compile import parse_size, plan_model
+    from .compile_draft import plan_with_draft
     from .lower.prefill import parse_batch
+    from .lower.speculate import parse_draft
 
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate, kv_center),
                    kernels=kernels, weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
                    context_policy=context_policy)
-    doc, text = plan_model(model, tokenizer, opts, sampler, quant, stream,
-                           parse_size(stream_chunk) if stream_chunk else None, parse_batch(prefill_batch),
-                           unroll_layers, speculate)
+    planner = plan_with_draft if parse_draft(speculate) else plan_model
+    doc, text = planner(model, tokenizer, opts, sampler, quant, stream, parse_size(stream_chunk) if stream_chunk else None,
+                        parse_batch(prefill_batch), unroll_layers, speculate)
     click.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else text, nl=as_json)
 
 
@@ -591,6 +600,10 @@ def report(out, as_json):
                 from .timing import speculate_text
 
                 text += speculate_text(plan_doc["speculate"])
+            if "draft" in plan_doc:
+                from .emit.draft_tree import draft_text
+
+                text += draft_text(plan_doc["draft"], plan_doc["total_sram_bytes"])
             if "stream_schedule" in plan_doc:
                 from .emit.stream_tables import schedule_text
 

@@ -111,6 +111,7 @@ class Compiled:
     tree: EmittedTree
     trade_off: str = ""  # what --max-seq auto chose, and the other KV precision's figure
     speculate_note: str = ""  # how speculation was decided, and what it costs (fit/search.py)
+    draft: dict | None = None  # --speculate draft:MODEL: what the manifest records of the draft (compile_draft.py)
 
 
 def parse_size(text: str | int) -> int:
@@ -143,21 +144,28 @@ def require_tokenizer(model: ImportedModel) -> Tokenizer:
     return model.tokenizer
 
 
-def load_draft(path: Path, target: ImportedModel, target_path: Path, opts: CompileOptions, max_seq: int,
-               fp32: bool = False) -> DraftModel:
-    """`--speculate draft:MODEL`: the draft model quantized with the target's
-    options (or float, as the target runs), with its own KV cache for the
-    target's context, and its ids mapped onto the target's (vocab_map.py)."""
-    draft = load_model(path)
+def check_draft(draft: ImportedModel, path: Path, target: ImportedModel, target_path: Path, max_seq: int):
+    """A draft model's fitness beside its target, one line each: a tokenizer, at least the target's
+    context, and a vocabulary mapped onto the target's (vocab_map.py); returns the VocabMap."""
     if draft.tokenizer is None:
         raise UserError(f"--speculate draft:{path}: the draft has no tokenizer, so its ids cannot be matched to "
                         f"{target_path}'s; put its tokenizer.json beside it")
     if draft.graph.config.max_seq < max_seq:
         raise UserError(f"--speculate draft:{path}: the draft was trained for {draft.graph.config.max_seq} "
                         f"positions but {target_path} runs {max_seq}: use --max-seq {draft.graph.config.max_seq}")
-    vmap = vocab_map(require_tokenizer(target), target.graph.config.vocab_size, draft.tokenizer,
+    return vocab_map(require_tokenizer(target), target.graph.config.vocab_size, draft.tokenizer,
                      draft.graph.config.vocab_size, str(target_path), str(path))
-    kernels = FloatKernels(draft.graph, max_seq) if fp32 else QuantKernels(quantize(draft, opts, max_seq=max_seq), max_seq)
+
+
+def load_draft(path: Path, target: ImportedModel, target_path: Path, opts: CompileOptions, max_seq: int,
+               fp32: bool = False) -> DraftModel:
+    """`--speculate draft:MODEL`: the draft model quantized with the target's
+    options (or float, as the target runs), with its own KV cache for the
+    target's context, and its ids mapped onto the target's (vocab_map.py)."""
+    draft = load_model(path)
+    vmap = check_draft(draft, path, target, target_path, max_seq)
+    kernels = FloatKernels(draft.graph, max_seq) if fp32 else \
+        QuantKernels(quantize(draft, opts, max_seq=max_seq), max_seq)
     return DraftModel(Executor(draft.graph, kernels), vmap, target.graph.config.vocab_size)
 
 
@@ -286,18 +294,37 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
     return options
 
 
-def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
+@dataclass(frozen=True)
+class Prepared:
+    """A model through bind, not emitted yet: what `emit_prepared` renders
+    (draft.py plans a draft model and its target before emitting either)."""
+
+    model: ImportedModel
+    qg: QuantizedGraph
+    fitted: object  # fit/search.Fitted
+    program: Program
+    board: Board
+    tokenizer: Tokenizer
+    roll: ContextRoll | None
+
+
+def prepare(model: ImportedModel, opts: CompileOptions, board: Board | None = None,
+            budget: int | None = None) -> Prepared:
+    """Quantize, lower, fit and bind.  board / budget: what the plan may use
+    when it is not the whole of opts' board and budget (a draft model beside
+    this one holds the rest, draft.py); the manifest still records opts'."""
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
     parse_context_policy(opts.context_policy)
     check_symbol_prefix(opts.symbol_prefix)
-    board = load_board(opts.board)
+    board = board or load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     tokenizer = require_tokenizer(model)
     qg = verify_quantized(quantize_uncentred(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
     src = replace(source_of(qg), kv_center=centring_of(opts, model))
-    fitted = fit_step(lower_step(src, opts.sampler), src, fit_request(opts, board, vocab.size))  # lowered once
+    req = fit_request(replace(opts, ram_budget=opts.ram_budget if budget is None else budget), board, vocab.size)
+    fitted = fit_step(lower_step(src, opts.sampler), src, req)  # lowered once
     qg = with_kv_centers(qg, model, opts, fitted.plan.max_seq)  # the centres of the context the plan chose
     check_code(fitted, opts.board)  # the code flash, before the linker would say so
     external_vocab = fitted.vocab_in_weights  # too big for the code flash: into the weights blob
@@ -310,9 +337,23 @@ def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
         raise UserError(f"weights are {len(blob.data):,} B but board {opts.board} holds {limit:,} B "
                         "of weights: use a smaller model")
     roll = context_roll(opts.context_policy, program.max_seq)
-    tree = emit_tree(program, tokenizer, board, manifest_options(opts, qg, program, roll), opts.unroll_layers, roll,
-                     opts.symbol_prefix)
-    return Compiled(model, qg, fitted.plan, program, tree, fitted.trade_off, speculate_note(fitted))
+    return Prepared(model, qg, fitted, program, board, tokenizer, roll)
+
+
+def emit_prepared(p: Prepared, opts: CompileOptions, board: Board | None = None, draft=None,
+                  options: dict | None = None) -> Compiled:
+    """Render a prepared model's tree (board: the one its C is emitted for, default the planned one;
+    draft: emit.draft_tree.DraftPart, the draft model the tree also holds; options: manifest options
+    that replace what opts would record)."""
+    recorded = manifest_options(opts, p.qg, p.program, p.roll) | (options or {})
+    tree = emit_tree(p.program, p.tokenizer, board or p.board, recorded, opts.unroll_layers, p.roll,
+                     opts.symbol_prefix, draft)
+    return Compiled(p.model, p.qg, p.fitted.plan, p.program, tree, p.fitted.trade_off, speculate_note(p.fitted),
+                    draft.record if draft is not None else None)
+
+
+def compile_model(model: ImportedModel, opts: CompileOptions) -> Compiled:
+    return emit_prepared(prepare(model, opts), opts)
 
 
 def context_for(model: ImportedModel, opts: CompileOptions, budget: int) -> int:
@@ -458,11 +499,12 @@ def plan_source(model: ImportedModel, opts: CompileOptions, quant: str, board: B
 
 def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str, stream: str,
                stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool,
-               speculate: str = "off") -> tuple[dict, str]:
-    """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text)."""
+               speculate: str = "off", board: Board | None = None) -> tuple[dict, str]:
+    """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text).
+    board: the memory the plan may use when it is not all of opts' board's (compile_draft.py)."""
     spec = parse_speculate(speculate)
     rolling = parse_context_policy(opts.context_policy) is not None
-    board = load_board(opts.board)
+    board = board or load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
     m = load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "tllm_abi.h" /* TLLM_LOOKUP_NGRAM_MAX / MIN */
+#include "tllm_board.h" /* tllm_board_copy_wait */
 #include "tllm_model_api.h"
 
 /* tokens[0..L) is the context; the guesses go to out[0..k) (which may be
@@ -55,7 +56,16 @@ typedef struct tllm_draft_model {
     float *(*step)(int32_t token, int32_t pos, int need_logits);
     int32_t (*greedy_token)(void);        /* its argmax after a step with need_logits */
     uint16_t *(*tokens)(void);            /* its planned token buffer: the ids its cache holds, by position */
+    int (*weights_check)(const char **why); /* its blob's check at tllm_init (NULL: not checked) */
+    void (*canary_arm)(void);             /* its arenas' guard words: armed with the target's (NULL: none) */
+    int (*canary_ok)(void);               /* and checked with them after every generation */
 } tllm_draft_model;
+
+/* The draft's guard words, where it has them (d NULL or without: nothing to arm, intact). */
+static inline void tllm_draft_model_arm(const tllm_draft_model *d) {
+    if (d && d->canary_arm) d->canary_arm();
+}
+static inline int tllm_draft_model_intact(const tllm_draft_model *d) { return !d || !d->canary_ok || d->canary_ok(); }
 
 /* Why the engine cannot draft with d beside its target (NULL: it can). */
 static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
@@ -71,10 +81,16 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
  * the draft's cache holds ids[0 .. *n_cached); from the first position where
  * they and the context differ it steps again (no head), up to pos - 1; then
  * tokens[pos] and each guess but the last, the head run, its argmax the next
- * guess.  Rejected guesses' rows are overwritten by a later catch-up. */
+ * guess.  Rejected guesses' rows are overwritten by a later catch-up.
+ * A model that streams its weights ends every step with the next step's
+ * first chunk in flight, and the board moves one transfer at a time: the
+ * target's lands before the draft starts its own, and the draft's before
+ * the target runs again (each lands in its own model's stream buffer, where
+ * that model's next take finds it). */
 static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_cached, uint16_t *tokens,
                                         uint32_t pos, uint32_t k) {
     uint16_t *ids = d->tokens();
+    tllm_board_copy_wait();
     const uint32_t limit = *n_cached < pos ? *n_cached : pos;
     uint32_t same = 0;
     while (same < limit && ids[same] == tokens[same]) same++;
@@ -90,6 +106,7 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
         tokens[pos + 1u + j] = feed;
     }
     *n_cached = pos + k;
+    tllm_board_copy_wait();
     return k;
 }
 

@@ -103,7 +103,10 @@ tllm_status tllm_init(const tllm_config *config) {
     held.n_tokens = 0; /* a re-init (after a broken canary) trusts no cache */
     if (engine_draft && (engine_detail = tllm_draft_model_problem(engine_draft)) != 0) return TLLM_ERR_ARGUMENT;
     tllm_model_canary_arm();
+    tllm_draft_model_arm(engine_draft);
     if (tllm_weights_check(&engine_detail) != 0) return TLLM_ERR_WEIGHTS;
+    if (engine_draft && engine_draft->weights_check && engine_draft->weights_check(&engine_detail) != 0)
+        return TLLM_ERR_WEIGHTS; /* the draft's blob: flashed with the target's, checked the same way */
     engine_ready = 1;
     return TLLM_OK;
 }
@@ -149,6 +152,7 @@ const char *tllm_status_message(tllm_status status) {
 
 /* The checks after the prompt's length: ids, sampling options, greedy-only. */
 static tllm_status check_ids_and_options(const tllm_gen_request *rq) {
+    engine_detail = 0; /* an earlier request's refusal says nothing of this one */
     if (rq->n_prompt && !rq->prompt_ids) return TLLM_ERR_ARGUMENT;
     for (uint32_t i = 0; i < rq->n_prompt; i++)
         if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
@@ -387,7 +391,7 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
             result->n_tokens = rq.n_prompt + st->n_generated;
         }
     }
-    return tllm_model_canary_ok() ? TLLM_OK : TLLM_ERR_CANARY;
+    return tllm_model_canary_ok() && tllm_draft_model_intact(engine_draft) ? TLLM_OK : TLLM_ERR_CANARY;
 }
 
 tllm_status tllm_generate(const tllm_gen_request *req, tllm_token_callback callback, void *user,

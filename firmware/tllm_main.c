@@ -30,6 +30,7 @@
 
 #include "tllm_api.h"
 #include "tllm_board.h"
+#include "tllm_draft.h" /* tllm_draft_model: the console's draft model, if the tree has one */
 #include "tllm_frame.h"
 #include "tllm_model_api.h"
 #include "tllm_request.h"
@@ -106,6 +107,12 @@ static tllm_gen_request to_gen_request(const tllm_request *rq, tllm_history *his
     return g;
 }
 
+/* A refused request's line: the engine's detail where it says more than the
+ * status (a sampled request to a firmware that drafts with a model). */
+static const char *refusal(tllm_status s) {
+    return *tllm_error_detail() ? tllm_error_detail() : tllm_status_message(s);
+}
+
 /* The request checks done as a request arrives; the greedy-only refusal
  * comes later, from the generation itself (as the protocol always had it:
  * such a request still counts for its exit flag), and so do a continue's
@@ -116,7 +123,7 @@ static int check_request(const tllm_request *rq, const char **why) {
     /* a continue may bring no ids (its options are checked with its history) */
     const tllm_status s = is_continue(rq) && g.n_prompt == 0 ? TLLM_OK : tllm_check_request(&g);
     if (s == TLLM_OK || s == TLLM_ERR_GREEDY_ONLY) return 0;
-    *why = tllm_status_message(s);
+    *why = refusal(s);
     return -1;
 }
 
@@ -128,9 +135,18 @@ static void print_text(const uint16_t *tokens, uint32_t from, uint32_t to) {
     }
 }
 
-/* One line: arena guard words per region, and the stack-limit canary. */
+#ifdef TLLM_CONSOLE_DRAFT /* compile --speculate draft:MODEL: the tree's draft model (draft/tllm_draft_table.c) */
+extern const tllm_draft_model tllm_console_draft;
+#define CONSOLE_DRAFT (&tllm_console_draft)
+#else
+#define CONSOLE_DRAFT ((const tllm_draft_model *)0) /* the engine drafts by prompt lookup */
+#endif
+
+/* One line: arena guard words per region (the draft model's arenas as
+ * "draft"), and the stack-limit canary. */
 static int report_canaries(void) {
-    const int arena = tllm_model_canary_ok();
+    const int draft = tllm_draft_model_intact(CONSOLE_DRAFT);
+    const int arena = tllm_model_canary_ok() && draft;
     const size_t peak = tllm_board_stack_peak();
     const int stack = peak + 16u <= tllm_model_stack_bytes();
     puts_(arena ? "@TLLM canary arena=ok" : "@TLLM canary arena=BROKEN");
@@ -145,6 +161,9 @@ static int report_canaries(void) {
         puts_(name);
         puts_(tllm_model_region_canary_ok(i, &name) ? ":ok" : ":BROKEN");
     }
+#ifdef TLLM_CONSOLE_DRAFT
+    puts_(draft ? ",draft:ok" : ",draft:BROKEN");
+#endif
     puts_("\n");
     return arena && stack;
 }
@@ -220,7 +239,7 @@ static int generate(const tllm_request *req) {
     const uint32_t held = tllm_history_held()->n_tokens;
     const tllm_status refused = cont ? tllm_check_continue(&rq, &named) : tllm_check_request(&rq);
     if (refused == TLLM_ERR_HISTORY || refused == TLLM_ERR_CONTEXT_FULL) return refused_continue(refused, req);
-    if (refused != TLLM_OK) return bad_request(tllm_status_message(refused)); /* the held conversation stays */
+    if (refused != TLLM_OK) return bad_request(refusal(refused)); /* the held conversation stays */
 
     puts_("@TLLM begin n_prompt=");
     put_u64(rq.n_prompt);
@@ -287,10 +306,12 @@ static int read_uart_request(tllm_request *rq, int *exit_after) {
     return 0;
 }
 
+
 int tllm_main(void) {
     const char *why = 0;
-    tllm_config config = {0}; /* no draft model (config.draft): the console drafts by prompt lookup */
+    tllm_config config = {0};
     config.clock = tllm_board_instret;
+    config.draft = CONSOLE_DRAFT;
     if (tllm_init(&config) != TLLM_OK) {
         puts_("@TLLM error weights: ");
         puts_(tllm_error_detail());
@@ -314,5 +335,6 @@ int tllm_main(void) {
         tllm_frame_done(&uart_frames, status);
         if (exit_after || status == EXIT_CANARY) return status;
         tllm_model_canary_arm();
+        tllm_draft_model_arm(CONSOLE_DRAFT);
     }
 }

@@ -11,6 +11,13 @@ The drafts, all built here from story-260k (5 blocks) and its own corpus:
 * `self`: story-260k itself, the upper bound (every guess kept);
 * and the prompt-lookup draft for comparison (no weights).
 
+With --firmware BOARD, the distilled draft is also built into firmware
+(`compile --speculate draft:DRAFT:k --board BOARD`, one tree holding both
+models) and the same prompts run on it (QEMU for qemu-mps2-an500): its
+tokens are checked against plain decoding's and its passes against the
+reference's, and its tokens per pass and what the draft costs (RAM, weights)
+are reported.
+
 Prompts: the first two sentences of the first N stories of the corpus's
 held-out split.  For every draft and k = 1..3, every prompt runs greedily
 (max_seq 512, MAX_NEW new tokens), its tokens are checked against plain
@@ -20,7 +27,7 @@ per-prompt ratios), with the draft's steps per pass and its parameter count
 against the target's (what a pass costs in draft weights).
 
     python scripts/measure_draft.py [--work DIR] [--prompts 12] [--max-new-tokens 100] [--steps 300]
-        [--json out.json]
+        [--firmware qemu-mps2-an500] [--json out.json]
 
 About 10 minutes on a 2-core machine (the distillation's 4 of them)."""
 from __future__ import annotations
@@ -35,13 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from drafts import shallow_student  # noqa: E402
-from tinyllm_gen.compile import CompileOptions, load_draft, quantize  # noqa: E402
+from tinyllm_gen.build.cmake import build  # noqa: E402
+from tinyllm_gen.compile import CompileOptions, load_draft, quantize, write_tree  # noqa: E402
+from tinyllm_gen.compile_draft import compile_draft_path  # noqa: E402
 from tinyllm_gen.compress.distill import DistillOptions  # noqa: E402
 from tinyllm_gen.compress.pipeline import CompressOptions, compress  # noqa: E402
 from tinyllm_gen.frontends import load_model  # noqa: E402
 from tinyllm_gen.reference.executor import Executor, QuantKernels  # noqa: E402
 from tinyllm_gen.reference.sampler import SamplingOptions  # noqa: E402
 from tinyllm_gen.reference.speculative import generate_speculative  # noqa: E402
+from tinyllm_gen.run.firmware import run_firmware  # noqa: E402
 
 STORY = ROOT / "models" / "story-260k"
 SEQ = 512
@@ -69,7 +79,46 @@ def prompts_of(valid: Path, n: int, tok) -> list[list[int]]:
     return [tok.encode(". ".join(s.split(". ")[:2]) + ".") for s in stories]
 
 
-def measure(work: Path, n_prompts: int, max_new: int, steps: int) -> dict:
+def measure_firmware(work: Path, draft: Path, prompts: list, max_new: int, board: str, want: dict) -> dict:
+    """The distilled draft built into firmware for each k: its tokens per pass on `board` (tokens checked
+    against plain decoding's, passes against the reference's: want[k] per prompt) and what it costs."""
+    rows = {}
+    for k in KS:
+        out = work / f"firmware-{board}-k{k}"
+        compiled = compile_draft_path(STORY, CompileOptions(board=board, max_seq=SEQ, speculate=f"draft:{draft}:{k}"))
+        write_tree(compiled.tree, out)
+        build(out)
+        runs = [run_firmware(out, p, max_new, SamplingOptions(), timeout_s=3600).output for p in prompts]
+        for r, (ids, passes) in zip(runs, want[k]):
+            assert (r.generated_ids, r.pass_tokens) == (ids, passes), k  # the reference's, to the pass
+        tokens, passes = sum(len(r.generated_ids) for r in runs), sum(len(r.pass_tokens) for r in runs)
+        d = compiled.draft
+        rows[f"firmware:{k}"] = {"tokens_per_pass": tokens / passes, "tokens": tokens, "passes": passes,
+                                 "draft_ram_bytes": d["ram_bytes"], "draft_weights_bytes": d["weights_bytes"],
+                                 "target_ram_bytes": compiled.plan.total_bytes, "board": board}
+    return rows
+
+
+def measure_firmware_only(work: Path, n_prompts: int, max_new: int, steps: int, board: str) -> dict:
+    """--firmware-only: the distilled draft in firmware alone, each k's reference run with a fresh target
+    executor and a fresh draft (measure()'s reference reuses them across drafts and k)."""
+    draft = build_drafts(work, steps)["depth2-distilled"]
+    m = load_model(STORY)
+    opts, greedy, eos = CompileOptions(), SamplingOptions(), m.graph.config.eos_ids
+    prompts = prompts_of(work / "corpus" / "valid.txt", n_prompts, m.tokenizer)
+    want = {}
+    for k in KS:
+        ex = Executor(m.graph, QuantKernels(quantize(m, opts), SEQ))
+        plain = [generate_speculative(ex, p, max_new, SEQ, eos, greedy).generated_ids for p in prompts]
+        d = load_draft(draft, m, STORY, opts, SEQ)
+        gens = [generate_speculative(ex, p, max_new, SEQ, eos, greedy, k=k, draft=d) for p in prompts]
+        assert [g.generated_ids for g in gens] == plain, k  # greedy speculation is plain decoding
+        want[k] = [(g.generated_ids, g.pass_tokens) for g in gens]
+    rows = measure_firmware(work, draft, prompts, max_new, board, want)
+    return {"prompts": len(prompts), "max_new_tokens": max_new, "distill_steps": steps, "rows": rows}
+
+
+def measure(work: Path, n_prompts: int, max_new: int, steps: int, firmware: str | None = None) -> dict:
     drafts = build_drafts(work, steps)
     m = load_model(STORY)
     opts = CompileOptions()
@@ -78,7 +127,7 @@ def measure(work: Path, n_prompts: int, max_new: int, steps: int) -> dict:
     prompts = prompts_of(work / "corpus" / "valid.txt", n_prompts, m.tokenizer)
     plain = [generate_speculative(ex, p, max_new, SEQ, eos, greedy).generated_ids for p in prompts]
     params = {name: load_model(d).graph.config.n_params() for name, d in drafts.items()}
-    rows = {}
+    rows, want = {}, {}
     for name in ("lookup", *drafts):
         draft = None if name == "lookup" else load_draft(drafts[name], m, STORY, opts, SEQ)
         for k in KS:
@@ -93,6 +142,10 @@ def measure(work: Path, n_prompts: int, max_new: int, steps: int) -> dict:
                 "draft_steps_per_pass": sum(g.draft_steps for g in gens) / passes,
                 "draft_params_of_target": params.get(name, 0) / m.graph.config.n_params(),
                 "tokens": tokens, "passes": passes}
+            if name == "depth2-distilled":
+                want[k] = [(g.generated_ids, g.pass_tokens) for g in gens]
+    if firmware:
+        rows.update(measure_firmware(work, drafts["depth2-distilled"], prompts, max_new, firmware, want))
     return {"prompts": len(prompts), "max_new_tokens": max_new, "distill_steps": steps, "rows": rows}
 
 
@@ -102,14 +155,22 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--max-new-tokens", type=int, default=100)
     ap.add_argument("--steps", type=int, default=300, help="distillation steps of the depth2-distilled draft")
+    ap.add_argument("--firmware", default=None, metavar="BOARD",
+                    help="also build the distilled draft into firmware for BOARD and run the prompts on it")
+    ap.add_argument("--firmware-only", action="store_true", help="with --firmware: only the firmware rows")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
-    res = measure(a.work, a.prompts, a.max_new_tokens, a.steps)
+    res = (measure_firmware_only(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware) if a.firmware_only
+           else measure(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware))
     print(f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each, greedy, max_seq {SEQ}; "
           "every row's tokens are plain decoding's")
     print(f"{'draft:k':<22} {'tokens/pass':>11} {'per-prompt':>10} {'kept':>6} {'draft steps/pass':>16} "
           f"{'draft params':>12}")
     for key, r in res["rows"].items():
+        if key.startswith("firmware:"):
+            print(f"{key:<22} {r['tokens_per_pass']:>11.3f}   on {r['board']}: draft RAM {r['draft_ram_bytes']:,} B, "
+                  f"weights {r['draft_weights_bytes']:,} B (target RAM {r['target_ram_bytes']:,} B)")
+            continue
         print(f"{key:<22} {r['tokens_per_pass']:>11.3f} {r['mean_of_prompts']:>10.3f} "
               f"{100 * r['accepted_of_guessed']:>5.1f}% {r['draft_steps_per_pass']:>16.2f} "
               f"{100 * r['draft_params_of_target']:>11.1f}%")

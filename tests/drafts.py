@@ -70,3 +70,21 @@ def target_and_student(root: Path) -> tuple[Path, Path]:
     """The tiny target and its one-block student, the pair the host tests link into one program."""
     target = make_target(root)
     return target, shallow_student(target, root / "student")
+
+
+def draft_reference(target: Path, draft: Path, ids: list[int], max_new: int, seq: int, k: int, kv_bits=8):
+    """(the speculative reference drafting with `draft`, plain decoding) of a greedy generation, both
+    quantized as compile quantizes them by default (and kv_bits): what a `--speculate draft:` tree must give."""
+    from tinyllm_gen.compile import CompileOptions, load_draft, quantize
+    from tinyllm_gen.frontends import load_model
+    from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
+    from tinyllm_gen.reference.sampler import SamplingOptions
+    from tinyllm_gen.reference.speculative import generate_speculative
+
+    m = load_model(target)
+    opts = CompileOptions(kv_bits=kv_bits)
+    ex = Executor(m.graph, QuantKernels(quantize(m, opts), seq))
+    d = load_draft(draft, m, target, opts, seq)
+    eos = m.graph.config.eos_ids
+    return (generate_speculative(ex, ids, max_new, seq, eos, SamplingOptions(), k=k, draft=d),
+            generate(ex, ids, max_new, seq, eos, SamplingOptions()))

@@ -121,16 +121,23 @@ def link_layout(regions: tuple[Region, ...], stack_region: str, *, stack_bytes: 
         weights_bytes=weights_bytes, arenas=arenas)
 
 
-def plan_link_layout(plan: MemoryPlan, board: Board, weights_bytes: int) -> LinkLayout:
-    """The layout of a compiled model: the board's regions, the plan's arenas."""
+def link_arenas(plan: MemoryPlan, board: Board, stem: str = "__tllm_arena") -> tuple[LinkArena, ...]:
+    """A plan's arenas as output sections (stem: their start/end symbols' prefix; a draft model
+    beside the target has its own sections and symbols, compile_draft.py)."""
+    return tuple(LinkArena(_section(board, r["name"]), ident(r["name"]), r["arena_bytes"],
+                           f"{stem}_{r['name']}_start__", f"{stem}_{r['name']}_end__", not r["external"])
+                 for r in arena_regions(plan, board))
+
+
+def plan_link_layout(plan: MemoryPlan, board: Board, weights_bytes: int, extra_arenas: tuple[LinkArena, ...] = (),
+                     budget_bytes: int | None = None) -> LinkLayout:
+    """The layout of a compiled model: the board's regions, the plan's arenas (and a draft model's,
+    extra_arenas, within budget_bytes: the whole budget the two plans share)."""
     mem = board_memory(board)
-    arenas = tuple(LinkArena(_section(board, r["name"]), ident(r["name"]), r["arena_bytes"],
-                             f"__tllm_arena_{r['name']}_start__", f"__tllm_arena_{r['name']}_end__",
-                             not r["external"])
-                   for r in arena_regions(plan, board))
     return link_layout(mem.regions, mem.stack_region, stack_bytes=plan.stack_bytes,
-                       runtime_static_bytes=plan.runtime_static_bytes, budget_bytes=plan.budget_bytes,
-                       weights_bytes=weights_bytes, arenas=arenas)
+                       runtime_static_bytes=plan.runtime_static_bytes,
+                       budget_bytes=plan.budget_bytes if budget_bytes is None else budget_bytes,
+                       weights_bytes=weights_bytes, arenas=link_arenas(plan, board) + tuple(extra_arenas))
 
 
 def static_link_layout(board: Board, ram: Region, stack_bytes: int) -> LinkLayout:
@@ -142,6 +149,7 @@ def static_link_layout(board: Board, ram: Region, stack_bytes: int) -> LinkLayou
                        runtime_static_bytes=ram.size - stack_bytes, budget_bytes=ram.size)
 
 
-def linker_variables(plan: MemoryPlan, board: Board, weights_bytes: int) -> dict:
+def linker_variables(plan: MemoryPlan, board: Board, weights_bytes: int, extra_arenas: tuple[LinkArena, ...] = (),
+                     budget_bytes: int | None = None) -> dict:
     """The linker template's variables for a compiled model (render.py)."""
-    return plan_link_layout(plan, board, weights_bytes).variables()
+    return plan_link_layout(plan, board, weights_bytes, extra_arenas, budget_bytes).variables()

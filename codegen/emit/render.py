@@ -40,6 +40,7 @@ from ..resources import cmake_dir, firmware_dir, templates_dir
 from ..timing import LOOKUP_ACCEPTANCE, build_mode, predicted_for, speculative_prediction
 from ..vocab import vocabulary_of
 from .filters import FILTERS
+from .draft_tree import DRAFT_PREFIX, DRAFT_TABLE, DRAFT_TARGET, DraftPart
 from .layer_table import c_layer_table, step_form
 from .link_layout import arena_regions, linker_variables
 from .stream_tables import head_run, pin_table, pinned_at, schedule_json, stream_runs
@@ -289,12 +290,14 @@ def config_doc(c) -> dict:
 
 def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Mapping[str, object],
               unroll_layers: bool = False, roll: ContextRoll | None = None,
-              prefix: str = DEFAULT_PREFIX) -> EmittedTree:
+              prefix: str = DEFAULT_PREFIX, draft: DraftPart | None = None) -> EmittedTree:
     """unroll_layers: print every layer's calls even where the layers could share one loop (layer_table.py).
     roll: the rolling context (context.py; None: generation stops at max_seq).  prefix: the model's C
     symbols' (c_names.prefixed): tllm_model.h renames every external one for all the files that include
     it, so the templates keep the default names; a prefixed tree is a library to link beside another
-    model, its console firmware is not built (the runtime's engine calls the default names)."""
+    model, its console firmware is not built (the runtime's engine calls the default names).  draft: the
+    draft model of `--speculate draft:MODEL` (draft_tree.py), built beside this one and handed to the engine
+    by the console."""
     c, plan = program.config, program.plan
     env = _env(prefix)
     renames = [(s, prefixed(s, prefix)) for s in MODEL_SYMBOLS] if prefix != DEFAULT_PREFIX else []
@@ -304,6 +307,10 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
     report = report_doc(program, board)
     if roll is not None:  # only when rolling: reports of builds that stop stay as they were
         report["context"] = {"policy": roll.policy, "sinks": roll.sinks, "discard": roll.discard}
+    if draft is not None:  # only with a draft model: other reports stay as they were
+        report["draft"] = draft.record
+        report["speculate"] = draft.speculate_doc(report["speculate"])
+    weights = program.blob.data if draft is None or not ctx["weights_external"] else draft.weights_bin(program.blob.data)
 
     def render(name: str, **extra) -> bytes:
         return env.get_template(name).render(**ctx, **extra).encode()
@@ -312,25 +319,33 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "src/tllm_model.h": render("tllm_model.h.j2"),
         "src/tllm_model.c": render("tllm_model.c.j2"),
         "src/tllm_vocab.c": render("tllm_vocab.c.j2"),
-        "weights.bin": program.blob.data,
+        "weights.bin": weights,
         "memory_report.txt": plan_text(plan).encode(),
         **report_files(report),
     }
     if not ctx["weights_external"]:
         files["src/tllm_weights.S"] = render("tllm_weights.S.j2")
     files.update(_copied_files(board))
+    if draft is not None:
+        files.update(draft.tree_files(ctx["weights_external"]))
+        names = {s: prefixed(s, DRAFT_PREFIX) for s in ("tllm_model", "tllm_model_step", "tllm_model_greedy_token",
+                                                           "tllm_model_tokens", "tllm_weights_check",
+                                                           "tllm_model_canary_arm", "tllm_model_canary_ok")}
+        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names)
     files["board/board_config.h"] = render("board_config.h.j2")
     files.update(family_files(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
     if board.linker_script:
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board.file(board.linker_script).read_text())
-        files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(program.blob.data))).encode()
+        extra = (draft.arenas, draft.budget_bytes) if draft is not None else ((), None)
+        files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(weights), *extra)).encode()
     # The console firmware: board code and the console protocol around the model library.
     firmware_sources = (sorted(k for k in files if k.startswith("board/") and k.endswith(".c"))
-                        + [f"runtime/{name}" for name in CONSOLE_SOURCES])
+                        + [f"runtime/{name}" for name in CONSOLE_SOURCES] + ([DRAFT_TABLE] if draft else []))
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", firmware_sources=firmware_sources,
-        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(ctx["fc_layers"]), is_arm=board.is_arm)
+        has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(ctx["fc_layers"]), is_arm=board.is_arm,
+        draft_target=DRAFT_TARGET if draft is not None else "")
     kind, tok_name, tok_files = _tokenizer_files(tokenizer)
     files.update(tok_files)
     manifest = {
@@ -349,5 +364,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         "blob_entries": [[e.name, e.kind, e.offset, e.nbytes] for e in program.blob.entries],
         "files": {path: hashlib.sha256(files[path]).hexdigest() for path in sorted(files)},
     }
+    if draft is not None:  # only with a draft model: other manifests stay as they were
+        manifest["draft"] = draft.record
     files["manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     return EmittedTree(files=dict(sorted(files.items())))

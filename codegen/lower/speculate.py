@@ -95,7 +95,8 @@ def _with_chunk_out(step: LoweredStep, decls: list[BufferDecl], P: int) -> list[
 
 
 def parse_speculate(text: str) -> tuple[str, int | None]:
-    """`--speculate` -> (draft, k or None): "off", "auto", "lookup[:k]", "draft:MODEL[:k]"."""
+    """`--speculate` -> (draft, k or None): "off", "auto", "lookup[:k]", "draft:MODEL[:k]" (k as
+    parse_draft defaults it)."""
     t = str(text)
     if t in ("off", "auto"):
         return t, None
@@ -106,10 +107,8 @@ def parse_speculate(text: str) -> tuple[str, int | None]:
         if not rest.isdigit() or str(int(rest)) != rest or not 1 <= int(rest) <= SPECULATE_MAX_K:
             raise UserError(f"--speculate {t}: k must be 1..{SPECULATE_MAX_K} (lookup:K)")
         return "lookup", int(rest)
-    if kind == "draft":
-        parse_draft(t)  # a malformed value is refused as such
-        raise UserError(f"--speculate {t}: a draft model is not built into firmware yet (the reference runs it); "
-                        "use --speculate lookup[:k] or off")
+    if kind == "draft":  # the model's path: parse_draft (compile_draft.py builds it beside the target)
+        return "draft", parse_draft(t)[1]
     raise UserError(f"--speculate {t} is not known: choose auto, off, lookup[:k] (k in 1..{SPECULATE_MAX_K}) "
                     "or draft:MODEL[:k]")
 
@@ -133,7 +132,7 @@ def parse_draft(text: str) -> tuple[str, int] | None:
 
 
 def built_k(options: dict) -> int:
-    """The lookup guesses per pass a build verifies, from its manifest's
-    options ("speculate": "lookup:k", written only when speculation is on;
-    0: plain decoding)."""
+    """The guesses per pass a build verifies, from its manifest's options
+    ("speculate": "lookup:k" or "draft:MODEL:k", written only when
+    speculation is on; 0: plain decoding)."""
     return parse_speculate(options.get("speculate", "off"))[1] or 0

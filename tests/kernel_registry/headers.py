@@ -38,6 +38,10 @@ EXCLUDED: dict[str, str] = {
                         "compared token by token and pass by pass in tests/host/test_draft_engine_host.py",
     "tllm_draft_model_problem": "reads the target's and the draft's info tables, no arithmetic: "
                                 "tests/host/test_draft_engine_host.py has a draft refused by it",
+    "tllm_draft_model_arm": "calls the draft's guard-word function through its table, no arithmetic: "
+                            "tests/host/test_speculate_draft_tree_host.py fails (canary broken) without it",
+    "tllm_draft_model_intact": "calls the draft's guard-word check through its table, no arithmetic: its result "
+                               "is the console's region \"draft\" in tests/host/test_speculate_draft_tree_host.py",
     "tllm_topk_gguf": "takes the block matvec as a function pointer (tllm_gguf_matvec_fn), which spec.py's argument "
                       "types cannot carry; its whole body runs through tllm_topk_q40 / q41 / q80, which are "
                       "registered (entries_topk.py)",

@@ -15,7 +15,7 @@ PKG = ROOT / "codegen"
 # The floors, lowest first: a module may import from a lower floor (or its own
 # package, without a cycle), never from a higher one.  The pipeline reads
 # bottom to top: import -> IR -> quantize -> lower -> plan -> fit -> bind ->
-# emit -> build / run -> compile -> cli.
+# emit -> build / run -> compile (-> compile_draft) -> cli.
 FLOORS = [
     ("ground", ("errors", "abi", "resources", "ir", "verify", "memory_map", "context")),
     ("data", ("board", "frontends", "quant.formats", "quant.kv")),
@@ -31,6 +31,7 @@ FLOORS = [
     ("build", ("build",)),
     ("run", ("run", "convert")),
     ("compile", ("compile",)),
+    ("compile with a draft", ("compile_draft",)),  # a second model beside the target: two compiles
     ("tools", ("bench", "cli", "__main__")),
 ]
 # Imports that may stay inside a function: optional heavy dependencies (not

@@ -15,8 +15,12 @@ extern const tllm_model_info tllm_draft;
 float *tllm_draft_step(int32_t token, int32_t pos, int need_logits);
 int32_t tllm_draft_greedy_token(void);
 uint16_t *tllm_draft_tokens(void);
+int tllm_draft_weights_check(const char **why);
+void tllm_draft_canary_arm(void);
+int tllm_draft_canary_ok(void);
 
-static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens};
+static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens,
+                                       tllm_draft_weights_check, tllm_draft_canary_arm, tllm_draft_canary_ok};
 
 enum { MAX_TOKENS = 512 };
 static uint32_t pass_tokens[MAX_TOKENS], n_passes;

@@ -1,0 +1,73 @@
+"""A `compile --speculate draft:DRAFT:k` tree (the target and its draft model
+in one firmware, codegen/compile_draft.py) on the Cortex-M7: QEMU
+mps2-an500 with the weights pinned (int8 KV) and streamed (`--stream all`,
+int4 KV: both models stream, and the board's one-transfer-at-a-time
+contract is checked by its copy code), and the STM32H750B-DK under Unicorn
+with the weights in external flash streamed by the MDMA.  A greedy
+generation's tokens are the speculative reference's with the same draft and
+plain decoding's, and every pass's token count is the reference's (QEMU
+also into the context's end)."""
+from pathlib import Path
+
+import pytest
+
+from bounds import BACKSTOP_S
+from drafts import draft_reference, target_and_student
+from firmware_harness import need
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.compile import CompileOptions, write_tree
+from tinyllm_gen.compile_draft import compile_draft_path
+from tinyllm_gen.frontends import load_model
+from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.run.firmware import run_firmware
+
+pytestmark = pytest.mark.emu
+pytest.importorskip("torch")
+
+PROMPT = "Once upon a time there was a little cat. The"
+SEQ, K = 64, 3
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("draft-emu")
+    target, draft = target_and_student(root)
+    return {"root": root, "target": target, "draft": draft}
+
+
+def built(models, board: str, **opts) -> Path:
+    need("arm-none-eabi-gcc")
+    need("cmake")
+    out = models["root"] / (board + "-" + "-".join(f"{k}{v}" for k, v in opts.items()))
+    compiled = compile_draft_path(models["target"], CompileOptions(board=board, max_seq=SEQ,
+                                                                   speculate=f"draft:{models['draft']}:{K}", **opts))
+    write_tree(compiled.tree, out)
+    build(out)
+    return out
+
+
+def check(models, out: Path, max_new: int, kv_bits: int = 8) -> None:
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    got = run_firmware(out, ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S).output
+    spec, plain = draft_reference(models["target"], models["draft"], ids, max_new, SEQ, K, kv_bits)
+    assert (got.generated_ids, got.stop_reason) == (spec.generated_ids, spec.stop_reason)
+    assert got.generated_ids == plain.generated_ids and got.generated_ids
+    assert got.pass_tokens == spec.pass_tokens and max(got.pass_tokens) == K + 1
+    assert got.canary_ok is True and got.canary_regions["draft"] is True  # its arenas are guarded too
+
+
+QEMU_CASES = [dict(), dict(kv_bits=4, stream="all", stream_chunk=2048)]
+
+
+@pytest.mark.parametrize("opts", QEMU_CASES, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()) or "default")
+def test_the_draft_tree_under_qemu(models, opts):
+    need("qemu-system-arm")
+    out = built(models, "qemu-mps2-an500", **opts)
+    for max_new in (20, 60):  # the token limit; the context's end (20 prompt tokens + 60 > 64)
+        check(models, out, max_new, opts.get("kv_bits", 8))
+
+
+def test_the_draft_tree_on_the_dk_under_unicorn_with_the_mdma_stream(models):
+    pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
+    out = built(models, "stm32h750b-dk", stream="all")
+    check(models, out, 16)

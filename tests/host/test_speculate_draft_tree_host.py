@@ -1,0 +1,173 @@
+"""`compile TARGET --speculate draft:DRAFT:k` writes one tree holding both
+models (codegen/compile_draft.py, emit/draft_tree.py), and the tree's own
+build drafts with its draft model: on the host board a greedy generation's
+tokens are `reference --speculate draft:...`'s and plain decoding's, and
+every pass's token count is the reference's, also into the context's end.
+The tree is deterministic and keeps the draft in draft/; sampled requests
+are refused in one line by the firmware and by `run`; bad drafts (no such
+path, a shorter context, another vocabulary, a pruned vocabulary) and a
+draft over the RAM budget are refused in one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from bounds import BACKSTOP_S
+from drafts import draft_reference, random_draft, renamed_token_draft, target_and_student, vocab_pruned_student
+from firmware_harness import need
+from tinyllm_gen.build.cmake import build
+from tinyllm_gen.compile import CompileOptions, write_tree
+from tinyllm_gen.compile_draft import compile_draft_path
+from tinyllm_gen.frontends import load_model
+from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.run.firmware import run_firmware
+from tinyllm_gen.run.protocol import pack_request
+
+pytestmark = pytest.mark.host
+pytest.importorskip("torch")
+
+PROMPT = "Once upon a time there was a little cat. The"
+SEQ, K = 64, 3
+
+
+def options(models, board: str = "host", **extra) -> CompileOptions:
+    return CompileOptions(board=board, max_seq=SEQ, speculate=f"draft:{models['draft']}:{K}", **extra)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("draft-tree")
+    target, draft = target_and_student(root)
+    return {"root": root, "target": target, "draft": draft}
+
+
+@pytest.fixture(scope="module")
+def tree(models):
+    need("cmake")
+    need("gcc")
+    out = models["root"] / "host-tree"
+    write_tree(compile_draft_path(models["target"], options(models)).tree, out)
+    build(out)
+    return out
+
+
+@pytest.mark.parametrize("max_new", [20, 60])  # the token limit; the context's end (20 prompt tokens + 60 > 64)
+def test_the_tree_drafts_with_its_draft_model_as_the_reference_does(models, tree, max_new):
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    got = run_firmware(tree, ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S).output
+    spec, plain = draft_reference(models["target"], models["draft"], ids, max_new, SEQ, K)
+    assert got.generated_ids == spec.generated_ids == plain.generated_ids and got.generated_ids
+    assert got.pass_tokens == spec.pass_tokens
+    assert spec.accepted > 0 and max(got.pass_tokens) == K + 1  # the draft's guesses were kept, not only tried
+    assert got.canary_ok is True and got.canary_regions["draft"] is True  # its arenas are guarded too
+
+
+def test_the_tree_is_deterministic_and_holds_the_draft_in_draft(models, tree):
+    again = compile_draft_path(models["target"], options(models)).tree.files
+    on_disk = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*")
+               if p.is_file() and "build" not in p.relative_to(tree).parts}
+    assert on_disk == dict(again)
+    assert {"draft/src/tllm_model.c", "draft/src/tllm_model.h", "draft/src/tllm_vocab.c", "draft/src/tllm_weights.S",
+            "draft/weights.bin", "draft/manifest.json", "draft/tllm_draft_table.c"} <= set(again)
+    assert not any(k.startswith(("draft/runtime/", "draft/board/", "draft/tokenizer/")) for k in again)
+    manifest = json.loads(again["manifest.json"])
+    d = manifest["draft"]
+    assert (d["source"], d["k"], d["dir"]) == (str(models["draft"]), K, "draft")
+    assert d["weights_bytes"] == len(again["draft/weights.bin"]) and d["weights_offset"] == 0  # linked in: its own
+    assert d["ram_bytes"] > d["kv_cache_bytes"] > 0
+    assert manifest["options"]["speculate"] == f"draft:{models['draft']}:{K}"
+    assert json.loads(again["report.json"])["draft"] == d
+    draft_manifest = json.loads(again["draft/manifest.json"])
+    assert set(draft_manifest["files"]) == {k[len("draft/"):] for k in again if k.startswith("draft/")} - {
+        "manifest.json", "tllm_draft_table.c"}
+
+
+def test_a_sampled_request_is_refused_in_one_line(models, tree):
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    req = tree / "build" / "sampled.bin"
+    req.write_bytes(pack_request(ids, 5, SamplingOptions(0.8, 1.0, 1)))
+    r = subprocess.run([str(tree / "build" / "firmware"), str(req)], capture_output=True, timeout=BACKSTOP_S)
+    errors = [line for line in r.stdout.decode(errors="replace").splitlines() if line.startswith("@TLLM error")]
+    assert r.returncode != 0 and len(errors) == 1
+    assert errors[0].startswith("@TLLM error request: the draft model drafts greedy requests only")
+    code, out, err = cli(["run", str(tree), "--prompt", PROMPT, "--temperature", "0.8", "--max-new-tokens", "5"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "greedy requests only" in err
+
+
+def cli(argv: list[str]) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from tinyllm_gen.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+BAD_DRAFTS = {  # name -> (how to make it from the target, the words its refusal must hold)
+    "missing": (lambda root, target: root / "no-such-draft", "does not exist"),
+    "shorter-context": (lambda root, target: random_draft(root / "short", context=32), "--max-seq 32"),
+    "other-vocabulary": (lambda root, target: renamed_token_draft(target, root / "renamed"), "vocabular"),
+    "pruned-vocabulary": (lambda root, target: vocab_pruned_student(target, root / "pruned", 270)[0], "id tables"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_DRAFTS))
+def test_a_bad_draft_is_refused_in_one_line_and_nothing_is_written(models, bad):
+    make, words = BAD_DRAFTS[bad]
+    where = models["root"] / f"bad-{bad}"
+    where.mkdir()
+    draft = make(where, models["target"])
+    out = models["root"] / f"out-{bad}"
+    code, _, err = cli(["compile", str(models["target"]), "-o", str(out), "--board", "host", "--max-seq", str(SEQ),
+                        "--speculate", f"draft:{draft}:2"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_a_draft_tree_keeps_the_targets_default_symbols(models):
+    out = models["root"] / "out-prefixed"
+    code, _, err = cli(["compile", str(models["target"]), "-o", str(out), "--board", "host", "--max-seq", str(SEQ),
+                        "--symbol-prefix", "tllm_other_", "--speculate", f"draft:{models['draft']}"])
+    assert code == 2 and "drop --symbol-prefix" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_draft_over_the_ram_budget_is_refused_naming_the_bytes(models):
+    """The target fits the budget alone; beside the draft's arena it does not (weights read in place: pins
+    would take whatever SRAM is left)."""
+    from tinyllm_gen.compile import compile_path
+
+    alone = compile_path(models["target"], CompileOptions(board="qemu-mps2-an500", max_seq=SEQ, stream="off",
+                                                          speculate=f"lookup:{K}")).plan.total_bytes
+    out = models["root"] / "out-over"
+    budget = -(-alone // 1024) + 1  # KiB: room for the target alone, not for the draft's 4 KiB beside it
+    code, _, err = cli(["compile", str(models["target"]), "-o", str(out), "--max-seq", str(SEQ),
+                        "--ram-budget", f"{budget}K", "--stream", "off", "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "more than the" in err and "--max-seq" in err and "no draft" in err and not out.exists()
+
+
+def test_plan_and_report_say_what_the_draft_costs(models, tree):
+    """plan's figures are the compiled tree's, and both say them in a line."""
+    code, out, _ = cli(["plan", str(models["target"]), "--board", "host", "--max-seq", str(SEQ), "--json",
+                        "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 0
+    planned = json.loads(out)["draft"]
+    built = json.loads((tree / "manifest.json").read_text())["draft"]
+    same = ("k", "max_seq", "ram_bytes", "kv_cache_bytes", "weights_bytes", "weights_offset", "budget_bytes")
+    assert {k: planned[k] for k in same} == {k: built[k] for k in same}
+    assert json.loads(out)["total_sram_bytes"] + planned["ram_bytes"] <= planned["budget_bytes"]
+    code, out, _ = cli(["report", str(tree)])
+    line = next(line for line in out.splitlines() if line.startswith("draft model"))
+    assert f"RAM {built['ram_bytes']:,} B" in line and f"weights {built['weights_bytes']:,} B" in line
+    code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "18K", "--stream", "off",
+                        "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 2 and "B more than the 18,432 B budget" in err and len(err.strip().splitlines()) == 1

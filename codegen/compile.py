@@ -39,7 +39,7 @@ from .quant.classifier_q4 import CLASSIFIER_QUANTS, requantize_classifier
 from .quant.formats import KERNEL_SETS, WEIGHT_QUANTS, QuantizedGraph
 from .quant.gguf_keep import kept_formats, quantize_gguf
 from .quant.kv import KV8, KVBits, kv4_key_scales, kv_centering, kv_rotation, kv_rotation_note, parse_kv_bits
-from .quant.kv_center import KV_CALIBRATION_TEXT, kv_centers
+from .quant.kv_center import kv_calibration_documents, kv_centers
 from .quant.per_channel import calibration_tokens, quantize_per_channel
 from .quant.rtn import quantize_graph
 from .quant.verify import verify_quantized
@@ -224,8 +224,7 @@ def with_kv_centers(qg: QuantizedGraph, model: ImportedModel, opts: CompileOptio
     """qg with the centres of its KV cache (quant/kv_center.py) for a context of max_seq, where opts centre it."""
     if not kv_centering(opts.kv_center, opts.kv_bits, qg.kv_rotate):
         return qg
-    docs = calibration_documents(require_tokenizer(model), opts.calibration or KV_CALIBRATION_TEXT,
-                                 qg.config.max_seq)
+    docs = kv_calibration_documents(require_tokenizer(model), opts.calibration, qg.config.max_seq)
     return replace(qg, kv_centers=kv_centers(qg.graph, docs, max_seq))
 
 

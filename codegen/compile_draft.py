@@ -155,7 +155,7 @@ def check_code(target, draft, kernels: str, board_name: str, what: str) -> int |
     draft adds its estimate less the runtime's); returns the draft's bytes (None on the host)."""
     if target.code is None or draft.code is None:
         return None
-    extra = max(0, draft.code.total_bytes - RUNTIME_BYTES.get(kernels, 0))
+    extra = draft_code_bytes(draft.code, kernels)
     total = target.code.total_bytes + extra
     if total > target.code.capacity_bytes:
         raise UserError(f"{what}: the code flash would hold about {total:,} B (the draft's code and vocabulary "
@@ -164,14 +164,24 @@ def check_code(target, draft, kernels: str, board_name: str, what: str) -> int |
     return extra
 
 
-def draft_record(path: Path, k: int, d, offset: int, ram: int, code: int | None, budget: int) -> dict:
-    """What the manifest and report.json say of the draft: its source, k, and what it costs."""
-    plan = d.fitted.plan
-    return {"source": str(path), "dir": DRAFT_DIR, "symbol_prefix": DRAFT_PREFIX, "k": k,
-            "model_sha256": d.program.blob.sha256, "max_seq": plan.max_seq,
-            "weights_bytes": len(d.program.blob.data), "weights_offset": offset,
+def draft_code_bytes(code, kernels: str) -> int:
+    """The draft's code flash beside its target: its estimate less the runtime the two share."""
+    return max(0, code.total_bytes - RUNTIME_BYTES.get(kernels, 0))
+
+
+def draft_cost(path: Path, k: int, plan: MemoryPlan, weights_bytes: int, offset: int, ram: int, code: int | None,
+               budget: int) -> dict:
+    """What plan, the manifest and report.json say of the draft: its source, k, and what it costs."""
+    return {"source": str(path), "dir": DRAFT_DIR, "symbol_prefix": DRAFT_PREFIX, "k": k, "max_seq": plan.max_seq,
+            "weights_bytes": weights_bytes, "weights_offset": offset,
             "ram_bytes": ram, "kv_cache_bytes": plan.kv_cache_bytes, "external_ram_bytes": plan.external_bytes,
             "code_flash_bytes": code, "budget_bytes": budget}
+
+
+def draft_record(path: Path, k: int, d, offset: int, ram: int, code: int | None, budget: int) -> dict:
+    """draft_cost of a prepared draft, with its blob's hash (the manifest's record)."""
+    return {**draft_cost(path, k, d.fitted.plan, len(d.program.blob.data), offset, ram, code, budget),
+            "model_sha256": d.program.blob.sha256}
 
 
 def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str,
@@ -202,12 +212,7 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
                           opts.ram_budget, d.plan, what) from None
     offset = weights_offset(doc["weights_bytes"], board)
     check_weights(board, offset, doc["weights_bytes"], d.weights_bytes, what)
-    code = None
-    if d.code is not None and doc.get("code_flash_bytes") is not None:
-        code = max(0, d.code.total_bytes - RUNTIME_BYTES.get(src.kernels, 0))
-    doc["draft"] = {"source": str(draft_path), "dir": DRAFT_DIR, "symbol_prefix": DRAFT_PREFIX, "k": k,
-                    "max_seq": d.plan.max_seq, "weights_bytes": d.weights_bytes, "weights_offset": offset,
-                    "ram_bytes": d_ram, "kv_cache_bytes": d.plan.kv_cache_bytes,
-                    "external_ram_bytes": d.plan.external_bytes, "code_flash_bytes": code,
-                    "budget_bytes": opts.ram_budget}
+    has_code = d.code is not None and doc.get("code_flash_bytes") is not None
+    code = draft_code_bytes(d.code, src.kernels) if has_code else None
+    doc["draft"] = draft_cost(draft_path, k, d.plan, d.weights_bytes, offset, d_ram, code, opts.ram_budget)
     return doc, text + draft_text(doc["draft"], doc["total_sram_bytes"])

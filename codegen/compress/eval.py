@@ -28,7 +28,7 @@ from ..quant.calibrated import calibration_documents, quantize_calibrated
 from ..quant.classifier_q4 import requantize_classifier
 from ..quant.gguf_keep import quantize_gguf
 from ..quant.kv import KVBits, parse_kv_bits
-from ..quant.kv_center import KV_CALIBRATION_TEXT, kv_centers
+from ..quant.kv_center import kv_calibration_documents, kv_centers
 
 DOC_SEPARATOR = "\n\n"
 DEFAULT_MAX_TOKENS = 20000
@@ -178,8 +178,7 @@ def make_quantizer(model: ImportedModel, calibration: Path | None, max_seq: int 
 
     def load_kv():
         if not kv_docs:
-            kv_docs.extend(calibration_documents(model.tokenizer, calibration or KV_CALIBRATION_TEXT,
-                                                 model.graph.config.max_seq))
+            kv_docs.extend(kv_calibration_documents(model.tokenizer, calibration, model.graph.config.max_seq))
         return kv_docs
 
     return make_quantizer_from_docs(model, load, load_kv, max_seq)

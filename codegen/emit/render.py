@@ -193,9 +193,9 @@ def _weights_context(program: Program) -> dict:
             "vectors": vector_refs, "fc_layers": fc_layers, **_stream_context(program, pinned)}
 
 
-def _kv_centers(program: Program, layer: int) -> dict:
-    """A centred int4 cache's centre pointers for tllm_kv4_layer (quant/kv_center.py), "0" when uncentred."""
-    names = {e.name for e in program.blob.entries if e.kind == "f32"}
+def _kv_centers(names: set, layer: int) -> dict:
+    """A centred int4 cache's centre pointers for tllm_kv4_layer (quant/kv_center.py), "0" when uncentred;
+    names: the blob's float vectors."""
     return {key: vector_macro(center_name(layer, which)) if center_name(layer, which) in names else "0"
             for key, which in (("k_center", K_CENTER), ("v_center", V_CENTER))}
 
@@ -215,6 +215,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
     """Everything the templates read, computed here (templates do no arithmetic)."""
     c, plan = program.config, program.plan
     buffers = program.buffers()
+    blob_vectors = {e.name for e in program.blob.entries if e.kind == "f32"}  # a centred cache's centres among them
     step = step_form(program, unroll_layers)
     check_unique([b.name for b in buffers] + [s.name for s in (step.loop.shared if step.loop else ())], "buffer")
     return {
@@ -231,7 +232,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "q4_layout_note": ("q4x4 tiles for the Cortex-M7 SMLAD kernels" if program.kernels == "cortex-m7"
                            else "packed nibbles and float32 scales"), "attention_scale": program.attention_scale,
         "kv_layers": [{"k": f"l{i}.k_cache", "v": f"l{i}.v_cache", "k_scale": f"l{i}.k_scale", "v_scale": f"l{i}.v_scale",
-                       **_kv_centers(program, i)} for i in range(c.n_layers)],
+                       **_kv_centers(blob_vectors, i)} for i in range(c.n_layers)],
         "eos_ids": [str(e) for e in c.eos_ids], "eos_initializer": ", ".join(str(e) for e in c.eos_ids) or "-1",
         "norm_eps_literal": c_float_literal(np.float32(c.norm_eps)), "step": step, "head_calls": program.head_calls,
         "rope_cos": program.rope_cos.name, "rope_sin": program.rope_sin.name, "logits": program.logits.name,

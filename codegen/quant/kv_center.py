@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import UserError
 from ..ir import Graph
 from ..reference.sequence import SeqFloatKernels, run_sequence
+from .calibrated import calibration_documents
 
 # The centres' default text (--calibration replaces it): everyday English of many kinds (news, letters,
 # instructions, dialogue, explanation), written for this purpose: the keys' common part is the model's,
@@ -130,6 +131,11 @@ def _bf16_precision(x: np.ndarray) -> np.ndarray:
 
 
 WINDOW_MIN = 8  # a shorter tail of a document adds only the first positions' keys again
+
+
+def kv_calibration_documents(tokenizer, calibration: Path | None, max_seq: int) -> list[list[int]]:
+    """The centres' calibration documents: --calibration's text, else the built-in sample."""
+    return calibration_documents(tokenizer, calibration or KV_CALIBRATION_TEXT, max_seq)
 
 
 def context_windows(docs: Sequence[Sequence[int]], max_seq: int) -> list[list[int]]:

@@ -28,6 +28,9 @@
 #                      runtime files (weights check, per-channel layers) and tinyllm::runtime.
 #                      Properties TINYLLM_OUT (the OUT tree) and TINYLLM_WEIGHTS (OUT/weights.bin:
 #                      flash it at the board's weights address when the weights are external).
+#                      A `--speculate draft:MODEL` tree also makes <TARGET>_draft (OUT/draft), linked
+#                      into <TARGET> with the table tllm_config.draft takes (tllm_console_draft);
+#                      property TINYLLM_DRAFT names it.
 #
 # CPU flags (-mcpu, -mfpu, -mfloat-abi, -mthumb) are not set here: they come from your toolchain
 # file or CMAKE_C_FLAGS, and must be the same for your code, the runtime and the model (one ABI).
@@ -131,6 +134,13 @@ function(tinyllm_add_model)
     set(linked_weights ON)
   endif()
   _tinyllm_model_library("${ARG_TARGET}" "${out}" ${linked_weights} "${ARG_CMSIS_NN_ROOT}")
+  if(EXISTS "${out}/draft/manifest.json")  # compile --speculate draft:MODEL
+    set(draft_weights OFF)
+    if(EXISTS "${out}/draft/src/tllm_weights.S")
+      set(draft_weights ON)
+    endif()
+    _tinyllm_draft_library("${ARG_TARGET}" "${out}" ${draft_weights})
+  endif()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${out}/manifest.json")
 endfunction()
 
@@ -183,6 +193,26 @@ function(tinyllm_generate_model)
   if(linked_weights)
     list(APPEND outputs "${out}/src/tllm_weights.S")
   endif()
+  # --speculate draft:MODEL writes a second model into OUT/draft (known from OPTIONS, since the
+  # tree does not exist yet at configure time).
+  _tinyllm_options_draft("${ARG_OPTIONS}" draft_model)
+  if(draft_model)
+    list(APPEND outputs "${out}/draft/manifest.json" "${out}/draft/src/tllm_model.h" "${out}/draft/tllm_draft_table.c")
+    foreach(s IN LISTS TINYLLM_MODEL_SOURCES)
+      list(APPEND outputs "${out}/draft/${s}")
+    endforeach()
+    if(linked_weights)
+      list(APPEND outputs "${out}/draft/weights.bin" "${out}/draft/src/tllm_weights.S")
+    endif()
+    get_filename_component(draft_path "${draft_model}" ABSOLUTE)
+    if(IS_DIRECTORY "${draft_path}")
+      file(GLOB draft_files CONFIGURE_DEPENDS "${draft_path}/*.json" "${draft_path}/*.safetensors"
+           "${draft_path}/*.onnx" "${draft_path}/*.onnx.data" "${draft_path}/*.bin" "${draft_path}/*.model")
+      list(APPEND model_files ${draft_files})
+    elseif(EXISTS "${draft_path}")
+      list(APPEND model_files "${draft_path}")
+    endif()
+  endif()
   add_custom_command(
     OUTPUT ${outputs}
     COMMAND ${gen} compile "${model}" -o "${out}" --board "${board}" ${ARG_OPTIONS}
@@ -190,6 +220,9 @@ function(tinyllm_generate_model)
     COMMENT "tinyllm-gen: compiling ${model} for ${board} into ${out}"
     VERBATIM)
   _tinyllm_model_library("${ARG_TARGET}" "${out}" ${linked_weights} "${ARG_CMSIS_NN_ROOT}")
+  if(draft_model)
+    _tinyllm_draft_library("${ARG_TARGET}" "${out}" ${linked_weights})
+  endif()
 endfunction()
 
 # --- internals --------------------------------------------------------------------------------
@@ -219,6 +252,44 @@ function(_tinyllm_model_library name out linked_weights cmsis_nn_root)
   if(cmsis_nn_root)
     _tinyllm_use_cmsis_nn(${name} "${cmsis_nn_root}")
   endif()
+endfunction()
+
+# The draft model of a `--speculate draft:MODEL` tree (OUT/draft, symbols prefixed tllm_draft_):
+# a library <name>_draft linked into <name>, which also gets the table the engine drafts with
+# (OUT/draft/tllm_draft_table.c: `extern const tllm_draft_model tllm_console_draft;`, given to
+# tllm_init as tllm_config.draft). Its weights: on a board that links them in, its own
+# draft/src/tllm_weights.S; elsewhere after the target's in OUT/weights.bin, one file to flash.
+function(_tinyllm_draft_library name out linked_weights)
+  _tinyllm_model_library("${name}_draft" "${out}/draft" ${linked_weights} "")
+  target_sources(${name} PRIVATE "${out}/draft/tllm_draft_table.c")
+  target_link_libraries(${name} PUBLIC ${name}_draft)
+  set_target_properties(${name} PROPERTIES TINYLLM_DRAFT ${name}_draft)
+endfunction()
+
+# The draft model named by `--speculate draft:MODEL[:k]` (or --speculate=draft:...) in a list of
+# compile options, empty when there is none. MODEL may itself hold a ':' (a Windows drive):
+# only a trailing :<digits> is k.
+function(_tinyllm_options_draft options out_var)
+  set(value "")
+  set(next_is_value OFF)
+  foreach(o IN LISTS options)
+    if(next_is_value)
+      set(value "${o}")
+      set(next_is_value OFF)
+    elseif(o STREQUAL "--speculate")
+      set(next_is_value ON)
+    elseif(o MATCHES "^--speculate=(.*)$")
+      set(value "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  set(model "")
+  if(value MATCHES "^draft:(.+)$")
+    set(model "${CMAKE_MATCH_1}")
+    if(model MATCHES "^(.+):[0-9]+$")
+      set(model "${CMAKE_MATCH_1}")
+    endif()
+  endif()
+  set(${out_var} "${model}" PARENT_SCOPE)
 endfunction()
 
 # --quant per-channel models call CMSIS-NN when given a checkout; otherwise tinyllm-gen's own

@@ -25,7 +25,6 @@ from .link_layout import LinkArena, link_arenas
 
 DRAFT_DIR = "draft"
 DRAFT_PREFIX = "tllm_draft_"
-DRAFT_TARGET = "tllm_draft"  # its CMake library
 DRAFT_TABLE = f"{DRAFT_DIR}/tllm_draft_table.c"  # the tllm_draft_model the console hands the engine
 DRAFT_ARENA_SECTION = ".tllm_draft_arena"
 DRAFT_ARENA_STEM = "__tllm_draft_arena"

@@ -40,7 +40,7 @@ from ..resources import cmake_dir, firmware_dir, templates_dir
 from ..timing import LOOKUP_ACCEPTANCE, build_mode, predicted_for, speculative_prediction
 from ..vocab import vocabulary_of
 from .filters import FILTERS
-from .draft_tree import DRAFT_PREFIX, DRAFT_TABLE, DRAFT_TARGET, DraftPart
+from .draft_tree import DRAFT_PREFIX, DRAFT_TABLE, DraftPart
 from .layer_table import c_layer_table, step_form
 from .link_layout import arena_regions, linker_variables
 from .stream_tables import head_run, pin_table, pinned_at, schedule_json, stream_runs
@@ -342,11 +342,11 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files["board/linker.ld"] = lds.render(**linker_variables(plan, board, len(weights), *extra)).encode()
     # The console firmware: board code and the console protocol around the model library.
     firmware_sources = (sorted(k for k in files if k.startswith("board/") and k.endswith(".c"))
-                        + [f"runtime/{name}" for name in CONSOLE_SOURCES] + ([DRAFT_TABLE] if draft else []))
+                        + [f"runtime/{name}" for name in CONSOLE_SOURCES])
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", firmware_sources=firmware_sources,
         has_linker_script="board/linker.ld" in files, uses_cmsis_layers=bool(ctx["fc_layers"]), is_arm=board.is_arm,
-        draft_target=DRAFT_TARGET if draft is not None else "")
+        draft_target=draft is not None)
     kind, tok_name, tok_files = _tokenizer_files(tokenizer)
     files.update(tok_files)
     manifest = {

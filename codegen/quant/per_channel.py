@@ -31,7 +31,7 @@ from ..ir import Graph
 from .formats import QuantizedGraph
 from .kv import KV8, KVBits
 from .rtn import quantize_q4_rtn
-from ..reference.executor import Executor, FloatKernels
+from ..reference.sequence import SeqFloatKernels, run_sequence
 
 DEFAULT_CALIBRATION_TEXT = package_file("quant/calibration.txt")
 Q31 = 1 << 31
@@ -69,22 +69,17 @@ def static_scale(max_abs: float) -> np.float32:
 
 
 def calibrate(graph: Graph, token_ids: Sequence[int]) -> dict[str, float]:
-    """max |x| of every linear's input and output value over the tokens."""
+    """max |x| of every linear's input and output value over the tokens.
+
+    The float model runs over the whole sequence in float64 (rounded to
+    float32 between ops: reference/sequence.SeqFloatKernels), not the
+    float32 BLAS of FloatKernels: a float32 product's last bit depends on the
+    machine's BLAS kernel and thread count, and one ulp of a peak moves a
+    static scale, so the build's bytes would differ between machines."""
     watched = {v for n in graph.nodes if n.op == "linear" for v in (n.inputs[0], n.output)}
-    peaks = {v: 0.0 for v in watched}
-
-    class Recording(FloatKernels):
-        def linear(self, node, x):
-            y = super().linear(node, x)
-            peaks[node.inputs[0]] = max(peaks[node.inputs[0]], float(np.max(np.abs(x))))
-            peaks[node.output] = max(peaks[node.output], float(np.max(np.abs(y))))
-            return y
-
-    ex = Executor(graph, Recording(graph, len(token_ids)))
-    ex.reset()
-    for pos, tok in enumerate(token_ids):
-        ex.step(int(tok), pos)
-    return peaks
+    _, kept = run_sequence(graph, SeqFloatKernels(graph, len(token_ids)), token_ids, keep=watched,
+                           need_logits=False)
+    return {v: float(np.max(np.abs(kept[v]))) for v in watched}
 
 
 def calibration_tokens(tokenizer, max_seq: int, text_file: Path | None = None) -> list[int]:

@@ -16,6 +16,7 @@ gives the concrete requests at each context the searches try."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from ..kernels.refs import BufferRef, refs_of
@@ -49,7 +50,7 @@ class BufferRequest:
     placement: str = ""  # hot | bulk | dma; "" = by kind (placement_of)
     per_seq: int = 0  # elements per token of context
 
-    @property
+    @functools.cached_property  # asked for in every placement search: computed once per request
     def size(self) -> int:
         assert self.per_seq == 0, f"{self.name}: size asked before the context is fixed"
         return align_up(self.count * CTYPE_BYTES[self.ctype], self.align)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .lifetimes import BufferRequest, align_up
+import numpy as np
+
+from .lifetimes import BufferRequest
 
 
 def place(buffers: Sequence[BufferRequest]) -> dict[str, int]:
@@ -29,25 +31,35 @@ def arena_bytes(buffers: Sequence[BufferRequest], offsets: Mapping[str, int]) ->
 
 
 def peak_live_bytes(buffers: Sequence[BufferRequest]) -> tuple[int, int]:
-    """(peak bytes live at one time step, that time step)."""
-    times = sorted({b.first for b in buffers})
-    best, at = 0, 0
-    for t in times:
-        live = sum(b.size for b in buffers if b.first <= t <= b.last)
-        if live > best:
-            best, at = live, t
-    return best, at
+    """(peak bytes live at one time step, that time step): the first step,
+    of the steps where a buffer starts, with the most bytes live."""
+    if not buffers:
+        return 0, 0
+    first = np.array([b.first for b in buffers], np.int64)
+    last = np.array([b.last for b in buffers], np.int64)
+    size = np.array([b.size for b in buffers], np.int64)
+    times = np.unique(first)
+    # bytes live at t: sizes of buffers started by t less those ended before t (one sweep, exact integers)
+    started = np.cumsum(size[np.argsort(first, kind="stable")])[np.searchsorted(np.sort(first), times, "right") - 1]
+    ended_sorted = np.sort(last)
+    by_end = np.concatenate([[0], np.cumsum(size[np.argsort(last, kind="stable")])])
+    live = started - by_end[np.searchsorted(ended_sorted, times, "left")]
+    i = int(np.argmax(live))  # the first of the maxima: the earliest step
+    return (int(live[i]), int(times[i])) if live[i] > 0 else (0, 0)
 
 
 def overlapping_pairs(buffers: Sequence[BufferRequest], offsets: Mapping[str, int]) -> list[tuple[str, str]]:
-    """Pairs live at the same time whose byte ranges intersect (must be empty)."""
+    """Pairs live at the same time whose byte ranges intersect (must be empty),
+    in the buffers' order (a before b)."""
+    first = np.array([b.first for b in buffers], np.int64)
+    last = np.array([b.last for b in buffers], np.int64)
+    lo = np.array([offsets[b.name] for b in buffers], np.int64)
+    hi = lo + np.array([b.size for b in buffers], np.int64)
     bad = []
-    for i, a in enumerate(buffers):
-        for b in buffers[i + 1:]:
-            if a.overlaps_in_time(b):
-                a0, b0 = offsets[a.name], offsets[b.name]
-                if a0 < b0 + b.size and b0 < a0 + a.size:
-                    bad.append((a.name, b.name))
+    for i in range(len(buffers) - 1):
+        j = i + 1
+        clash = (first[i] <= last[j:]) & (first[j:] <= last[i]) & (lo[i] < hi[j:]) & (lo[j:] < hi[i])
+        bad += [(buffers[i].name, buffers[j + k].name) for k in np.flatnonzero(clash)]
     return bad
 
 
@@ -58,14 +70,42 @@ def overlapping_pairs(buffers: Sequence[BufferRequest], offsets: Mapping[str, in
 # nowhere lands in its first choice past the end, so the plan can say by how
 # much it is over instead of just failing.
 
-def _greedy_offset(buf: BufferRequest, placed: Sequence[tuple[int, BufferRequest]]) -> int:
-    busy = sorted((off, off + other.size) for off, other in placed if other.overlaps_in_time(buf))
-    candidate = 0
-    for start, stop in busy:
-        if align_up(candidate, buf.align) + buf.size <= start:
-            break
-        candidate = max(candidate, stop)
-    return align_up(candidate, buf.align)
+class _Placed:
+    """The buffers placed in one region so far, as arrays: the free-space
+    search below is one vectorised pass over them instead of a Python loop
+    (a 300-layer unrolled step places thousands of buffers)."""
+
+    def __init__(self):
+        self.n = 0
+        self.first = np.empty(64, np.int64)
+        self.last = np.empty(64, np.int64)
+        self.start = np.empty(64, np.int64)
+        self.stop = np.empty(64, np.int64)
+
+    def add(self, buf: BufferRequest, off: int) -> None:
+        if self.n == len(self.first):
+            for name in ("first", "last", "start", "stop"):
+                setattr(self, name, np.concatenate([getattr(self, name), np.empty(self.n, np.int64)]))
+        self.first[self.n], self.last[self.n] = buf.first, buf.last
+        self.start[self.n], self.stop[self.n] = off, off + buf.size
+        self.n += 1
+
+    def greedy_offset(self, buf: BufferRequest) -> int:
+        """The lowest offset (aligned for buf) where buf overlaps no placed
+        buffer live at the same time: the busy ranges in order of start, the
+        first gap before one of them that holds buf, else past them all."""
+        n = self.n
+        live = (self.first[:n] <= buf.last) & (buf.first <= self.last[:n])
+        start, stop = self.start[:n][live], self.stop[:n][live]
+        if not len(start):
+            return 0
+        order = np.lexsort((stop, start))
+        start, stop = start[order], stop[order]
+        before = np.maximum.accumulate(np.concatenate([[0], stop]))  # the candidate before each range, and after all
+        a = buf.align
+        cand = -(-before // a) * a
+        fits = np.flatnonzero(cand[:-1] + buf.size <= start)
+        return int(cand[fits[0]] if len(fits) else cand[-1])
 
 
 # Greedy by size is not optimal in general; a couple of other classic
@@ -80,19 +120,19 @@ ORDERS = (
 
 def _place_in_order(ordered: Sequence[BufferRequest], capacity: Mapping[str, int],
                     order: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, int]]:
-    placed: dict[str, list[tuple[int, BufferRequest]]] = {r: [] for r in capacity}
+    placed = {r: _Placed() for r in capacity}
     out: dict[str, tuple[str, int]] = {}
     for buf in ordered:
         choices = order[buf.place_class]
         pick = None
         for region in choices:
-            off = _greedy_offset(buf, placed[region])
+            off = placed[region].greedy_offset(buf)
             if off + buf.size <= capacity[region]:
                 pick = (region, off)
                 break
         if pick is None:
-            pick = (choices[0], _greedy_offset(buf, placed[choices[0]]))
-        placed[pick[0]].append((pick[1], buf))
+            pick = (choices[0], placed[choices[0]].greedy_offset(buf))
+        placed[pick[0]].add(buf, pick[1])
         out[buf.name] = pick
     return out
 

@@ -107,7 +107,7 @@ def _shape(dim, hidden, layers, n_vocab, kernels="cortex-m7"):
 def test_plan_refuses_a_model_whose_code_alone_overflows_the_h750_flash(tmp_path):
     """300 layers unrolled: about 137 KB of step and runtime on a 128 KiB flash
     (the loop form needs about 89 KB and fits).
-    (One CLI run: planning 300 layers takes ~20 s, the planner being quadratic.)"""
+    (One CLI run: 300 layers are thousands of buffers for the placer.)"""
     from llama2c_shapes import write_llama2c_v0
     from plans import step_of
     from tinyllm_gen.board import load_board

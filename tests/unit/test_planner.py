@@ -19,6 +19,50 @@ buffers_strategy = st.lists(
 ).map(lambda items: [BufferRequest(f"b{i}", ct, n, t, t + d, "activation") for i, (n, t, d, ct) in enumerate(items)])
 
 
+def _loop_greedy(ordered):
+    """The greedy placement written as the plain loop the placer vectorises: each buffer at the lowest
+    aligned offset below or between the byte ranges of the buffers placed before it that share its time."""
+    placed = {}
+    for buf in ordered:
+        busy = sorted((off, off + o.size) for o, off in placed.values() if o.overlaps_in_time(buf))
+        cand = 0
+        for start, stop in busy:
+            if -(-cand // buf.align) * buf.align + buf.size <= start:
+                break
+            cand = max(cand, stop)
+        placed[buf.name] = (buf, -(-cand // buf.align) * buf.align)
+    return {name: off for name, (_, off) in placed.items()}
+
+
+mixed_strategy = st.lists(
+    st.tuples(st.integers(0, 700), st.integers(0, 30), st.integers(0, 10), st.sampled_from(["float", "int8_t"]),
+              st.sampled_from([4, 16, 32])),
+    min_size=0, max_size=40,
+).map(lambda items: [BufferRequest(f"b{i}", ct, n, t, t + d, "activation", align=a)
+                     for i, (n, t, d, ct, a) in enumerate(items)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixed_strategy)
+def test_the_vectorised_placer_is_the_plain_greedy_loop(buffers):
+    """place() in one unbounded memory is the first order's greedy loop or a tighter order's; the peak and
+    the overlap check are their plain definitions (zero-size buffers and mixed alignments included)."""
+    from tinyllm_gen.plan.placer import ORDERS
+
+    offsets = place(buffers)
+    loops = [_loop_greedy(sorted(buffers, key=key)) for key in ORDERS]
+    ends = [arena_bytes(buffers, o) for o in loops]
+    assert offsets == loops[ends.index(min(ends))]
+    steps = sorted({b.first for b in buffers})
+    live = [sum(b.size for b in buffers if b.first <= t <= b.last) for t in steps]
+    peak = max(live, default=0)
+    assert peak_live_bytes(buffers) == ((peak, steps[live.index(peak)]) if peak else (0, 0))
+    shifted = {b.name: (i * 37) % 500 for i, b in enumerate(buffers)}  # some placement with clashes
+    clashes = [(a.name, b.name) for i, a in enumerate(buffers) for b in buffers[i + 1:] if a.overlaps_in_time(b)
+               and shifted[a.name] < shifted[b.name] + b.size and shifted[b.name] < shifted[a.name] + a.size]
+    assert overlapping_pairs(buffers, shifted) == clashes
+
+
 @settings(max_examples=150, deadline=None)
 @given(buffers_strategy)
 def test_no_two_live_buffers_overlap(buffers):

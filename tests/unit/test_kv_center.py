@@ -105,6 +105,24 @@ def test_centres_are_the_rotated_mean_key_and_the_mean_value(model):
         assert np.array_equal(m_bits, np.round(m_bits))  # rounded to bfloat16's precision: stable bytes
 
 
+def test_centres_are_remembered_per_model_and_text_and_never_stale(model):
+    """A second call on the same float model and text returns the remembered centres (read-only); a
+    changed weight, another text or another context computes them again."""
+    _, m = model
+    docs = [m.tokenizer.encode("The cat sat on the mat. It was warm.")]
+    first = kv_centers(m.graph, docs, 64)
+    assert kv_centers(m.graph, docs, 64) is first
+    assert not first.k[0].flags.writeable and not first.v[0].flags.writeable
+    name = "layers.0.wk"
+    w = m.graph.weights[name].copy()
+    w[0, 0] += 1.0
+    changed = dataclasses.replace(m.graph, weights={**m.graph.weights, name: w})
+    other = kv_centers(changed, docs, 64)
+    assert other is not first and not np.array_equal(other.k[0], first.k[0])
+    assert kv_centers(m.graph, [m.tokenizer.encode("A dog ran by the old red barn.")], 64) is not first
+    assert kv_centers(m.graph, docs, 8) is not first  # other windows
+
+
 def test_windows_are_the_documents_cut_at_the_context():
     """Each document from position 0, cut every max_seq tokens (a key's common part turns with its
     position); a tail shorter than WINDOW_MIN is dropped, a short document is kept whole."""

@@ -150,10 +150,12 @@ def blob_checksum(payload: bytes) -> int:
     Any change to one word changes the sum (odd multipliers are invertible
     mod 2^32) and swapping words changes it too; it vectorises in numpy and
     costs the firmware one multiply-add per word (firmware/tllm_weights.c)."""
-    w = np.frombuffer(payload, "<u4").astype(np.uint64)
-    i = np.arange(len(w), dtype=np.uint64)
-    m = ((i * np.uint64(0x9E3779B1) + np.uint64(1)) & np.uint64(0xFFFFFFFF)) | np.uint64(1)
-    return int(np.sum((w * m) & np.uint64(0xFFFFFFFF), dtype=np.uint64) & np.uint64(0xFFFFFFFF))
+    w = np.frombuffer(payload, "<u4")
+    m = np.arange(len(w), dtype=np.uint32) * np.uint32(0x9E3779B1)  # uint32 products wrap: mod 2^32
+    m += np.uint32(1)
+    m |= np.uint32(1)
+    m *= w
+    return int(np.sum(m, dtype=np.uint64) & np.uint64(0xFFFFFFFF))
 
 
 # --- reading a blob back -------------------------------------------------------

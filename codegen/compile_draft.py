@@ -48,7 +48,7 @@ from .plan.memory import MIN_SEQ, MemoryPlan
 from .plan.regions import check_kv_region
 from .plan.traffic import step_traffic
 from .reference.draft_acceptance import measure_draft_acceptance
-from .timing import Acceptance, DraftCost, build_mode, draft_prediction
+from .timing import DEFAULT_CHUNK_BYTES, Acceptance, DraftCost, build_mode, draft_prediction
 from .vocab import vocabulary_of
 
 
@@ -99,6 +99,7 @@ class PairFit:
     acceptance: Acceptance  # the pair's, measured (reference/draft_acceptance.py)
     cost: DraftCost  # the draft's step on the board
     seq_note: str = ""  # what --max-seq auto chose ("" when the context was given)
+    alone: Fitted | None = None  # the target alone at this context, all the budget, no speculation: "without"
 
     @property
     def pricing(self) -> tuple[Acceptance, DraftCost]:
@@ -134,12 +135,21 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
                          opts.unroll_layers, opts.kv_region, ("off", None), rolling, explain=explain)
         return fit_step(d_base, d_src, req)
 
-    if asked != AUTO:
-        d = draft_at(asked)
-        return PairFit(asked, d, acc, draft_step_cost(d, board))
     t_src = plan_source(target, opts, opts.quant, board)
     t_base = lower_step(t_src, opts.sampler)
     t_vocab = vocabulary_of(target.tokenizer, target.graph.config.vocab_size).size
+
+    def alone_at(seq: int) -> Fitted | None:
+        req = FitRequest(board, opts.ram_budget, seq, opts.stream, opts.stream_chunk, opts.prefill_batch, t_vocab,
+                         opts.unroll_layers, opts.kv_region, ("off", None), rolling, explain=False)
+        try:
+            return fit_step(t_base, t_src, req)
+        except UserError:  # it fits beside the draft only if alone too; the caller's own fit says why not
+            return None
+
+    if asked != AUTO:
+        d = draft_at(asked)
+        return PairFit(asked, d, acc, draft_step_cost(d, board), alone=alone_at(asked))
 
     def both_at(seq: int, explain: bool = False) -> PairFit:  # a UserError when either does not fit
         d = draft_at(seq, explain)
@@ -169,7 +179,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
         hi = lo
     note = (f"--max-seq auto with the draft model: {hi} tokens, the largest at which both fit (the draft planned "
             f"first, the target in what it leaves; the models' contexts allow {upper})")
-    return dataclasses.replace(both_at(hi), seq_note=note)
+    return dataclasses.replace(both_at(hi), seq_note=note, alone=alone_at(hi))
 
 
 def nothing_fits(draft_at, budget: int) -> str:
@@ -222,14 +232,18 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
 
 def decided(pair: PairFit, target: Fitted, board: Board, asked: bool) -> dict:
     """The draft record's part that the timing model decides: how k was chosen, the predicted decode tokens/s
-    with the draft model against without (timing.draft_prediction, on the target's own fitted step), and
-    what --max-seq auto chose (only then)."""
-    w = step_traffic(target.step).workload()
-    mode = build_mode(board, target.step.stream is not None)
-    chunk = {"chunk_bytes": target.step.stream.options.chunk_bytes} if target.step.stream is not None else {}
+    with the draft model against without it (timing.draft_prediction: this build's fitted step, and the
+    target alone at the same context in the whole budget, as a build without the draft would plan it, pins
+    included), and what --max-seq auto chose (only then)."""
+    def priced(step) -> tuple:
+        chunk = step.stream.options.chunk_bytes if step.stream is not None else DEFAULT_CHUNK_BYTES
+        return step_traffic(step).workload(), build_mode(board, step.stream is not None), chunk
+
+    w, mode, chunk = priced(target.step)
+    plain = priced(pair.alone.step) if pair.alone is not None else None  # without the draft: the target alone
     k = target.step.speculate.k
     out = {"choice": f"draft:{k} (asked)" if asked else target.speculate_why,
-           "predicted": draft_prediction(board, w, pair.acceptance, k, mode, pair.cost, **chunk)}
+           "predicted": draft_prediction(board, w, pair.acceptance, k, mode, pair.cost, chunk, plain)}
     if pair.seq_note:
         out["context"] = pair.seq_note
     return out

@@ -597,14 +597,18 @@ def speculative_prediction(board: Board, w: Workload, acc: Acceptance, k: int, m
 
 
 def draft_prediction(board: Board, w: Workload, acc: Acceptance, k: int, mode: str, draft: DraftCost,
-                     chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+                     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                     plain_build: tuple[Workload, str, int] | None = None) -> dict:
     """The draft record's "predicted": decode tokens/s with the draft model at k against plain decoding, what
     a pass costs (the target's verification over k + 1 positions, the draft's steps), and both figures'
-    physical floors, each checked: a prediction faster than its floor is a bug in this model."""
-    plain = speculative_tokens_per_s(board, w, acc, 0, mode, chunk_bytes)
+    physical floors, each checked: a prediction faster than its floor is a bug in this model.  plain_build:
+    (workload, mode, chunk bytes) of the target built without the draft (its plan may pin other weights);
+    None: this build's own decode step."""
+    pw, pmode, pchunk = plain_build if plain_build is not None else (w, mode, chunk_bytes)
+    plain = speculative_tokens_per_s(board, pw, acc, 0, pmode, pchunk)
     spec = speculative_tokens_per_s(board, w, acc, k, mode, chunk_bytes, draft)
-    floors = {n: speculative_floor_tokens_per_s(board, w, acc, kk, draft if kk else None)
-              for n, kk in (("plain", 0), ("draft", k))}
+    floors = {"plain": speculative_floor_tokens_per_s(board, pw, acc, 0),
+              "draft": speculative_floor_tokens_per_s(board, w, acc, k, draft)}
     for n, rate in (("plain", plain), ("draft", spec)):
         if floors[n] is not None and rate > floors[n] * (1 + 1e-9):
             raise AssertionError(f"timing: {rate} tokens/s ({n}) beats its flash floor of {floors[n]}")
@@ -623,12 +627,15 @@ def draft_prediction(board: Board, w: Workload, acc: Acceptance, k: int, mode: s
 def draft_prediction_text(p: dict) -> str:
     """One line of the draft record's prediction (compile, plan, report)."""
     where = f"{p['board']}, {p['mode']}" if p["mode"] != "compute" else f"{p['board']}, compute alone"
-    floor = (f"; flash floor {p['flash_bound_tokens_per_s']:.4g} against {p['plain_flash_bound_tokens_per_s']:.4g}"
-             if p.get("flash_bound_tokens_per_s") is not None else "")
+    def bound(rate) -> str:
+        return f"{rate:.4g}" if rate is not None else "none (no flash read)"
+    floor = (f"; flash floor {bound(p['flash_bound_tokens_per_s'])} against {bound(p['plain_flash_bound_tokens_per_s'])}"
+             if p["mode"] != "compute" else "")
+    loss = "; the draft does not pay here: drop it (--speculate lookup, or off)" if p["speedup"] < 1 else ""
     return (f"  predicted decode with the draft model: {p['tokens_per_s']:.4g} tokens/s against "
-            f"{p['plain_tokens_per_s']:.4g} without (x{p['speedup']:.2f}, {where}) at k={p['k']}: "
+            f"{p['plain_tokens_per_s']:.4g} without it (x{p['speedup']:.2f}, {where}) at k={p['k']}: "
             f"{p['tokens_per_pass']:.2f} tokens and {p['draft_steps_per_pass'] + p['catchup_steps_per_pass']:.2f} "
-            f"draft steps per pass ({p['acceptance']}: {p['source']}){floor}\n")
+            f"draft steps per pass ({p['acceptance']}: {p['source']}){floor}{loss}\n")
 
 
 def speculate_text(doc: dict) -> str:

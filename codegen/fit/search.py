@@ -484,10 +484,10 @@ def speculation_ks(plain: Fitted, board: Board, k_max: int, auto: bool,
         return [], (f"off: the timing model ({where}) predicts no gain over plain decoding's {base:.4g} tokens/s"
                     + (f" (lookup:{best[0]} {best[1]:.4g})" if best else ""))
     k, r = rated[0]
-    if cost is not None:
-        slower = "" if r > base else " (no gain: a draft this slow or this often wrong does not pay)"
-        return [k for k, _ in rated], (f"draft:{k}: the timing model ({where}) predicts {r:.4g} decode tokens/s with "
-                                       f"the draft model against {base:.4g} plain{slower}, at its measured acceptance "
+    if cost is not None:  # the figure without the draft is the draft record's (the target alone, compile_draft.py)
+        each = ", ".join(f"k={kk} {rr:.4g}" for kk, rr in sorted(rated))
+        return [k for k, _ in rated], (f"draft:{k}: the timing model ({where}) predicts the most decode tokens/s with "
+                                       f"the draft model at k={k} ({each}), at the pair's measured acceptance "
                                        f"({acc.tokens_per_pass[k]:.2f} tokens per pass)")
     return [k for k, _ in rated], (f"lookup:{k}: the timing model ({where}) predicts {r:.4g} decode tokens/s "
                                    f"against {base:.4g} plain, at the prompt-lookup draft's measured acceptance "

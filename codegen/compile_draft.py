@@ -75,19 +75,18 @@ def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions,
 
 def checked_context(target: ImportedModel, target_path: Path, draft: ImportedModel, draft_path: Path,
                     opts: CompileOptions, what: str):
-    """(the context asked for, or AUTO with the largest context both may run at; the VocabMap), once the
-    draft is fit to run beside the target (compile.check_draft, and the same vocabulary: the C has no id
-    tables for a pruned one yet)."""
-    if opts.max_seq == AUTO:
-        seq = upper = min(target.graph.config.max_seq, draft.graph.config.max_seq)
-    else:
-        seq = upper = resolve_max_seq(target, opts.max_seq)
+    """(the context asked for or AUTO, the largest context both may run at, the VocabMap), once the draft
+    is fit to run beside the target (compile.check_draft, and the same vocabulary: the C has no id tables
+    for a pruned one yet)."""
+    auto = opts.max_seq == AUTO
+    upper = min(target.graph.config.max_seq, draft.graph.config.max_seq) if auto else \
+        resolve_max_seq(target, opts.max_seq)
     vmap = check_draft(draft, draft_path, target, target_path, upper)
     if not vmap.shared:
         raise UserError(f"{what}: {draft_path}'s vocabulary is a pruned part of {target_path}'s, and the firmware "
                         "has no id tables to map it yet: use a draft with the target's whole vocabulary "
                         "(compress without --prune-vocab), or --speculate lookup")
-    return (AUTO, upper) if opts.max_seq == AUTO else (seq, seq), vmap
+    return AUTO if auto else upper, upper, vmap
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
     measured, the draft planned first in the whole budget, and with --max-seq auto the largest context at
     which the target (at k, or at the k the timing model picks) also fits in what the draft leaves
     (bisection: more context only takes more of both)."""
-    (asked, upper), vmap = checked_context(target, target_path, draft, draft_path, opts, what)
+    asked, upper, vmap = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
     acc = measure_draft_acceptance(target.graph, draft.graph, vmap, target.tokenizer, opts.calibration,
                                    range(1, SPECULATE_MAX_K + 1), f"the draft model {draft_path}")

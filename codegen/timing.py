@@ -35,7 +35,14 @@ lines, the CAS latency and the AXI path, and every new SDRAM row its
 precharge and activate; added to each mode, not overlapped with compute
 (the pessimistic reading, as for the other non-matvec work).  The floor is
 the bytes over the SDRAM's data rate (bus width x SDCLK, board.json).  The
-same reads from AXI SRAM are priced beside it."""
+same reads from AXI SRAM are priced beside it.
+
+Speculative decoding (the end of this file) is priced per pass over the
+weights: the verification over P positions (Workload.verify) at a draft's
+measured acceptance, and with a draft model its steps too (DraftCost, each
+step priced as any build's token in the draft's own mode): tokens/s = tokens
+per pass / (verification + draft) seconds, each figure checked against its
+flash floor (docs/speculative.md, "The timing model with a draft model")."""
 from __future__ import annotations
 
 import math

@@ -85,7 +85,8 @@ class DraftPart:
         """report.json's "speculate" of the target's verification pass, saying who drafts; its prediction is
         the draft model's (the record's, timing.draft_prediction), not the prompt-lookup draft's."""
         d = self.record
-        return dict(doc, draft="model", choice=f"draft:{d['source']}:{d['k']}: {d['choice']}", predicted=d["predicted"],
+        choice = d["choice"].replace(f"draft:{d['k']}", f"draft:{d['source']}:{d['k']}", 1)  # "draft:k (asked)" or why
+        return dict(doc, draft="model", choice=choice, predicted=d["predicted"],
                     why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} greedy "
                         f"steps of it per pass, verified with the last accepted token as {d['k'] + 1} positions "
                         "through every weight together (tllm_model_verify).")

@@ -47,7 +47,8 @@ from .plan.codesize import RUNTIME_BYTES
 from .plan.memory import MIN_SEQ, MemoryPlan
 from .plan.regions import check_kv_region
 from .plan.traffic import step_traffic
-from .reference.draft_acceptance import measure_draft_acceptance
+from .quant.kv_center import kv_calibration_documents
+from .reference.draft_acceptance import MEASURE_PROMPT, measure_window, pass_totals
 from .timing import DEFAULT_CHUNK_BYTES, Acceptance, DraftCost, build_mode, draft_prediction
 from .vocab import vocabulary_of
 
@@ -106,6 +107,26 @@ class PairFit:
         return self.acceptance, self.cost
 
 
+def measure_draft_acceptance(target: ImportedModel, draft: ImportedModel, vmap, calibration: Path | None,
+                             name: str) -> Acceptance:
+    """The pair's Acceptance for k = 1 .. SPECULATE_MAX_K (reference/draft_acceptance.py), over the KV
+    centres' calibration documents (--calibration's text, else the built-in sample): per pass, the mean
+    tokens, the share of each P, the draft's steps and catch-up steps."""
+    window = measure_window(target.graph, draft.graph)
+    docs = kv_calibration_documents(target.tokenizer, calibration, window)
+    totals = pass_totals(target.graph, draft.graph, vmap, docs, range(1, SPECULATE_MAX_K + 1))
+    n = totals.pop("documents")
+    per = {k: max(1, t["passes"]) for k, t in totals.items()}
+    return Acceptance(
+        name, f"measured at compile time: the float reference, greedy, over {n} documents of the KV calibration "
+              f"text ({MEASURE_PROMPT}-token prompts, up to {window} positions)",
+        {k: t["tokens"] / per[k] for k, t in totals.items()},
+        {k: {int(key[1:]): v / per[k] for key, v in sorted(t.items()) if key.startswith("P")}
+         for k, t in totals.items()},
+        {k: t["draft_steps"] / per[k] for k, t in totals.items()},
+        {k: t["catchup_steps"] / per[k] for k, t in totals.items()})
+
+
 def draft_step_cost(d: Fitted, board: Board) -> DraftCost:
     """The draft's step for the timing model: its fitted step's own bytes and layouts, in its own mode."""
     chunk = {"chunk_bytes": d.step.stream.options.chunk_bytes} if d.step.stream is not None else {}
@@ -121,8 +142,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
     (bisection: more context only takes more of both)."""
     asked, upper, vmap = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
-    acc = measure_draft_acceptance(target.graph, draft.graph, vmap, target.tokenizer, opts.calibration,
-                                   range(1, SPECULATE_MAX_K + 1), f"the draft model {draft_path}")
+    acc = measure_draft_acceptance(target, draft, vmap, opts.calibration, f"the draft model {draft_path}")
     rolling = parse_context_policy(opts.context_policy) is not None
     d_src = plan_source(draft, draft_options(opts, upper), opts.quant, board)
     d_base = lower_step(d_src, "greedy")

@@ -1,7 +1,9 @@
 """How a draft model does beside its target, measured at compile time
-(`compile/plan TARGET --speculate draft:DRAFT`): the timing model's
-Acceptance (timing.py) of this pair, per k, from the float reference over
-the KV centres' calibration text (quant/kv_center.kv_calibration_documents).
+(`compile/plan TARGET --speculate draft:DRAFT`): per k, the passes, tokens,
+positions and draft steps greedy speculative decoding makes, from the float
+reference over calibration documents (compile_draft.py passes the KV
+centres' calibration text, quant/kv_center.kv_calibration_documents, and
+turns the sums into the timing model's Acceptance).
 
 Greedy speculative decoding keeps a guess exactly when it is the token plain
 decoding produces there, and while the guesses are kept the draft's context
@@ -25,14 +27,11 @@ positions stay below MEASURE_WINDOW whatever the build's context, so the
 figure is the same at every context (--max-seq auto searches it)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ..ir import Graph
-from ..quant.kv_center import kv_calibration_documents
-from ..timing import Acceptance
 from .executor import Executor, FloatKernels, generate
 from .sampler import SamplingOptions
 
@@ -80,27 +79,24 @@ def draft_guesses(draft: Executor, tokens: Sequence[int], n_prompt: int, to_draf
     return out
 
 
-def measure_draft_acceptance(target: Graph, draft: Graph, vmap, tokenizer, calibration: Path | None,
-                             ks: Sequence[int], name: str) -> Acceptance:
-    """The pair's Acceptance for each k in ks (see the module docstring)."""
-    window = min(MEASURE_WINDOW, target.config.max_seq, draft.config.max_seq)
-    docs = [d for d in kv_calibration_documents(tokenizer, calibration, window) if len(d) > 1][:MEASURE_DOCS]
+def pass_totals(target: Graph, draft: Graph, vmap, docs: Sequence[Sequence[int]], ks: Sequence[int]) -> dict:
+    """k -> draft_passes' sums over the documents (see the module docstring), and "documents": how many ran."""
+    window = measure_window(target, draft)
+    docs = [d for d in docs if len(d) > 1][:MEASURE_DOCS]
     t_ex, d_ex = Executor(target, FloatKernels(target, window)), Executor(draft, FloatKernels(draft, window))
-    totals = {k: {} for k in ks}
+    totals: dict = {k: {} for k in ks}
     for doc in docs:
         prompt = list(doc[:min(MEASURE_PROMPT, window // 4, len(doc) - 1) or 1])
         gen = generate(t_ex, prompt, window - len(prompt), window, target.config.eos_ids, SamplingOptions())
         tokens = prompt + list(gen.generated_ids)
-        guesses = [int(vmap.to_target[g]) if g >= 0 else -1 for g in draft_guesses(d_ex, tokens, len(prompt),
-                                                                                    vmap.to_draft)]
+        guesses = [int(vmap.to_target[g]) if g >= 0 else -1
+                   for g in draft_guesses(d_ex, tokens, len(prompt), vmap.to_draft)]
         for k in ks:
             for key, v in draft_passes(tokens, guesses, len(prompt), k).items():
                 totals[k][key] = totals[k].get(key, 0) + v
-    per = {k: max(1, t["passes"]) for k, t in totals.items()}
-    return Acceptance(
-        name, f"measured at compile time: the float reference, greedy, over {len(docs)} documents of the KV "
-              f"calibration text ({MEASURE_PROMPT}-token prompts, up to {MEASURE_WINDOW} positions)",
-        {k: t["tokens"] / per[k] for k, t in totals.items()},
-        {k: {int(key[1:]): v / per[k] for key, v in sorted(t.items()) if key.startswith("P")} for k, t in totals.items()},
-        {k: t["draft_steps"] / per[k] for k, t in totals.items()},
-        {k: t["catchup_steps"] / per[k] for k, t in totals.items()})
+    return dict(totals, documents=len(docs))
+
+
+def measure_window(target: Graph, draft: Graph) -> int:
+    """The positions the measurement runs (the calibration documents are cut to it)."""
+    return min(MEASURE_WINDOW, target.config.max_seq, draft.config.max_seq)

@@ -21,7 +21,7 @@ import pytest
 from tinyllm_gen import compile_draft
 from tinyllm_gen.compile import CompileOptions, check_draft, load_draft
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference.draft_acceptance import draft_guesses, draft_passes, measure_draft_acceptance
+from tinyllm_gen.reference.draft_acceptance import draft_guesses, draft_passes
 from tinyllm_gen.reference.executor import Executor, FloatKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.reference.speculative import generate_speculative
@@ -84,7 +84,7 @@ def test_the_measured_passes_are_the_speculative_references(models, k):
 def test_a_draft_that_is_the_target_keeps_every_guess(models):
     m = load_model(models["target"])
     vmap = check_draft(m, models["target"], m, models["target"], 64)
-    acc = measure_draft_acceptance(m.graph, m.graph, vmap, m.tokenizer, None, (1, 2, 3), "itself")
+    acc = compile_draft.measure_draft_acceptance(m, m, vmap, None, "itself")
     for k in (1, 2, 3):
         mean_positions = sum(p * f for p, f in acc.positions[k].items())
         assert acc.tokens_per_pass[k] == pytest.approx(mean_positions)  # every verified position kept

@@ -24,7 +24,8 @@ From the outside in:
 * speculation (`--speculate auto|lookup[:k]`, after the rest): the guesses
   per pass k <= P - 1 that the timing model predicts the most decode
   tokens/s for (timing.choose_k, at the measured acceptance of the
-  prompt-lookup draft), the fastest whose plan fits beside the same
+  prompt-lookup draft, or with `--speculate draft:MODEL` the draft model's
+  price and acceptance: FitRequest.draft_model), the fastest whose plan fits beside the same
   context (with `--max-seq auto`: within AUTO_CONTEXT_TENTHS of plain
   decoding's); `auto` only where it beats plain decoding by
   SPECULATE_MARGIN, off (with the reason) otherwise.
@@ -467,8 +468,8 @@ def speculation_ks(plain: Fitted, board: Board, k_max: int, auto: bool,
     workload and mode), and the sentence that says why; `auto` keeps only
     those SPECULATE_MARGIN faster than plain decoding.  draft_model: a draft
     model's step and acceptance price the passes (a draft asked for is built
-    at its best k even where plain decoding is predicted faster: the
-    sentence says so)."""
+    at its best k even where plain decoding is predicted faster: the draft
+    record's prediction says so, against the target alone)."""
     w = step_traffic(plain.step).workload()
     mode = build_mode(board, plain.step.stream is not None)
     chunk = plain.step.stream.options.chunk_bytes if plain.step.stream is not None else None

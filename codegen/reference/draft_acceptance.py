@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from ..ir import Graph
+from .blas import one_blas_thread
 from .executor import Executor, FloatKernels, generate
 from .sampler import SamplingOptions
 
@@ -79,6 +80,7 @@ def draft_guesses(draft: Executor, tokens: Sequence[int], n_prompt: int, to_draf
     return out
 
 
+@one_blas_thread()  # as the reference's generations: a second BLAS thread spins on a shared machine
 def pass_totals(target: Graph, draft: Graph, vmap, docs: Sequence[Sequence[int]], ks: Sequence[int]) -> dict:
     """k -> draft_passes' sums over the documents (see the module docstring), and "documents": how many ran."""
     window = measure_window(target, draft)

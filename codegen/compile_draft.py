@@ -142,7 +142,6 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
     (bisection: more context only takes more of both)."""
     asked, upper, vmap = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
-    acc = measure_draft_acceptance(target, draft, vmap, opts.calibration, f"the draft model {draft_path}")
     rolling = parse_context_policy(opts.context_policy) is not None
     d_src = plan_source(draft, draft_options(opts, upper), opts.quant, board)
     d_base = lower_step(d_src, "greedy")
@@ -166,9 +165,16 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
         except UserError:  # it fits beside the draft only if alone too; the caller's own fit says why not
             return None
 
+    def measured() -> Acceptance:  # after the draft's own fit: a draft that does not fit is refused at once
+        return measure_draft_acceptance(target, draft, vmap, opts.calibration, f"the draft model {draft_path}")
+
     if asked != AUTO:
-        d = draft_at(asked)
-        return PairFit(asked, d, acc, draft_step_cost(d, board), alone=alone_at(asked))
+        try:
+            d = draft_at(asked)
+        except UserError as e:
+            raise UserError(f"{what}: the draft model alone does not fit at {asked} tokens: {e}") from None
+        return PairFit(asked, d, measured(), draft_step_cost(d, board), alone=alone_at(asked))
+    acc = measured()
 
     def both_at(seq: int, explain: bool = False) -> PairFit:  # a UserError when either does not fit
         d = draft_at(seq, explain)
@@ -190,7 +196,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
     if not fits(hi):
         if not fits(lo):
             raise UserError(f"{what} --max-seq auto: not even {MIN_SEQ} tokens fit both models: "
-                            f"{nothing_fits(lambda: draft_at(MIN_SEQ, False), opts.ram_budget)}; raise --ram-budget, "
+                            f"{nothing_fits(lambda: draft_at(MIN_SEQ, False), both_at, opts.ram_budget)}; raise --ram-budget, "
                             "use a smaller draft, or no draft (--speculate lookup)")
         while hi - lo > 1:  # fits(lo), not fits(hi)
             mid = (lo + hi) // 2
@@ -201,15 +207,21 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
     return dataclasses.replace(both_at(hi), seq_note=note, alone=alone_at(hi))
 
 
-def nothing_fits(draft_at, budget: int) -> str:
-    """Which model leaves no room at the smallest context: the draft alone, or the target beside it."""
+def nothing_fits(draft_at, both_at, budget: int) -> str:
+    """Which model leaves no room at the smallest context: the draft alone, or the target beside it (and
+    what of it is over)."""
     try:
         d = draft_at()
     except UserError as e:
         return f"the draft model alone does not ({str(e).split(':')[0]})"
     d_ram = on_chip_arena_bytes(d.plan)
+    try:
+        both_at(MIN_SEQ)
+        why = ""
+    except UserError as e:
+        why = f" ({str(e).split(':')[0]})"
     return (f"the draft model takes {d_ram:,} B of the {budget:,} B budget and the target does not fit in the "
-            f"{budget - d_ram:,} B it leaves")
+            f"{budget - d_ram:,} B it leaves{why}")
 
 
 def draft_options(opts: CompileOptions, max_seq: int) -> CompileOptions:

@@ -147,3 +147,14 @@ def test_auto_context_where_nothing_fits_is_refused_in_one_line(models):
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "not even 8 tokens fit both models" in err and "no draft" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_draft_that_does_not_fit_alone_is_refused_as_the_drafts(models, monkeypatch):
+    """With a context given the draft is planned first and refused before its acceptance is measured."""
+    def never(*a, **kw):
+        raise AssertionError("the acceptance was measured for a draft that does not fit")
+
+    monkeypatch.setattr(compile_draft, "measure_draft_acceptance", never)
+    code, _, err = plan(models, "--max-seq", "64", "--ram-budget", "6000")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the draft model alone does not fit at 64 tokens" in err and "Traceback" not in err

@@ -185,6 +185,10 @@ def test_an_auto_context_tree_builds_and_drafts_at_the_context_it_chose(models):
     assert 8 < seq < 64 and compiled.draft["max_seq"] == seq and "--max-seq auto" in compiled.draft["context"]
     out = models["root"] / "auto-tree"
     write_tree(compiled.tree, out)
+    report = json.loads((out / "report.json").read_text())
+    assert report["draft"] == compiled.draft and report["speculate"]["predicted"] == compiled.draft["predicted"]
+    code, text, _ = cli(["report", str(out)])
+    assert code == 0 and "predicted decode with the draft model" in text and "--max-seq auto with the draft" in text
     build(out)
     ids = load_model(models["target"]).tokenizer.encode(PROMPT)
     got = run_firmware(out, ids, 64, SamplingOptions(), timeout_s=BACKSTOP_S).output

@@ -308,10 +308,12 @@ class Prepared:
 
 
 def prepare(model: ImportedModel, opts: CompileOptions, board: Board | None = None,
-            budget: int | None = None) -> Prepared:
+            budget: int | None = None, draft_model=None) -> Prepared:
     """Quantize, lower, fit and bind.  board / budget: what the plan may use
     when it is not the whole of opts' board and budget (a draft model beside
-    this one holds the rest, draft.py); the manifest still records opts'."""
+    this one holds the rest, compile_draft.py); the manifest still records opts'.
+    draft_model: (timing.Acceptance, timing.DraftCost) of the draft model the
+    verification pass serves, which prices the k (FitRequest.draft_model)."""
     check_sampler(opts)  # option errors first: they cost nothing to fix
     parse_speculate(opts.speculate)
     parse_context_policy(opts.context_policy)
@@ -322,7 +324,8 @@ def prepare(model: ImportedModel, opts: CompileOptions, board: Board | None = No
     qg = verify_quantized(quantize_uncentred(model, opts, board))  # every stage's output is checked at its boundary
     vocab = vocabulary_of(tokenizer, qg.config.vocab_size)
     src = replace(source_of(qg), kv_center=centring_of(opts, model))
-    req = fit_request(replace(opts, ram_budget=opts.ram_budget if budget is None else budget), board, vocab.size)
+    req = replace(fit_request(replace(opts, ram_budget=opts.ram_budget if budget is None else budget), board,
+                              vocab.size), draft_model=draft_model)
     fitted = fit_step(lower_step(src, opts.sampler), src, req)  # lowered once
     qg = with_kv_centers(qg, model, opts, fitted.plan.max_seq)  # the centres of the context the plan chose
     check_code(fitted, opts.board)  # the code flash, before the linker would say so
@@ -501,15 +504,25 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
                speculate: str = "off", board: Board | None = None) -> tuple[dict, str]:
     """`tinyllm-gen plan`: the fit compile would make, without quantizing; (JSON document, text).
     board: the memory the plan may use when it is not all of opts' board's (compile_draft.py)."""
+    doc, text, _ = plan_model_fit(model_path, tokenizer, opts, sampler, quant, stream, stream_chunk, prefill_batch,
+                                  unroll_layers, speculate, board)
+    return doc, text
+
+
+def plan_model_fit(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str,
+                   stream: str, stream_chunk: int | None, prefill_batch: str | int, unroll_layers: bool,
+                   speculate: str = "off", board: Board | None = None, draft_model=None, model=None):
+    """plan_model's (document, text) and the fit they describe; draft_model: as prepare's; model: the
+    ImportedModel at model_path when it is read already."""
     spec = parse_speculate(speculate)
     rolling = parse_context_policy(opts.context_policy) is not None
     board = board or load_board(opts.board)
     check_kv_region(board, opts.kv_region, KV_REGIONS)
-    m = load_model(Path(model_path), tokenizer)
+    m = model if model is not None else load_model(Path(model_path), tokenizer)
     src = plan_source(m, opts, quant, board)
     vocab = vocabulary_of(m.tokenizer, m.graph.config.vocab_size).size if m.tokenizer is not None else None
     req = FitRequest(board, opts.ram_budget, opts.max_seq, stream, stream_chunk, prefill_batch, vocab, unroll_layers,
-                     opts.kv_region, spec, rolling)
+                     opts.kv_region, spec, rolling, draft_model=draft_model)
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
@@ -535,7 +548,7 @@ def plan_model(model_path: Path, tokenizer: Path | None, opts: CompileOptions, s
     if note:  # auto left the int4 cache unrotated: say why
         doc["kv_rotate_note"] = note
         text += f"  {note}\n"
-    return doc, text
+    return doc, text, res
 
 
 def _plan_doc(res, stream: str, pred: dict, saved: dict | None, batch_rows: list, rows: list) -> dict:

@@ -35,11 +35,18 @@ lines, the CAS latency and the AXI path, and every new SDRAM row its
 precharge and activate; added to each mode, not overlapped with compute
 (the pessimistic reading, as for the other non-matvec work).  The floor is
 the bytes over the SDRAM's data rate (bus width x SDCLK, board.json).  The
-same reads from AXI SRAM are priced beside it."""
+same reads from AXI SRAM are priced beside it.
+
+Speculative decoding (the end of this file) is priced per pass over the
+weights: the verification over P positions (Workload.verify) at a draft's
+measured acceptance, and with a draft model its steps too (DraftCost, each
+step priced as any build's token in the draft's own mode): tokens/s = tokens
+per pass / (verification + draft) seconds, each figure checked against its
+flash floor (docs/speculative.md, "The timing model with a draft model")."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from .board import Board, QspiFlash, Sdram, board_names, load_board
 from .quant.formats import q4x4_bytes_of
@@ -479,6 +486,11 @@ class Acceptance:
     source: str  # the command that measured it
     tokens_per_pass: dict[int, float]  # k -> mean tokens per pass
     positions: dict[int, dict[int, float]]  # k -> {P: fraction of passes}
+    # A draft model's steps per pass (empty for lookup, whose few hundred instructions are not priced):
+    # k -> its steps with the head (the k guesses), and k -> its catch-up steps, head skipped (after a
+    # pass that kept every guess, the last guess was never fed); the prompt's catch-up is prefill, not here
+    draft_steps: dict[int, float] = field(default_factory=dict)
+    catchup_steps: dict[int, float] = field(default_factory=dict)
 
 
 # Measured: SmolLM2-135M-Instruct, greedy, 64 new tokens on each of the 22 prompts of
@@ -502,15 +514,65 @@ def pass_seconds(board: Board, w: Workload, positions: int, mode: str, chunk_byt
     return mode_seconds(board.qspi_flash, v, chunk_bytes, 1, core_hz)[mode]
 
 
+@dataclass(frozen=True)
+class DraftCost:
+    """A draft model's step on the board (`--speculate draft:MODEL`): its own
+    token (its weights' bytes and instructions, plan/traffic.py priced at the
+    same per-layout rates as any build) in its own mode (build_mode: DWUP
+    when it streams, else in place over the QUADSPI window, or compute alone
+    where no link is modelled)."""
+
+    workload: Workload
+    mode: str
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+
+
+def step_seconds(board: Board, w: Workload, mode: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 core_hz: float = CORE_HZ) -> float:
+    """Seconds of one step of `w` (one position) in `mode` (pass_seconds' rule)."""
+    if mode == "compute" or board.qspi_flash is None:
+        return compute_seconds(w.instructions, core_hz)
+    return mode_seconds(board.qspi_flash, w, chunk_bytes, 1, core_hz)[mode]
+
+
+def draft_pass_seconds(board: Board, d: DraftCost, acc: Acceptance, k: int) -> float:
+    """A draft model's seconds per pass: its measured steps with the head at
+    a decoded token's price, its catch-up steps at a prompt token's (no
+    classifier, no sampling: Workload.prefill(1))."""
+    return (acc.draft_steps.get(k, 0.0) * step_seconds(board, d.workload, d.mode, d.chunk_bytes)
+            + acc.catchup_steps.get(k, 0.0) * step_seconds(board, d.workload.prefill(1), d.mode, d.chunk_bytes))
+
+
 def speculative_tokens_per_s(board: Board, w: Workload, acc: Acceptance, k: int, mode: str,
-                             chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> float:
+                             chunk_bytes: int = DEFAULT_CHUNK_BYTES, draft: DraftCost | None = None) -> float:
     """Decode tokens/s with up to k guesses per pass: the measured tokens per
-    pass over the mean seconds of a pass (its positions as measured); k = 0:
-    plain decoding."""
+    pass over the mean seconds of a pass (its positions as measured, and a
+    draft model's steps: draft_pass_seconds); k = 0: plain decoding."""
     if k == 0:
         return 1.0 / pass_seconds(board, w, 1, mode, chunk_bytes)
     secs = sum(f * pass_seconds(board, w, p, mode, chunk_bytes) for p, f in acc.positions[k].items())
+    if draft is not None:
+        secs += draft_pass_seconds(board, draft, acc, k)
     return acc.tokens_per_pass[k] / secs
+
+
+def speculative_floor_tokens_per_s(board: Board, w: Workload, acc: Acceptance, k: int,
+                                   draft: DraftCost | None = None) -> float | None:
+    """The physical floor's tokens/s (nothing can be faster): the bytes a pass
+    reads from the weights' storage (the target's once per pass whatever its
+    positions, and a draft model's per step: its catch-up steps without the
+    classifier) per token produced, over the link's rate; None where no link
+    is modelled or nothing is read."""
+    q = board.qspi_flash
+    if q is None:
+        return None
+    nbytes, tokens = float(w.weight_bytes), 1.0
+    if k:
+        tokens = acc.tokens_per_pass[k]
+        if draft is not None:
+            nbytes += (acc.draft_steps.get(k, 0.0) * draft.workload.weight_bytes
+                       + acc.catchup_steps.get(k, 0.0) * draft.workload.prefill(1).weight_bytes)
+    return tokens * q.bytes_per_s / nbytes if nbytes else None
 
 
 def build_mode(board: Board, streamed: bool) -> str:
@@ -523,10 +585,10 @@ def build_mode(board: Board, streamed: bool) -> str:
 
 
 def choose_k(board: Board, w: Workload, acc: Acceptance, k_max: int, mode: str,
-             chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[tuple[int, float]]:
+             chunk_bytes: int = DEFAULT_CHUNK_BYTES, draft: DraftCost | None = None) -> list[tuple[int, float]]:
     """(k, predicted tokens/s) for k = 1 .. k_max, the fastest first (ties:
     the smaller k, which costs less RAM); plain decoding's figure is k = 0's."""
-    rates = [(k, speculative_tokens_per_s(board, w, acc, k, mode, chunk_bytes)) for k in range(1, k_max + 1)
+    rates = [(k, speculative_tokens_per_s(board, w, acc, k, mode, chunk_bytes, draft)) for k in range(1, k_max + 1)
              if k in acc.tokens_per_pass]
     return sorted(rates, key=lambda kr: (-round(kr[1], 9), kr[0]))
 
@@ -539,6 +601,48 @@ def speculative_prediction(board: Board, w: Workload, acc: Acceptance, k: int, m
     return {"board": board.name, "mode": mode, "k": k, "acceptance": acc.name, "source": acc.source,
             "tokens_per_pass": round(acc.tokens_per_pass[k], 3), "plain_tokens_per_s": round(plain, 3),
             "tokens_per_s": round(spec, 3), "speedup": round(spec / plain, 3)}
+
+
+def draft_prediction(board: Board, w: Workload, acc: Acceptance, k: int, mode: str, draft: DraftCost,
+                     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                     plain_build: tuple[Workload, str, int] | None = None) -> dict:
+    """The draft record's "predicted": decode tokens/s with the draft model at k against plain decoding, what
+    a pass costs (the target's verification over k + 1 positions, the draft's steps), and both figures'
+    physical floors, each checked: a prediction faster than its floor is a bug in this model.  plain_build:
+    (workload, mode, chunk bytes) of the target built without the draft (its plan may pin other weights);
+    None: this build's own decode step."""
+    pw, pmode, pchunk = plain_build if plain_build is not None else (w, mode, chunk_bytes)
+    plain = speculative_tokens_per_s(board, pw, acc, 0, pmode, pchunk)
+    spec = speculative_tokens_per_s(board, w, acc, k, mode, chunk_bytes, draft)
+    floors = {"plain": speculative_floor_tokens_per_s(board, pw, acc, 0),
+              "draft": speculative_floor_tokens_per_s(board, w, acc, k, draft)}
+    for n, rate in (("plain", plain), ("draft", spec)):
+        if floors[n] is not None and rate > floors[n] * (1 + 1e-9):
+            raise AssertionError(f"timing: {rate} tokens/s ({n}) beats its flash floor of {floors[n]}")
+    verify = sum(f * pass_seconds(board, w, p, mode, chunk_bytes) for p, f in acc.positions[k].items())
+    return {"board": board.name, "mode": mode, "k": k, "acceptance": acc.name, "source": acc.source,
+            "tokens_per_pass": round(acc.tokens_per_pass[k], 3),
+            "draft_steps_per_pass": round(acc.draft_steps.get(k, 0.0), 3),
+            "catchup_steps_per_pass": round(acc.catchup_steps.get(k, 0.0), 3),
+            "draft_mode": draft.mode, "draft_ms_per_pass": round(draft_pass_seconds(board, draft, acc, k) * 1e3, 4),
+            "verify_ms_per_pass": round(verify * 1e3, 4),
+            "plain_tokens_per_s": round(plain, 3), "tokens_per_s": round(spec, 3), "speedup": round(spec / plain, 3),
+            "plain_flash_bound_tokens_per_s": None if floors["plain"] is None else round(floors["plain"], 3),
+            "flash_bound_tokens_per_s": None if floors["draft"] is None else round(floors["draft"], 3)}
+
+
+def draft_prediction_text(p: dict) -> str:
+    """One line of the draft record's prediction (compile, plan, report)."""
+    where = f"{p['board']}, {p['mode']}" if p["mode"] != "compute" else f"{p['board']}, compute alone"
+    def bound(rate) -> str:
+        return f"{rate:.4g}" if rate is not None else "none (no flash read)"
+    floor = (f"; flash floor {bound(p['flash_bound_tokens_per_s'])} against {bound(p['plain_flash_bound_tokens_per_s'])}"
+             if p["mode"] != "compute" else "")
+    loss = "; the draft does not pay here: drop it (--speculate lookup, or off)" if p["speedup"] < 1 else ""
+    return (f"  predicted decode with the draft model: {p['tokens_per_s']:.4g} tokens/s against "
+            f"{p['plain_tokens_per_s']:.4g} without it (x{p['speedup']:.2f}, {where}) at k={p['k']}: "
+            f"{p['tokens_per_pass']:.2f} tokens and {p['draft_steps_per_pass'] + p['catchup_steps_per_pass']:.2f} "
+            f"draft steps per pass ({p['acceptance']}: {p['source']}){floor}{loss}\n")
 
 
 def speculate_text(doc: dict) -> str:

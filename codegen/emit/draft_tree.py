@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..board import Board
 from ..plan.memory import MemoryPlan
+from ..timing import draft_prediction_text
 from .link_layout import LinkArena, link_arenas
 
 DRAFT_DIR = "draft"
@@ -80,12 +81,11 @@ class DraftPart:
         return {f"{DRAFT_DIR}/{k}": keep[k] for k in sorted(keep)}
 
     def speculate_doc(self, doc: dict) -> dict:
-        """report.json's "speculate" of the target's verification pass, saying who drafts; its prediction
-        stays the prompt-lookup draft's, and says so (the timing model prices no draft model yet)."""
+        """report.json's "speculate" of the target's verification pass, saying who drafts; its prediction is
+        the draft model's (the record's, timing.draft_prediction), not the prompt-lookup draft's."""
         d = self.record
-        pred = dict(doc["predicted"], acceptance="prompt lookup's, not the draft model's (the timing model prices "
-                                                 "no draft model yet)")
-        return dict(doc, draft="model", choice=f"draft:{d['source']}:{d['k']} (asked)", predicted=pred,
+        choice = d["choice"].replace(f"draft:{d['k']}", f"draft:{d['source']}:{d['k']}", 1)  # "draft:k (asked)" or why
+        return dict(doc, draft="model", choice=choice, predicted=d["predicted"],
                     why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} greedy "
                         f"steps of it per pass, verified with the last accepted token as {d['k'] + 1} positions "
                         "through every weight together (tllm_model_verify).")
@@ -103,5 +103,10 @@ def draft_text(d: dict, target_ram: int | None = None) -> str:
         ram += f", with the target's {target_ram + d['ram_bytes']:,} B of the {d['budget_bytes']:,} B budget"
     where = f" at +{d['weights_offset']:,} B in weights.bin" if d["weights_offset"] else f" in {d['dir']}/weights.bin"
     code = f", code flash about {d['code_flash_bytes']:,} B" if d.get("code_flash_bytes") is not None else ""
-    return (f"draft model {d['source']} ({d['dir']}/, {d['k']} guesses per pass): {ram}, weights "
+    text = (f"draft model {d['source']} ({d['dir']}/, {d['k']} guesses per pass): {ram}, weights "
             f"{d['weights_bytes']:,} B{where}{code}\n")
+    if "context" in d:
+        text += f"  {d['context']}\n"
+    if "predicted" in d:
+        text += draft_prediction_text(d["predicted"])
+    return text

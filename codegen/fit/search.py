@@ -24,7 +24,8 @@ From the outside in:
 * speculation (`--speculate auto|lookup[:k]`, after the rest): the guesses
   per pass k <= P - 1 that the timing model predicts the most decode
   tokens/s for (timing.choose_k, at the measured acceptance of the
-  prompt-lookup draft), the fastest whose plan fits beside the same
+  prompt-lookup draft, or with `--speculate draft:MODEL` the draft model's
+  price and acceptance: FitRequest.draft_model), the fastest whose plan fits beside the same
   context (with `--max-seq auto`: within AUTO_CONTEXT_TENTHS of plain
   decoding's); `auto` only where it beats plain decoding by
   SPECULATE_MARGIN, off (with the reason) otherwise.
@@ -53,7 +54,8 @@ from ..plan.memory import CANARY_BYTES, MIN_SEQ, MemoryPlan, plan_lifetimes, wha
 from ..plan.regions import check_budget
 from ..plan.weights_size import weights_blob_bytes
 from ..plan.traffic import step_traffic
-from ..timing import LOOKUP_ACCEPTANCE, build_mode, choose_k, predict, speculative_tokens_per_s
+from ..timing import (LOOKUP_ACCEPTANCE, Acceptance, DraftCost, build_mode, choose_k, predict,
+                      speculative_tokens_per_s)
 from ..vocab import vocab_goes_to_weights, vocab_nbytes
 
 AUTO = "auto"
@@ -82,6 +84,12 @@ class FitRequest:
     kv_region: str = "sram"  # sram | sdram | auto (KV_REGIONS)
     speculate: tuple[str, int | None] = ("off", None)  # (off | auto | lookup, k or None), lower/speculate.py
     rolling: bool = False  # compile --context-policy roll (context.py): the shift kernels' code
+    # `--speculate draft:MODEL` (compile_draft.py): the draft model's step and its measured acceptance, which
+    # price the k (speculation_ks) instead of the prompt-lookup draft's; None: lookup
+    draft_model: tuple[Acceptance, DraftCost] | None = None
+    # False: a plan that does not fit is refused without the search for what would fit (Planner.explain_over):
+    # for a caller that only asks whether it fits (compile_draft.fit_pair's context search)
+    explain: bool = True
 
 
 @dataclass(frozen=True)
@@ -115,16 +123,17 @@ class Planner:
     or (kv_region) in that external region; each step's lifetimes are
     derived once, whatever the contexts tried."""
 
-    def __init__(self, board: Board, budget: int, kv_region: str | None = None, _lifetimes: dict | None = None):
+    def __init__(self, board: Board, budget: int, kv_region: str | None = None, _lifetimes: dict | None = None,
+                 explain: bool = True):
         self.board, self.budget, self.mem, self.stack = board, budget, board.memory, board.stack_bytes
-        self.kv_region = kv_region
+        self.kv_region, self.explain = kv_region, explain
         self._lifetimes: dict[int, tuple[LoweredStep, Lifetimes]] = {} if _lifetimes is None else _lifetimes
 
     def with_kv(self, kv_region: str | None) -> "Planner":
         """The same board and budget with the KV cache in `kv_region` (None: SRAM); lifetimes shared."""
         if kv_region == self.kv_region:
             return self
-        return Planner(self.board, self.budget, kv_region, self._lifetimes)
+        return Planner(self.board, self.budget, kv_region, self._lifetimes, self.explain)
 
     @property
     def sdram(self) -> str | None:
@@ -190,7 +199,7 @@ class Planner:
         plan = self.plan(step, max_seq)
         if plan.fits:
             return plan
-        raise UserError(self.explain_over(step, plan))
+        raise UserError(self.explain_over(step, plan) if self.explain else f"{what_is_over(plan)} at {max_seq} tokens")
 
     def auto_max_seq(self, step: LoweredStep, context: int) -> int:
         """--max-seq auto: the longest context (<= the model's) that fits."""
@@ -421,7 +430,7 @@ def fit(base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None =
     `base` (see the module docstring).  memo: batch -> fit_stream's result
     or its UserError (plain decoding), shared with the trade-off tables
     (fit/tradeoffs.py)."""
-    planner = Planner(req.board, req.budget)
+    planner = Planner(req.board, req.budget, explain=req.explain)
     plain = fit_plain(planner, base, src, req, memo)
     return plain if req.speculate[0] == "off" else fit_speculation(planner, plain, base, src, req)
 
@@ -453,24 +462,34 @@ def fit_plain(planner: Planner, base: LoweredStep, src: StepSource, req: FitRequ
     return dataclasses.replace(one, prefill_why="auto: 1 (no larger batch fits beside the context)")
 
 
-def speculation_ks(plain: Fitted, board: Board, k_max: int, auto: bool) -> tuple[list[int], str]:
+def speculation_ks(plain: Fitted, board: Board, k_max: int, auto: bool,
+                   draft_model: tuple[Acceptance, DraftCost] | None = None) -> tuple[list[int], str]:
     """The k to try, the fastest first (timing.choose_k on this build's own
     workload and mode), and the sentence that says why; `auto` keeps only
-    those SPECULATE_MARGIN faster than plain decoding."""
+    those SPECULATE_MARGIN faster than plain decoding.  draft_model: a draft
+    model's step and acceptance price the passes (a draft asked for is built
+    at its best k even where plain decoding is predicted faster: the draft
+    record's prediction says so, against the target alone)."""
     w = step_traffic(plain.step).workload()
     mode = build_mode(board, plain.step.stream is not None)
     chunk = plain.step.stream.options.chunk_bytes if plain.step.stream is not None else None
     kw = {"chunk_bytes": chunk} if chunk else {}
-    base = speculative_tokens_per_s(board, w, LOOKUP_ACCEPTANCE, 0, mode, **kw)
-    rated = choose_k(board, w, LOOKUP_ACCEPTANCE, k_max, mode, **kw)
+    acc, cost = draft_model if draft_model is not None else (LOOKUP_ACCEPTANCE, None)
+    base = speculative_tokens_per_s(board, w, acc, 0, mode, **kw)
+    rated = choose_k(board, w, acc, k_max, mode, draft=cost, **kw)
     if auto:
         rated = [(k, r) for k, r in rated if r > base * (1 + SPECULATE_MARGIN)]
     where = f"{board.name}, {mode}" if mode != "compute" else f"{board.name}, compute alone"
     if not rated:
-        best = max(choose_k(board, w, LOOKUP_ACCEPTANCE, k_max, mode, **kw), key=lambda kr: kr[1], default=None)
+        best = max(choose_k(board, w, acc, k_max, mode, **kw), key=lambda kr: kr[1], default=None)
         return [], (f"off: the timing model ({where}) predicts no gain over plain decoding's {base:.4g} tokens/s"
                     + (f" (lookup:{best[0]} {best[1]:.4g})" if best else ""))
     k, r = rated[0]
+    if cost is not None:  # the figure without the draft is the draft record's (the target alone, compile_draft.py)
+        each = ", ".join(f"k={kk} {rr:.4g}" for kk, rr in sorted(rated))
+        return [k for k, _ in rated], (f"draft:{k}: the timing model ({where}) predicts the most decode tokens/s with "
+                                       f"the draft model at k={k} ({each}), at the pair's measured acceptance "
+                                       f"({acc.tokens_per_pass[k]:.2f} tokens per pass)")
     return [k for k, _ in rated], (f"lookup:{k}: the timing model ({where}) predicts {r:.4g} decode tokens/s "
                                    f"against {base:.4g} plain, at the prompt-lookup draft's measured acceptance "
                                    f"({LOOKUP_ACCEPTANCE.tokens_per_pass[k]:.2f} tokens per pass)")
@@ -491,7 +510,7 @@ def fit_speculation(planner: Planner, plain: Fitted, base: LoweredStep, src: Ste
     if k_asked is not None:
         ks, why = [k_asked], f"lookup:{k_asked} (asked)"
     else:
-        ks, why = speculation_ks(plain, req.board, P - 1, auto)
+        ks, why = speculation_ks(plain, req.board, P - 1, auto, req.draft_model)
         if not ks:
             return dataclasses.replace(plain, speculate_why=why)
     floor = -(-plain.plan.max_seq * AUTO_CONTEXT_TENTHS // 10) if req.max_seq == AUTO else 0
@@ -507,7 +526,8 @@ def fit_speculation(planner: Planner, plain: Fitted, base: LoweredStep, src: Ste
             continue
         if res.plan.max_seq < floor:
             continue
-        note = why if k == ks[0] else f"lookup:{k} (the faster k={ks[0]} does not fit beside the context)"
+        kind = "draft" if req.draft_model is not None else "lookup"
+        note = why if k == ks[0] else f"{kind}:{k} (the faster k={ks[0]} does not fit beside the context)"
         step = dataclasses.replace(res.step, speculate=dataclasses.replace(res.step.speculate, choice=note))
         return dataclasses.replace(res, step=step, prefill_why=plain.prefill_why, speculate_why=note, plain=plain)
     if auto:

@@ -113,10 +113,12 @@ def parse_speculate(text: str) -> tuple[str, int | None]:
                     "or draft:MODEL[:k]")
 
 
-def parse_draft(text: str) -> tuple[str, int] | None:
+def parse_draft(text: str, default: int | None = SPECULATE_MAX_K) -> tuple[str, int | None] | None:
     """`--speculate draft:MODEL[:k]` -> (MODEL, k), None for any other value.
-    k defaults to SPECULATE_MAX_K, the most guesses the firmware verifies; a
-    MODEL path holding a colon is read whole unless its last part is a k."""
+    k defaults to `default`: SPECULATE_MAX_K, the most guesses the firmware
+    verifies (the reference's default), or None where the timing model
+    chooses it (compile and plan, compile_draft.py); a MODEL path holding a
+    colon is read whole unless its last part is a k."""
     t = str(text)
     if not t.startswith("draft:"):
         return None
@@ -128,7 +130,7 @@ def parse_draft(text: str) -> tuple[str, int] | None:
         raise UserError(f"--speculate {t}: name the draft model (draft:MODEL or draft:MODEL:K)")
     if tail and (str(int(tail)) != tail or not 1 <= int(tail) <= SPECULATE_MAX_K):
         raise UserError(f"--speculate {t}: k must be 1..{SPECULATE_MAX_K} (draft:MODEL:K)")
-    return path, int(tail) if tail else SPECULATE_MAX_K
+    return path, int(tail) if tail else default
 
 
 def built_k(options: dict) -> int:

@@ -171,3 +171,28 @@ def test_plan_and_report_say_what_the_draft_costs(models, tree):
     code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "18K", "--stream", "off",
                         "--speculate", f"draft:{models['draft']}:{K}"])
     assert code == 2 and "B more than the 18,432 B budget" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_auto_context_tree_builds_and_drafts_at_the_context_it_chose(models):
+    """--max-seq auto with a draft model (compile_draft.fit_pair): the largest context at which both fit the
+    budget (weights read in place); the tree's own build runs into that context's end with the reference's
+    tokens and passes at it."""
+    budget = 17000  # B: the pair fits at 53 of the 64 trained positions
+    opts = CompileOptions(board="host", max_seq="auto", ram_budget=budget, stream="off",
+                          speculate=f"draft:{models['draft']}:{K}")
+    compiled = compile_draft_path(models["target"], opts)
+    seq = compiled.plan.max_seq
+    assert 8 < seq < 64 and compiled.draft["max_seq"] == seq and "--max-seq auto" in compiled.draft["context"]
+    out = models["root"] / "auto-tree"
+    write_tree(compiled.tree, out)
+    report = json.loads((out / "report.json").read_text())
+    assert report["draft"] == compiled.draft and report["speculate"]["predicted"] == compiled.draft["predicted"]
+    code, text, _ = cli(["report", str(out)])
+    assert code == 0 and "predicted decode with the draft model" in text and "--max-seq auto with the draft" in text
+    build(out)
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    got = run_firmware(out, ids, 64, SamplingOptions(), timeout_s=BACKSTOP_S).output
+    spec, plain = draft_reference(models["target"], models["draft"], ids, 64, seq, K)
+    assert got.generated_ids == spec.generated_ids == plain.generated_ids
+    assert got.stop_reason == "context" and len(ids) + len(got.generated_ids) == seq
+    assert got.pass_tokens == spec.pass_tokens

@@ -334,7 +334,10 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
                                                            "tllm_model_canary_arm", "tllm_model_canary_ok")}
         files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names)
     files["board/board_config.h"] = render("board_config.h.j2")
-    files.update(family_files(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
+    # OUT/renode/ for STM32H750 boards: the chip's memories whole (a draft's target plans a board less the
+    # draft's arenas, and Renode's memories must be the chip's, in whole pages)
+    chip = dataclasses.replace(board, memory=draft.board.memory) if draft is not None else board
+    files.update(family_files(chip, ctx["request_capacity"]))
     if board.linker_script:
         lds = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
             board.file(board.linker_script).read_text())

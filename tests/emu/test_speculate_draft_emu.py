@@ -3,7 +3,8 @@ in one firmware, codegen/compile_draft.py) on the Cortex-M7: QEMU
 mps2-an500 with the weights pinned (int8 KV) and streamed (`--stream all`,
 int4 KV: both models stream, and the board's one-transfer-at-a-time
 contract is checked by its copy code), and the STM32H750B-DK under Unicorn
-with the weights in external flash streamed by the MDMA.  A greedy
+and the WeAct H750 under Unicorn with the weights in external flash streamed
+by the MDMA, and the DK's tree under Renode's own board model.  A greedy
 generation's tokens are the speculative reference's with the same draft and
 plain decoding's, and every pass's token count is the reference's (QEMU
 also into the context's end)."""
@@ -46,9 +47,9 @@ def built(models, board: str, **opts) -> Path:
     return out
 
 
-def check(models, out: Path, max_new: int, kv_bits: int = 8) -> None:
+def check(models, out: Path, max_new: int, kv_bits: int = 8, emulator: str = "auto") -> None:
     ids = load_model(models["target"]).tokenizer.encode(PROMPT)
-    got = run_firmware(out, ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S).output
+    got = run_firmware(out, ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S, emulator=emulator).output
     spec, plain = draft_reference(models["target"], models["draft"], ids, max_new, SEQ, K, kv_bits)
     assert (got.generated_ids, got.stop_reason) == (spec.generated_ids, spec.stop_reason)
     assert got.generated_ids == plain.generated_ids and got.generated_ids
@@ -67,7 +68,28 @@ def test_the_draft_tree_under_qemu(models, opts):
         check(models, out, max_new, opts.get("kv_bits", 8))
 
 
-def test_the_draft_tree_on_the_dk_under_unicorn_with_the_mdma_stream(models):
+@pytest.fixture(scope="module")
+def h750_trees(models):
+    """board -> its streamed draft tree, built once for Unicorn and Renode."""
+    trees = {}
+
+    def get(board: str) -> Path:
+        if board not in trees:
+            trees[board] = built(models, board, stream="all")
+        return trees[board]
+    return get
+
+
+@pytest.mark.parametrize("board", ["stm32h750b-dk", "weact-h750"])
+def test_the_draft_tree_on_the_h750_boards_under_unicorn_with_the_mdma_stream(models, h750_trees, board):
     pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
-    out = built(models, "stm32h750b-dk", stream="all")
-    check(models, out, 16)
+    check(models, h750_trees(board), 16)
+
+
+def test_the_draft_tree_on_the_dk_under_renode(models, h750_trees):
+    """Renode's own STM32H743 model (with OUT/renode/'s overlay), not our register models."""
+    from tinyllm_gen.run.renode import find_renode, renode_missing_reason
+
+    if find_renode() is None:
+        pytest.skip(renode_missing_reason())
+    check(models, h750_trees("stm32h750b-dk"), 12, emulator="renode")

@@ -74,7 +74,29 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     if (!d->info->greedy_only) return "the draft model must be a greedy-only build (--sampler greedy)";
     if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
     if (d->info->max_seq < tllm_model.max_seq) return "the draft model's context is shorter than the target's";
+    const tllm_context_roll *t = tllm_model.context_roll, *r = d->info->context_roll;
+    if (t && (!r || r->sinks != t->sinks || r->discard != t->discard || !r->shift))
+        return "the draft model must roll its context as the target does (the target's --context-policy)";
     return 0;
+}
+
+/* The target's context shift on the draft's own cache (DraftModel.shift):
+ * the draft's rows sinks + discard .. *n_cached - 1 move down by discard,
+ * with the ids they hold; a cache that holds no row past the dropped ones
+ * keeps its sinks only.  The draft's roll is the target's (checked at
+ * tllm_init), so its positions stay the target's, and the next pass's
+ * catch-up finds its rows the context's again. */
+static inline void tllm_draft_model_shift(const tllm_draft_model *d, uint32_t *n_cached) {
+    const tllm_context_roll *roll = d->info->context_roll;
+    const uint32_t from = roll->sinks + roll->discard, n = *n_cached;
+    if (n > from) {
+        uint16_t *ids = d->tokens();
+        roll->shift((int32_t)(n - from));
+        for (uint32_t i = 0; i < n - from; i++) ids[roll->sinks + i] = ids[from + i]; /* down: no overlap hazard */
+        *n_cached = n - roll->discard;
+    } else if (n > roll->sinks) {
+        *n_cached = roll->sinks;
+    }
 }
 
 /* k guesses after tokens[pos] into tokens[pos + 1 ..] (DraftModel.propose):

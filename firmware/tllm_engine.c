@@ -204,6 +204,7 @@ static void context_shift(tllm_gen_state *st, uint16_t *tokens, const tllm_conte
     roll->shift((int32_t)(st->pos - from)); /* rows from .. pos - 1: pos's token has not run yet */
     memmove(tokens + roll->sinks, tokens + from, (st->pos + 1u - from) * sizeof tokens[0]);
     st->pos -= roll->discard;
+    if (engine_draft) tllm_draft_model_shift(engine_draft, &draft_cached); /* its cache as the target's */
 }
 
 /* The token at verified position i given the guess g there (g < 0: none):

@@ -196,3 +196,22 @@ def test_an_auto_context_tree_builds_and_drafts_at_the_context_it_chose(models):
     assert got.generated_ids == spec.generated_ids == plain.generated_ids
     assert got.stop_reason == "context" and len(ids) + len(got.generated_ids) == seq
     assert got.pass_tokens == spec.pass_tokens
+
+
+@pytest.mark.parametrize("policy", ["roll", "roll:2"])
+def test_a_rolling_draft_tree_shifts_the_drafts_cache_as_the_reference(models, policy):
+    """--context-policy with a draft model: the draft is built with the target's roll, and each context
+    shift moves its cache too (tllm_draft_model_shift, DraftModel.shift); past several shifts the tokens
+    are plain decoding's and every pass's token count is the reference's.  (That the shift saves the
+    draft's steps is counted in tests/host/test_draft_engine_host.py: a draft stepping again from the
+    sinks after each shift guesses the same here.)"""
+    out = models["root"] / f"rolling-{policy.replace(':', '')}"
+    write_tree(compile_draft_path(models["target"], options(models, context_policy=policy)).tree, out)
+    build(out)
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    max_new = 3 * SEQ
+    got = run_firmware(out, ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S).output
+    spec, plain = draft_reference(models["target"], models["draft"], ids, max_new, SEQ, K, context_policy=policy)
+    assert got.generated_ids == spec.generated_ids == plain.generated_ids
+    assert len(got.generated_ids) == max_new and got.shifts >= 2  # the generation ran through several shifts
+    assert got.pass_tokens == spec.pass_tokens and max(got.pass_tokens) == K + 1

@@ -6,8 +6,10 @@ The steps, on top of compile.py's:
 1. the draft is checked beside the target (compile.check_draft: a tokenizer,
    at least the target's context, the target's vocabulary: a pruned one
    needs id tables the C does not have yet, so it is refused);
-2. the draft is prepared first, greedy-only (the engine reads its argmax),
-   token by token (its catch-up steps one position at a time, so a batched
+2. the draft is prepared first, with the target's sampler (a sampled
+   request's guesses and their q come from the draft's logits or top-K set
+   as the request's sampler sees them; a greedy target's draft reads only
+   its argmax), token by token (its catch-up steps one position at a time, so a batched
    prefill would be RAM it never uses), with the target's quantization and
    KV options at the target's context, under the symbol prefix tllm_draft_;
 3. the target is planned in what the draft leaves: the RAM budget less the
@@ -78,10 +80,11 @@ def checked_context(target: ImportedModel, target_path: Path, draft: ImportedMod
 
 
 def draft_options(opts: CompileOptions, max_seq: int) -> CompileOptions:
-    """The draft's build: the target's quantization and KV options, greedy-only, token by token, its own
+    """The draft's build: the target's quantization, KV options and sampler (full, topk:K or greedy: the
+    engine draws a sampled request's guesses from its output with the request's sampler), token by token, its own
     symbols; its weights read in place unless the target streams all of them (pins would take the SRAM
     the target plans in)."""
-    return dataclasses.replace(opts, sampler="greedy", symbol_prefix=DRAFT_PREFIX, speculate="off",
+    return dataclasses.replace(opts, symbol_prefix=DRAFT_PREFIX, speculate="off",
                                prefill_batch=1, max_seq=max_seq, stream="all" if opts.stream == "all" else "off",
                                stream_chunk=opts.stream_chunk if opts.stream == "all" else None)
 
@@ -194,12 +197,12 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
     target, draft, draft_path, k = load_pair(model_path, tokenizer, opts, speculate)
     seq = checked_context(target, Path(model_path), draft, draft_path, opts, what)
     board = load_board(opts.board)
-    d_opts = draft_options(dataclasses.replace(opts, stream=stream, stream_chunk=stream_chunk), seq)
+    d_opts = draft_options(dataclasses.replace(opts, stream=stream, stream_chunk=stream_chunk, sampler=sampler), seq)
     src = plan_source(draft, d_opts, quant, board)
     vocab = vocabulary_of(draft.tokenizer, draft.graph.config.vocab_size).size
     req = FitRequest(board, opts.ram_budget, seq, d_opts.stream, d_opts.stream_chunk, 1, vocab, unroll_layers,
                      opts.kv_region, ("off", None), parse_context_policy(opts.context_policy) is not None)
-    d = fit_step(lower_step(src, "greedy"), src, req)
+    d = fit_step(lower_step(src, d_opts.sampler), src, req)
     d_ram = on_chip_arena_bytes(d.plan)
     t_opts = dataclasses.replace(opts, max_seq=seq, ram_budget=opts.ram_budget - d_ram)
     args = (model_path, tokenizer, t_opts, sampler, quant, stream, stream_chunk, prefill_batch, unroll_layers,

@@ -331,7 +331,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files.update(draft.tree_files(ctx["weights_external"]))
         names = {s: prefixed(s, DRAFT_PREFIX) for s in ("tllm_model", "tllm_model_step", "tllm_model_greedy_token",
                                                            "tllm_model_tokens", "tllm_weights_check",
-                                                           "tllm_model_canary_arm", "tllm_model_canary_ok")}
+                                                           "tllm_model_canary_arm", "tllm_model_canary_ok",
+                                                           "tllm_model_topk", "tllm_model_sample_idx")}
         files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names)
     files["board/board_config.h"] = render("board_config.h.j2")
     files.update(family_files(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards

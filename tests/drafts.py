@@ -72,9 +72,11 @@ def target_and_student(root: Path) -> tuple[Path, Path]:
     return target, shallow_student(target, root / "student")
 
 
-def draft_reference(target: Path, draft: Path, ids: list[int], max_new: int, seq: int, k: int, kv_bits=8):
-    """(the speculative reference drafting with `draft`, plain decoding) of a greedy generation, both
-    quantized as compile quantizes them by default (and kv_bits): what a `--speculate draft:` tree must give."""
+def draft_reference(target: Path, draft: Path, ids: list[int], max_new: int, seq: int, k: int, kv_bits=8,
+                    sampling=None, top_k: int = 0):
+    """(the speculative reference drafting with `draft`, plain decoding) of a generation (greedy unless
+    `sampling`; top_k: a topk:K build's sampler), both quantized as compile quantizes them by default (and
+    kv_bits): what a `--speculate draft:` tree must give."""
     from tinyllm_gen.compile import CompileOptions, load_draft, quantize
     from tinyllm_gen.frontends import load_model
     from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
@@ -86,5 +88,6 @@ def draft_reference(target: Path, draft: Path, ids: list[int], max_new: int, seq
     ex = Executor(m.graph, QuantKernels(quantize(m, opts), seq))
     d = load_draft(draft, m, target, opts, seq)
     eos = m.graph.config.eos_ids
-    return (generate_speculative(ex, ids, max_new, seq, eos, SamplingOptions(), k=k, draft=d),
-            generate(ex, ids, max_new, seq, eos, SamplingOptions()))
+    sampling = sampling or SamplingOptions()
+    return (generate_speculative(ex, ids, max_new, seq, eos, sampling, top_k, k=k, draft=d),
+            generate(ex, ids, max_new, seq, eos, sampling, top_k))

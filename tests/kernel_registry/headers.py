@@ -42,9 +42,9 @@ EXCLUDED: dict[str, str] = {
                                 "tests/host/test_draft_engine_host.py has a greedy-only draft refused by it",
     "tllm_draft_model_token": "calls the draft's table (its argmax, top-K set, sampler scratch), then tllm_dist_full "
                               "/ tllm_dist_topk / tllm_dist_draw / tllm_dist_at, which are registered "
-                              "(entries_verify.py); compared pass by pass in tests/host/test_draft_engine_host.py",
+                              "(entries_draft.py); compared pass by pass in tests/host/test_draft_engine_host.py",
     "tllm_model_draft_q": "steps the draft model through its table's function pointers, then tllm_dist_full / "
-                          "tllm_dist_topk (registered, entries_verify.py); its result decides every residual draw "
+                          "tllm_dist_topk (registered, entries_draft.py); its result decides every residual draw "
                           "of tests/host/test_draft_engine_host.py's sampled cases",
     "tllm_draft_model_arm": "calls the draft's guard-word function through its table, no arithmetic: "
                             "tests/host/test_speculate_draft_tree_host.py fails (canary broken) without it",

@@ -6,7 +6,9 @@ contract is checked by its copy code), and the STM32H750B-DK under Unicorn
 with the weights in external flash streamed by the MDMA.  A greedy
 generation's tokens are the speculative reference's with the same draft and
 plain decoding's, and every pass's token count is the reference's (QEMU
-also into the context's end)."""
+also into the context's end); a sampled one's (temperature, top-p, a seed)
+tokens and passes are the reference's too: its draft's q computed again
+after a rejection by a repeated draft step, also between two streams."""
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,15 @@ def check(models, out: Path, max_new: int, kv_bits: int = 8) -> None:
     assert got.canary_ok is True and got.canary_regions["draft"] is True  # its arenas are guarded too
 
 
+def check_sampled(models, out: Path, kv_bits: int = 8) -> None:
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    sampling = SamplingOptions(1.1, 0.9, 5)
+    got = run_firmware(out, ids, 16, sampling, timeout_s=BACKSTOP_S).output
+    spec, _ = draft_reference(models["target"], models["draft"], ids, 16, SEQ, K, kv_bits, sampling=sampling)
+    assert got.generated_ids == spec.generated_ids and got.pass_tokens == spec.pass_tokens
+    assert spec.guessed > spec.accepted > 0  # kept and rejected guesses
+
+
 QEMU_CASES = [dict(), dict(kv_bits=4, stream="all", stream_chunk=2048)]
 
 
@@ -65,9 +76,11 @@ def test_the_draft_tree_under_qemu(models, opts):
     out = built(models, "qemu-mps2-an500", **opts)
     for max_new in (20, 60):  # the token limit; the context's end (20 prompt tokens + 60 > 64)
         check(models, out, max_new, opts.get("kv_bits", 8))
+    check_sampled(models, out, opts.get("kv_bits", 8))
 
 
 def test_the_draft_tree_on_the_dk_under_unicorn_with_the_mdma_stream(models):
     pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
     out = built(models, "stm32h750b-dk", stream="all")
     check(models, out, 16)
+    check_sampled(models, out)

@@ -41,6 +41,7 @@ from .lower.step import lower_step
 from .plan.codesize import RUNTIME_BYTES
 from .plan.memory import MemoryPlan
 from .plan.regions import check_kv_region
+from .reference.sampler import top_k_of
 from .vocab import vocabulary_of
 
 
@@ -79,13 +80,14 @@ def checked_context(target: ImportedModel, target_path: Path, draft: ImportedMod
     return seq
 
 
-def draft_options(opts: CompileOptions, max_seq: int) -> CompileOptions:
+def draft_options(opts: CompileOptions, max_seq: int, k: int) -> CompileOptions:
     """The draft's build: the target's quantization, KV options and sampler (full, topk:K or greedy: the
-    engine draws a sampled request's guesses from its output with the request's sampler), token by token, its own
-    symbols; its weights read in place unless the target streams all of them (pins would take the SRAM
-    the target plans in)."""
-    return dataclasses.replace(opts, symbol_prefix=DRAFT_PREFIX, speculate="off",
-                               prefill_batch=1, max_seq=max_seq, stream="all" if opts.stream == "all" else "off",
+    engine draws a sampled request's guesses from its output with the request's sampler), token by token, its
+    own symbols; a top-K draft keeps its q (its K candidates) for each of the k guesses; its weights read in
+    place unless the target streams all of them (pins would take the SRAM the target plans in)."""
+    return dataclasses.replace(opts, symbol_prefix=DRAFT_PREFIX, speculate="off", prefill_batch=1, max_seq=max_seq,
+                               draft_guesses=k if top_k_of(opts.sampler) else 0,
+                               stream="all" if opts.stream == "all" else "off",
                                stream_chunk=opts.stream_chunk if opts.stream == "all" else None)
 
 
@@ -94,7 +96,7 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     what = f"--speculate {opts.speculate}"
     seq = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
-    d_opts = draft_options(opts, seq)
+    d_opts = draft_options(opts, seq, k)
     d = prepare(draft, d_opts)
     d_ram = on_chip_arena_bytes(d.fitted.plan)
     t_opts = dataclasses.replace(opts, speculate=f"lookup:{k}", max_seq=seq)
@@ -197,12 +199,12 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
     target, draft, draft_path, k = load_pair(model_path, tokenizer, opts, speculate)
     seq = checked_context(target, Path(model_path), draft, draft_path, opts, what)
     board = load_board(opts.board)
-    d_opts = draft_options(dataclasses.replace(opts, stream=stream, stream_chunk=stream_chunk, sampler=sampler), seq)
+    d_opts = draft_options(dataclasses.replace(opts, stream=stream, stream_chunk=stream_chunk, sampler=sampler), seq, k)
     src = plan_source(draft, d_opts, quant, board)
     vocab = vocabulary_of(draft.tokenizer, draft.graph.config.vocab_size).size
     req = FitRequest(board, opts.ram_budget, seq, d_opts.stream, d_opts.stream_chunk, 1, vocab, unroll_layers,
                      opts.kv_region, ("off", None), parse_context_policy(opts.context_policy) is not None)
-    d = fit_step(lower_step(src, d_opts.sampler), src, req)
+    d = fit_step(lower_step(src, d_opts.sampler, d_opts.draft_guesses), src, req)
     d_ram = on_chip_arena_bytes(d.plan)
     t_opts = dataclasses.replace(opts, max_seq=seq, ram_budget=opts.ram_budget - d_ram)
     args = (model_path, tokenizer, t_opts, sampler, quant, stream, stream_chunk, prefill_batch, unroll_layers,

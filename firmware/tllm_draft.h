@@ -64,16 +64,23 @@ typedef struct tllm_draft_model {
     int (*canary_ok)(void);               /* and checked with them after every generation */
     tllm_topk *(*topk)(void);             /* its set after a step (top-K builds; NULL or returning NULL: none) */
     uint16_t *(*sample_idx)(void);        /* its sampler scratch [vocab] (full-sampler builds) */
+    /* A top-K build's room for its q per guess (compile --speculate draft: plans it): guess j's set at
+     * j x K; NULL: none, a rejected guess's q is computed again (tllm_model_draft_q). */
+    float *(*guess_values)(void);
+    uint16_t *(*guess_ids)(void);
 } tllm_draft_model;
 
 /* The draft's q for each guess of the pass (DraftModel.propose's qs): what
  * the acceptance test reads, q at the guess and q's total.  The whole q is
- * needed only after a rejection, at most once per pass, and is then
- * computed again from a repeated draft step (tllm_model_draft_q): no
- * vocabulary-sized copy per guess. */
+ * needed only after a rejection, at most once per pass: a top-K draft with
+ * room for it keeps its set's candidates per guess (n of them in
+ * d->guess_values / guess_ids at j x K); otherwise it is computed again
+ * from a repeated draft step (tllm_model_draft_q), so a full sampler needs
+ * no vocabulary-sized copy per guess. */
 typedef struct {
     float at_guess[TLLM_SPECULATE_MAX_K];
     float total[TLLM_SPECULATE_MAX_K];
+    int32_t n[TLLM_SPECULATE_MAX_K]; /* candidates kept (top-K drafts with guess_values) */
 } tllm_draft_qs;
 
 /* The draft's guard words, where it has them (d NULL or without: nothing to arm, intact). */
@@ -96,6 +103,7 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     if (!d->info || !d->step || !d->tokens) return "the draft model's table is incomplete";
     if (d->info->greedy_only ? !d->greedy_token : d->info->top_k ? !d->topk : !d->sample_idx)
         return "the draft model's table is incomplete";
+    if (!d->guess_values != !d->guess_ids) return "the draft model's table is incomplete";
     if (!d->info->greedy_only && !tllm_draft_model_samples(d))
         return "the draft model must be compiled with the target's --sampler (or --sampler greedy)";
     if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
@@ -103,20 +111,29 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     return 0;
 }
 
-/* The draft's token after a step that returned logits (NULL: greedy-only or
- * top-K), drawn by the request's sampler s as Sampler.sample draws it (one
- * coin when sampled); a sampled one also leaves q at the token and q's
- * total in *q_g, *q_total. */
-static inline int32_t tllm_draft_model_token(const tllm_draft_model *d, tllm_sampler *s, float *logits, float *q_g,
-                                             float *q_total) {
+/* The draft's token for guess j after a step that returned logits (NULL:
+ * greedy-only or top-K), drawn by the request's sampler s as Sampler.sample
+ * draws it (one coin when sampled); a sampled one also leaves q at the token
+ * and q's total in qs (and a top-K draft with room its candidates). */
+static inline int32_t tllm_draft_model_token(const tllm_draft_model *d, tllm_sampler *s, float *logits,
+                                             tllm_draft_qs *qs, uint32_t j) {
     if (d->info->greedy_only) return d->greedy_token();
     if (s->temperature == 0.0f) return logits ? tllm_argmax(logits, (int32_t)d->info->vocab_size) : d->topk()->id[0];
     tllm_dist q;
     if (logits) tllm_dist_full(s, logits, (int32_t)d->info->vocab_size, d->sample_idx(), &q);
     else tllm_dist_topk(s, d->topk(), &q);
     const int32_t t = tllm_dist_draw(s, &q);
-    *q_g = tllm_dist_at(&q, t);
-    *q_total = q.total;
+    qs->at_guess[j] = tllm_dist_at(&q, t);
+    qs->total[j] = q.total;
+    qs->n[j] = q.n;
+    if (!logits && d->guess_values) { /* the set's candidates, in order: guess j's q */
+        float *value = d->guess_values() + j * d->info->top_k;
+        uint16_t *id = d->guess_ids() + j * d->info->top_k;
+        for (int32_t i = 0; i < q.n; i++) {
+            value[i] = q.p[i];
+            id[i] = q.ids[i];
+        }
+    }
     return t;
 }
 
@@ -146,7 +163,7 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
     for (uint32_t j = 0; j < k; j++) {
         float *logits = d->step(feed, (int32_t)(pos + j), 1);
         ids[pos + j] = feed;
-        feed = (uint16_t)tllm_draft_model_token(d, s, logits, &qs->at_guess[j], &qs->total[j]);
+        feed = (uint16_t)tllm_draft_model_token(d, s, logits, qs, j);
         tokens[pos + 1u + j] = feed;
     }
     *n_cached = pos + k;
@@ -155,14 +172,24 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
 }
 
 /* The draft's whole q for the guess at position pos + j (after the pass's
- * proposal, before the next): the draft's step at pos + j again, on the
+ * proposal, before the next): a top-K draft's kept candidates (qs), or the
+ * draft's step at pos + j again, on the
  * token it was fed there (tokens[pos + j]: the pass's last token or an
  * accepted guess), so the same logits bit for bit (its cache rows up to
  * pos + j are those the proposal read, and the row it writes is the same),
  * then the request's distribution on them, no coin.  q points into the
  * draft's own buffers, which nothing touches until its next step. */
 static inline void tllm_model_draft_q(const tllm_draft_model *d, const uint16_t *tokens, uint32_t pos, uint32_t j,
-                                      const tllm_sampler *s, tllm_dist *q) {
+                                      const tllm_sampler *s, const tllm_draft_qs *qs, tllm_dist *q) {
+    if (d->info->top_k && d->guess_values) {
+        const uint32_t at = j * d->info->top_k;
+        q->p = d->guess_values() + at;
+        q->ids = d->guess_ids() + at;
+        q->n = qs->n[j];
+        q->by_id = 0;
+        q->total = qs->total[j];
+        return;
+    }
     tllm_board_copy_wait();
     float *logits = d->step(tokens[pos + j], (int32_t)(pos + j), 1);
     tllm_board_copy_wait();

@@ -211,8 +211,9 @@ static void context_shift(tllm_gen_state *st, uint16_t *tokens, const tllm_conte
 
 /* The token at verified position i given a draft model's sampled guess g
  * there: kept by the test on q(g) and q's total from the proposal, else
- * drawn from the residual of the draft's whole q, computed again now
- * (tllm_model_draft_q: one more draft step, only after a rejection). */
+ * drawn from the residual of the draft's whole q (tllm_model_draft_q: a
+ * top-K draft's kept candidates, or one more draft step, only after a
+ * rejection). */
 static int32_t drafted_token(tllm_gen_state *st, const tllm_speculation *spec, float *logits, const uint16_t *tokens,
                              uint32_t i, int32_t g) {
     const uint32_t vocab = tllm_model.vocab_size;
@@ -222,7 +223,7 @@ static int32_t drafted_token(tllm_gen_state *st, const tllm_speculation *spec, f
                                  q_total, &p)
                : tllm_topk_guess_kept(&st->sampler, spec->topk((int32_t)i), g, q_g, q_total, &p))
         return g;
-    tllm_model_draft_q(engine_draft, tokens, st->pos, i, &st->sampler, &q);
+    tllm_model_draft_q(engine_draft, tokens, st->pos, i, &st->sampler, &draft_qs, &q);
     return tllm_guess_residual(&st->sampler, &p, g, &q);
 }
 

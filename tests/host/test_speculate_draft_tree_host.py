@@ -106,7 +106,7 @@ def test_sampled_requests_draft_as_the_reference_does(models, tree, topk_tree, s
     ids = load_model(models["target"]).tokenizer.encode(PROMPT)
     out = tree if sampler == "full" else topk_tree
     guessed = accepted = 0
-    for seed in (3, 99):
+    for seed in (3, 99, 2024):
         sampling = SamplingOptions(temperature, top_p, seed)
         got = run_firmware(out, ids, 16, sampling, timeout_s=BACKSTOP_S).output
         spec, _ = draft_reference(models["target"], models["draft"], ids, 16, SEQ, K, sampling=sampling,
@@ -116,6 +116,11 @@ def test_sampled_requests_draft_as_the_reference_does(models, tree, topk_tree, s
     assert guessed > accepted > 0  # guesses kept and rejected
     draft_manifest = json.loads((out / "draft" / "manifest.json").read_text())
     assert draft_manifest["options"]["sampler"] == sampler  # the draft samples as the target
+    # a top-K draft keeps its q per guess (K candidates each, in its plan); a full one computes it again
+    kept = "tllm_draft_guess_values" in (out / "draft" / "tllm_draft_table.c").read_text()
+    assert kept == (sampler != "full")
+    report = (out / "draft" / "memory_report.txt").read_text()
+    assert (f"guess_q.value (float[{K * top_k_of(sampler)}]" in report) == kept  # counted by its plan
 
 
 def test_run_refuses_a_sampled_request_to_a_greedy_only_draft(models, tree):

@@ -20,10 +20,15 @@ void tllm_draft_canary_arm(void);
 int tllm_draft_canary_ok(void);
 tllm_topk *tllm_draft_topk(void);
 uint16_t *tllm_draft_sample_idx(void);
+/* A top-K draft compiled with room for its q per guess defines these (CompileOptions.draft_guesses); weak:
+ * NULL otherwise, and the engine computes a rejected guess's q again. */
+__attribute__((weak)) float *tllm_draft_guess_values(void);
+__attribute__((weak)) uint16_t *tllm_draft_guess_ids(void);
 
 static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens,
                                        tllm_draft_weights_check, tllm_draft_canary_arm, tllm_draft_canary_ok,
-                                       tllm_draft_topk, tllm_draft_sample_idx};
+                                       tllm_draft_topk, tllm_draft_sample_idx, tllm_draft_guess_values,
+                                       tllm_draft_guess_ids};
 
 enum { MAX_TOKENS = 512 };
 static uint32_t pass_tokens[MAX_TOKENS], n_passes;

@@ -97,7 +97,10 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     seq = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
     d_opts = draft_options(opts, seq, k)
-    d = prepare(draft, d_opts)
+    try:
+        d = prepare(draft, d_opts)
+    except UserError as e:
+        raise draft_refusal(e, draft, d_opts, what) from None
     d_ram = on_chip_arena_bytes(d.fitted.plan)
     t_opts = dataclasses.replace(opts, speculate=f"lookup:{k}", max_seq=seq)
     try:
@@ -114,6 +117,17 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     part = DraftPart(dict(d_tree.files), d.fitted.plan, d_board, d.program.blob.data, offset, opts.ram_budget,
                      record)
     return emit_prepared(t, t_opts, draft=part, options={"speculate": f"draft:{draft_path}:{k}"})
+
+
+def draft_refusal(err: UserError, draft: ImportedModel, d_opts: CompileOptions, what: str) -> UserError:
+    """The draft's own refusal (it is planned first, in the whole budget), saying it is the draft's; with the
+    full sampler, what its vocabulary-sized buffers take and the top-K alternative."""
+    why = f"{what}: the draft model: {err}"
+    if d_opts.sampler == "full":
+        vocab = draft.graph.config.vocab_size
+        why += (f" (its --sampler full plans {vocab * 6:,} B for its {vocab:,}-token logits and sampler scratch; "
+                "--sampler topk:K plans K x 6 B per guess)")
+    return UserError(why)
 
 
 def on_chip_arena_bytes(plan: MemoryPlan) -> int:
@@ -204,7 +218,10 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
     vocab = vocabulary_of(draft.tokenizer, draft.graph.config.vocab_size).size
     req = FitRequest(board, opts.ram_budget, seq, d_opts.stream, d_opts.stream_chunk, 1, vocab, unroll_layers,
                      opts.kv_region, ("off", None), parse_context_policy(opts.context_policy) is not None)
-    d = fit_step(lower_step(src, d_opts.sampler, d_opts.draft_guesses), src, req)
+    try:
+        d = fit_step(lower_step(src, d_opts.sampler, d_opts.draft_guesses), src, req)
+    except UserError as e:
+        raise draft_refusal(e, draft, d_opts, what) from None
     d_ram = on_chip_arena_bytes(d.plan)
     t_opts = dataclasses.replace(opts, max_seq=seq, ram_budget=opts.ram_budget - d_ram)
     args = (model_path, tokenizer, t_opts, sampler, quant, stream, stream_chunk, prefill_batch, unroll_layers,

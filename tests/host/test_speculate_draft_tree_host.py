@@ -209,3 +209,12 @@ def test_plan_and_report_say_what_the_draft_costs(models, tree):
     code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "18K", "--stream", "off",
                         "--speculate", f"draft:{models['draft']}:{K}"])
     assert code == 2 and "B more than the 18,432 B budget" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_draft_that_does_not_fit_alone_is_refused_as_the_drafts(models):
+    """The draft is planned first, in the whole budget: its own refusal says it is the draft's and, with the
+    full sampler, what the vocabulary-sized buffers take and the top-K alternative."""
+    code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "4K", "--stream", "off",
+                        "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the draft model: memory plan needs" in err and "--sampler topk:K" in err

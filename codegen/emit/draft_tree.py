@@ -87,8 +87,8 @@ class DraftPart:
         pred = dict(doc["predicted"], acceptance="prompt lookup's, not the draft model's (the timing model prices "
                                                  "no draft model yet)")
         return dict(doc, draft="model", choice=f"draft:{d['source']}:{d['k']} (asked)", predicted=pred,
-                    why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} greedy "
-                        f"steps of it per pass, verified with the last accepted token as {d['k'] + 1} positions "
+                    why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} steps "
+                        f"of it per pass (each guess drawn by the request's sampler), verified with the last accepted token as {d['k'] + 1} positions "
                         "through every weight together (tllm_model_verify).")
 
     def weights_bin(self, target_blob: bytes) -> bytes:

@@ -22,6 +22,7 @@ from tinyllm_gen.compile import CompileOptions, write_tree
 from tinyllm_gen.compile_draft import compile_draft_path
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.run.check import check_tokens
 from tinyllm_gen.run.firmware import run_firmware
 
 pytestmark = pytest.mark.emu
@@ -67,6 +68,9 @@ def check_sampled(models, out: Path, kv_bits: int = 8, top_k: int = 0) -> None:
                               top_k=top_k)
     assert got.generated_ids == spec.generated_ids and got.pass_tokens == spec.pass_tokens
     assert spec.guessed > spec.accepted > 0  # kept and rejected guesses
+    # run --check's reference: both models rebuilt from the tree (the draft's blob after the target's, external)
+    tok = load_model(models["target"]).tokenizer
+    assert check_tokens(out, tok, ids, 16, sampling, got.generated_ids) is None
 
 
 QEMU_CASES = [dict(), dict(kv_bits=4, stream="all", stream_chunk=2048)]

@@ -218,3 +218,12 @@ def test_a_draft_that_does_not_fit_alone_is_refused_as_the_drafts(models):
                         "--speculate", f"draft:{models['draft']}:{K}"])
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "the draft model: memory plan needs" in err and "--sampler topk:K" in err
+
+
+def test_run_check_compares_a_sampled_request_with_the_reference_drafting_with_the_trees_draft(models, tree):
+    """run --check rebuilds the draft from OUT/draft/ as the target from OUT: a sampled request's tokens are
+    those of the reference drafting with it (the lookup reference's differ)."""
+    args = ["run", str(tree), "--prompt", PROMPT, "--temperature", "1.2", "--top-p", "0.9", "--seed", "3",
+            "--max-new-tokens", "16", "--check"]
+    code, out, err = cli(args)
+    assert code == 0 and "differs" not in out + err, out + err

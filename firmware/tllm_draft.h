@@ -64,8 +64,9 @@ typedef struct tllm_draft_model {
     int (*canary_ok)(void);               /* and checked with them after every generation */
     tllm_topk *(*topk)(void);             /* its set after a step (top-K builds; NULL or returning NULL: none) */
     uint16_t *(*sample_idx)(void);        /* its sampler scratch [vocab] (full-sampler builds) */
-    /* A top-K build's room for its q per guess (compile --speculate draft: plans it): guess j's set at
-     * j x K; NULL: none, a rejected guess's q is computed again (tllm_model_draft_q). */
+    /* A top-K build's room for its q per guess (compile --speculate draft: plans it for the target's k
+     * guesses): guess j's set at j x K; NULL: none, a rejected guess's q is computed again
+     * (tllm_model_draft_q). */
     float *(*guess_values)(void);
     uint16_t *(*guess_ids)(void);
 } tllm_draft_model;
@@ -173,12 +174,12 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
 
 /* The draft's whole q for the guess at position pos + j (after the pass's
  * proposal, before the next): a top-K draft's kept candidates (qs), or the
- * draft's step at pos + j again, on the
- * token it was fed there (tokens[pos + j]: the pass's last token or an
- * accepted guess), so the same logits bit for bit (its cache rows up to
- * pos + j are those the proposal read, and the row it writes is the same),
- * then the request's distribution on them, no coin.  q points into the
- * draft's own buffers, which nothing touches until its next step. */
+ * draft's step at pos + j again, on the token it was fed there
+ * (tokens[pos + j]: the pass's last token or an accepted guess), so the
+ * same logits bit for bit (its cache rows up to pos + j are those the
+ * proposal read, and the row it writes is the same), then the request's
+ * distribution on them, no coin.  q points into the draft's own buffers,
+ * which nothing touches until its next step. */
 static inline void tllm_model_draft_q(const tllm_draft_model *d, const uint16_t *tokens, uint32_t pos, uint32_t j,
                                       const tllm_sampler *s, const tllm_draft_qs *qs, tllm_dist *q) {
     if (d->info->top_k && d->guess_values) {

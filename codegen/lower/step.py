@@ -165,7 +165,7 @@ class _Lowering:
         if self.sampler == "full":  # the full sampler's top-p scratch
             self.new("sample_idx", "uint16_t", c.vocab_size, "sampler", "sampler")
         if self.draft_guesses and top_k_of(self.sampler):  # a top-K draft's q per guess: its set's K entries
-            kept = self.draft_guesses * min(top_k_of(self.sampler), c.vocab_size)
+            kept = self.draft_guesses * top_k_of(self.sampler)  # K <= the vocabulary (lower_step checks it)
             self.new(GUESS_VALUES, "float", kept, "state", "always")
             self.new(GUESS_IDS, "uint16_t", kept, "state", "always")
         self.new("request", "uint8_t", REQUEST_HEADER_BYTES, "request", "start", per_seq=REQUEST_BYTES_PER_TOKEN)

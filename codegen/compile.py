@@ -97,6 +97,9 @@ class CompileOptions:
     # the C symbols' prefix (kernels/c_names.py): tllm_model_ (the default, what the engine calls), or another
     # (tllm_draft_) so that this model links beside a second one
     symbol_prefix: str = DEFAULT_PREFIX
+    # a top-K draft model's guesses per pass whose q (K candidates each) it keeps for the engine
+    # (compile_draft.py sets it; 0: none)
+    draft_guesses: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "kv_bits", parse_kv_bits(self.kv_bits))
@@ -326,7 +329,7 @@ def prepare(model: ImportedModel, opts: CompileOptions, board: Board | None = No
     src = replace(source_of(qg), kv_center=centring_of(opts, model))
     req = replace(fit_request(replace(opts, ram_budget=opts.ram_budget if budget is None else budget), board,
                               vocab.size), draft_model=draft_model)
-    fitted = fit_step(lower_step(src, opts.sampler), src, req)  # lowered once
+    fitted = fit_step(lower_step(src, opts.sampler, opts.draft_guesses), src, req)  # lowered once
     qg = with_kv_centers(qg, model, opts, fitted.plan.max_seq)  # the centres of the context the plan chose
     check_code(fitted, opts.board)  # the code flash, before the linker would say so
     external_vocab = fitted.vocab_in_weights  # too big for the code flash: into the weights blob

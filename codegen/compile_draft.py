@@ -6,8 +6,10 @@ The steps, on top of compile.py's:
 1. the draft is checked beside the target (compile.check_draft: a tokenizer,
    at least the target's context, the target's vocabulary: a pruned one
    needs id tables the C does not have yet, so it is refused);
-2. the draft is prepared first, greedy-only (the engine reads its argmax),
-   token by token (its catch-up steps one position at a time, so a batched
+2. the draft is prepared first, with the target's sampler (a sampled
+   request's guesses and their q come from the draft's logits or top-K set
+   as the request's sampler sees them; a greedy target's draft reads only
+   its argmax), token by token (its catch-up steps one position at a time, so a batched
    prefill would be RAM it never uses), with the target's quantization and
    KV options at the target's context, under the symbol prefix tllm_draft_;
 3. the target is planned in what the draft leaves: the RAM budget less the
@@ -49,6 +51,7 @@ from .plan.regions import check_kv_region
 from .plan.traffic import step_traffic
 from .quant.kv_center import kv_calibration_documents
 from .reference.draft_acceptance import MEASURE_PROMPT, measure_window, pass_totals
+from .reference.sampler import top_k_of
 from .timing import DEFAULT_CHUNK_BYTES, Acceptance, DraftCost, build_mode, draft_prediction
 from .vocab import vocabulary_of
 
@@ -143,15 +146,18 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
     asked, upper, vmap = checked_context(target, target_path, draft, draft_path, opts, what)
     board = load_board(opts.board)
     rolling = parse_context_policy(opts.context_policy) is not None
-    d_src = plan_source(draft, draft_options(opts, upper), opts.quant, board)
-    d_base = lower_step(d_src, "greedy")
+    d_opts = draft_options(opts, upper, k)
+    d_src = plan_source(draft, d_opts, opts.quant, board)
+    d_base = lower_step(d_src, d_opts.sampler, d_opts.draft_guesses)
     d_vocab = vocabulary_of(draft.tokenizer, draft.graph.config.vocab_size).size
 
     def draft_at(seq: int, explain: bool = True) -> Fitted:
-        d_opts = draft_options(opts, seq)
         req = FitRequest(board, opts.ram_budget, seq, d_opts.stream, d_opts.stream_chunk, 1, d_vocab,
                          opts.unroll_layers, opts.kv_region, ("off", None), rolling, explain=explain)
-        return fit_step(d_base, d_src, req)
+        try:
+            return fit_step(d_base, d_src, req)
+        except UserError as e:
+            raise draft_refusal(e, draft, d_opts, what) from None
 
     t_src = plan_source(target, opts, opts.quant, board)
     t_base = lower_step(t_src, opts.sampler)
@@ -169,10 +175,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
         return measure_draft_acceptance(target, draft, vmap, opts.calibration, f"the draft model {draft_path}")
 
     if asked != AUTO:
-        try:
-            d = draft_at(asked)
-        except UserError as e:
-            raise UserError(f"{what}: the draft model alone does not fit at {asked} tokens: {e}") from None
+        d = draft_at(asked)  # the draft is planned first, in the whole budget: its refusal is its own
         return PairFit(asked, d, measured(), draft_step_cost(d, board), alone=alone_at(asked))
     acc = measured()
 
@@ -224,12 +227,15 @@ def nothing_fits(draft_at, both_at, budget: int) -> str:
             f"{budget - d_ram:,} B it leaves{why}")
 
 
-def draft_options(opts: CompileOptions, max_seq: int) -> CompileOptions:
-    """The draft's build: the target's quantization and KV options, greedy-only, token by token, its own
-    symbols; its weights read in place unless the target streams all of them (pins would take the SRAM
-    the target plans in)."""
-    return dataclasses.replace(opts, sampler="greedy", symbol_prefix=DRAFT_PREFIX, speculate="off",
-                               prefill_batch=1, max_seq=max_seq, stream="all" if opts.stream == "all" else "off",
+def draft_options(opts: CompileOptions, max_seq: int, k: int | None) -> CompileOptions:
+    """The draft's build: the target's quantization, KV options and sampler (full, topk:K or greedy: the
+    engine draws a sampled request's guesses from its output with the request's sampler), token by token, its
+    own symbols; a top-K draft keeps its q (its K candidates) for each of the k guesses (k None: the timing
+    model picks it after the draft's plan, so room for the most it may pick); its weights read in
+    place unless the target streams all of them (pins would take the SRAM the target plans in)."""
+    return dataclasses.replace(opts, symbol_prefix=DRAFT_PREFIX, speculate="off", prefill_batch=1, max_seq=max_seq,
+                               draft_guesses=(k or SPECULATE_MAX_K) if top_k_of(opts.sampler) else 0,
+                               stream="all" if opts.stream == "all" else "off",
                                stream_chunk=opts.stream_chunk if opts.stream == "all" else None)
 
 
@@ -239,8 +245,11 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     pair = fit_pair(target, target_path, draft, draft_path, k, opts, what)
     seq = pair.seq
     board = load_board(opts.board)
-    d_opts = draft_options(opts, seq)
-    d = prepare(draft, d_opts)
+    d_opts = draft_options(opts, seq, k)
+    try:
+        d = prepare(draft, d_opts)
+    except UserError as e:
+        raise draft_refusal(e, draft, d_opts, what) from None
     d_ram = on_chip_arena_bytes(d.fitted.plan)
     t_opts = dataclasses.replace(opts, speculate=f"lookup:{k}" if k else "lookup", max_seq=seq)
     try:
@@ -278,6 +287,17 @@ def decided(pair: PairFit, target: Fitted, board: Board, asked: bool) -> dict:
     if pair.seq_note:
         out["context"] = pair.seq_note
     return out
+
+
+def draft_refusal(err: UserError, draft: ImportedModel, d_opts: CompileOptions, what: str) -> UserError:
+    """The draft's own refusal (it is planned first, in the whole budget), saying it is the draft's; with the
+    full sampler, what its vocabulary-sized buffers take and the top-K alternative."""
+    why = f"{what}: the draft model: {err}"
+    if d_opts.sampler == "full":
+        vocab = draft.graph.config.vocab_size
+        why += (f" (its --sampler full plans {vocab * 6:,} B for its {vocab:,}-token logits and sampler scratch; "
+                "--sampler topk:K plans K x 6 B per guess)")
+    return UserError(why)
 
 
 def on_chip_arena_bytes(plan: MemoryPlan) -> int:
@@ -378,7 +398,7 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
                           opts.ram_budget, d.plan, what) from None
     offset = weights_offset(doc["weights_bytes"], board)
     check_weights(board, offset, doc["weights_bytes"], d.weights_bytes, what)
-    src = plan_source(draft, draft_options(opts, seq), quant, board)
+    src = plan_source(draft, draft_options(opts, seq, k), quant, board)
     has_code = d.code is not None and doc.get("code_flash_bytes") is not None
     code = draft_code_bytes(d.code, src.kernels) if has_code else None
     doc["draft"] = {**draft_cost(draft_path, res.step.speculate.k, d.plan, d.weights_bytes, offset, d_ram, code,

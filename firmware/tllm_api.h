@@ -129,8 +129,10 @@ typedef struct {
      * one pass takes less than that register's wrap. */
     uint64_t (*clock)(void);
     /* Optional draft model for a target compiled with --speculate (tllm_draft.h):
-     * it drafts the guesses of greedy requests instead of the prompt lookup, and
-     * a request with a temperature is refused (TLLM_ERR_SAMPLING); NULL: lookup. */
+     * it drafts the guesses instead of the prompt lookup, each drawn by the
+     * request's sampler from its output (a draft compiled with the target's
+     * --sampler); a greedy-only draft drafts greedy requests only (a request
+     * with a temperature is refused, TLLM_ERR_SAMPLING); NULL: lookup. */
     const struct tllm_draft_model *draft;
 } tllm_config;
 

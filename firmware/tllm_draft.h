@@ -48,18 +48,41 @@ static inline int32_t tllm_lookup_draft(const uint16_t *tokens, int32_t L, int32
 
 /* A draft model (tllm_config.draft; twin: codegen/reference/draft.py): a
  * second generated model linked beside the target under its own symbol
- * prefix (compile --symbol-prefix tllm_draft_), a greedy-only build with the
- * target's vocabulary and at least its context.  It proposes the guesses of
- * greedy requests by running k steps of its own with its own KV cache. */
+ * prefix (compile --symbol-prefix tllm_draft_) with the target's vocabulary
+ * and at least its context.  It proposes the guesses by running k steps of
+ * its own with its own KV cache, each guess drawn by the request's sampler
+ * from its output: greedy requests its argmax, sampled ones with the
+ * request's temperature, top-p and the build's top-K (a build with the
+ * target's --sampler; a greedy-only draft drafts greedy requests only). */
 typedef struct tllm_draft_model {
     const tllm_model_info *info;          /* its table (tllm_draft for the prefix tllm_draft_) */
     float *(*step)(int32_t token, int32_t pos, int need_logits);
-    int32_t (*greedy_token)(void);        /* its argmax after a step with need_logits */
+    int32_t (*greedy_token)(void);        /* its argmax after a step with need_logits (greedy-only builds) */
     uint16_t *(*tokens)(void);            /* its planned token buffer: the ids its cache holds, by position */
     int (*weights_check)(const char **why); /* its blob's check at tllm_init (NULL: not checked) */
     void (*canary_arm)(void);             /* its arenas' guard words: armed with the target's (NULL: none) */
     int (*canary_ok)(void);               /* and checked with them after every generation */
+    tllm_topk *(*topk)(void);             /* its set after a step (top-K builds; NULL or returning NULL: none) */
+    uint16_t *(*sample_idx)(void);        /* its sampler scratch [vocab] (full-sampler builds) */
+    /* A top-K build's room for its q per guess (compile --speculate draft: plans it for the target's k
+     * guesses): guess j's set at j x K; NULL: none, a rejected guess's q is computed again
+     * (tllm_model_draft_q). */
+    float *(*guess_values)(void);
+    uint16_t *(*guess_ids)(void);
 } tllm_draft_model;
+
+/* The draft's q for each guess of the pass (DraftModel.propose's qs): what
+ * the acceptance test reads, q at the guess and q's total.  The whole q is
+ * needed only after a rejection, at most once per pass: a top-K draft with
+ * room for it keeps its set's candidates per guess (n of them in
+ * d->guess_values / guess_ids at j x K); otherwise it is computed again
+ * from a repeated draft step (tllm_model_draft_q), so a full sampler needs
+ * no vocabulary-sized copy per guess. */
+typedef struct {
+    float at_guess[TLLM_SPECULATE_MAX_K];
+    float total[TLLM_SPECULATE_MAX_K];
+    int32_t n[TLLM_SPECULATE_MAX_K]; /* candidates kept (top-K drafts with guess_values) */
+} tllm_draft_qs;
 
 /* The draft's guard words, where it has them (d NULL or without: nothing to arm, intact). */
 static inline void tllm_draft_model_arm(const tllm_draft_model *d) {
@@ -67,11 +90,23 @@ static inline void tllm_draft_model_arm(const tllm_draft_model *d) {
 }
 static inline int tllm_draft_model_intact(const tllm_draft_model *d) { return !d || !d->canary_ok || d->canary_ok(); }
 
+/* Whether d samples as the target does: the same sampler build (full, or
+ * top-K with the same K), so a sampled request's guesses and q are the
+ * reference's (its Sampler serves both models). */
+static inline int tllm_draft_model_samples(const tllm_draft_model *d) {
+    if (d->info->greedy_only || tllm_model.greedy_only || d->info->top_k != tllm_model.top_k) return 0;
+    return d->info->top_k ? d->topk != 0 : d->sample_idx != 0;
+}
+
 /* Why the engine cannot draft with d beside its target (NULL: it can). */
 static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     if (!tllm_model.speculation) return "the draft model needs a target compiled with --speculate";
-    if (!d->info || !d->step || !d->greedy_token || !d->tokens) return "the draft model's table is incomplete";
-    if (!d->info->greedy_only) return "the draft model must be a greedy-only build (--sampler greedy)";
+    if (!d->info || !d->step || !d->tokens) return "the draft model's table is incomplete";
+    if (d->info->greedy_only ? !d->greedy_token : d->info->top_k ? !d->topk : !d->sample_idx)
+        return "the draft model's table is incomplete";
+    if (!d->guess_values != !d->guess_ids) return "the draft model's table is incomplete";
+    if (!d->info->greedy_only && !tllm_draft_model_samples(d))
+        return "the draft model must be compiled with the target's --sampler (or --sampler greedy)";
     if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
     if (d->info->max_seq < tllm_model.max_seq) return "the draft model's context is shorter than the target's";
     const tllm_context_roll *t = tllm_model.context_roll, *r = d->info->context_roll;
@@ -99,18 +134,45 @@ static inline void tllm_draft_model_shift(const tllm_draft_model *d, uint32_t *n
     }
 }
 
+/* The draft's token for guess j after a step that returned logits (NULL:
+ * greedy-only or top-K), drawn by the request's sampler s as Sampler.sample
+ * draws it (one coin when sampled); a sampled one also leaves q at the token
+ * and q's total in qs (and a top-K draft with room its candidates). */
+static inline int32_t tllm_draft_model_token(const tllm_draft_model *d, tllm_sampler *s, float *logits,
+                                             tllm_draft_qs *qs, uint32_t j) {
+    if (d->info->greedy_only) return d->greedy_token();
+    if (s->temperature == 0.0f) return logits ? tllm_argmax(logits, (int32_t)d->info->vocab_size) : d->topk()->id[0];
+    tllm_dist q;
+    if (logits) tllm_dist_full(s, logits, (int32_t)d->info->vocab_size, d->sample_idx(), &q);
+    else tllm_dist_topk(s, d->topk(), &q);
+    const int32_t t = tllm_dist_draw(s, &q);
+    qs->at_guess[j] = tllm_dist_at(&q, t);
+    qs->total[j] = q.total;
+    qs->n[j] = q.n;
+    if (!logits && d->guess_values) { /* the set's candidates, in order: guess j's q */
+        float *value = d->guess_values() + j * d->info->top_k;
+        uint16_t *id = d->guess_ids() + j * d->info->top_k;
+        for (int32_t i = 0; i < q.n; i++) {
+            value[i] = q.p[i];
+            id[i] = q.ids[i];
+        }
+    }
+    return t;
+}
+
 /* k guesses after tokens[pos] into tokens[pos + 1 ..] (DraftModel.propose):
  * the draft's cache holds ids[0 .. *n_cached); from the first position where
  * they and the context differ it steps again (no head), up to pos - 1; then
- * tokens[pos] and each guess but the last, the head run, its argmax the next
- * guess.  Rejected guesses' rows are overwritten by a later catch-up.
+ * tokens[pos] and each guess but the last, the head run, the request's
+ * sampler s drawing the next guess (qs: each guess's q, when sampled).
+ * Rejected guesses' rows are overwritten by a later catch-up.
  * A model that streams its weights ends every step with the next step's
  * first chunk in flight, and the board moves one transfer at a time: the
  * target's lands before the draft starts its own, and the draft's before
  * the target runs again (each lands in its own model's stream buffer, where
  * that model's next take finds it). */
 static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_cached, uint16_t *tokens,
-                                        uint32_t pos, uint32_t k) {
+                                        uint32_t pos, uint32_t k, tllm_sampler *s, tllm_draft_qs *qs) {
     uint16_t *ids = d->tokens();
     tllm_board_copy_wait();
     const uint32_t limit = *n_cached < pos ? *n_cached : pos;
@@ -122,14 +184,40 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
     }
     uint16_t feed = tokens[pos];
     for (uint32_t j = 0; j < k; j++) {
-        d->step(feed, (int32_t)(pos + j), 1);
+        float *logits = d->step(feed, (int32_t)(pos + j), 1);
         ids[pos + j] = feed;
-        feed = (uint16_t)d->greedy_token();
+        feed = (uint16_t)tllm_draft_model_token(d, s, logits, qs, j);
         tokens[pos + 1u + j] = feed;
     }
     *n_cached = pos + k;
     tllm_board_copy_wait();
     return k;
+}
+
+/* The draft's whole q for the guess at position pos + j (after the pass's
+ * proposal, before the next): a top-K draft's kept candidates (qs), or the
+ * draft's step at pos + j again, on the token it was fed there
+ * (tokens[pos + j]: the pass's last token or an accepted guess), so the
+ * same logits bit for bit (its cache rows up to pos + j are those the
+ * proposal read, and the row it writes is the same), then the request's
+ * distribution on them, no coin.  q points into the draft's own buffers,
+ * which nothing touches until its next step. */
+static inline void tllm_model_draft_q(const tllm_draft_model *d, const uint16_t *tokens, uint32_t pos, uint32_t j,
+                                      const tllm_sampler *s, const tllm_draft_qs *qs, tllm_dist *q) {
+    if (d->info->top_k && d->guess_values) {
+        const uint32_t at = j * d->info->top_k;
+        q->p = d->guess_values() + at;
+        q->ids = d->guess_ids() + at;
+        q->n = qs->n[j];
+        q->by_id = 0;
+        q->total = qs->total[j];
+        return;
+    }
+    tllm_board_copy_wait();
+    float *logits = d->step(tokens[pos + j], (int32_t)(pos + j), 1);
+    tllm_board_copy_wait();
+    if (logits) tllm_dist_full(s, logits, (int32_t)d->info->vocab_size, d->sample_idx(), q);
+    else tllm_dist_topk(s, d->topk(), q);
 }
 
 #endif

@@ -11,7 +11,8 @@
  *
  *        EMIT -> DRAFT (prompt-lookup guesses, tllm_draft.h, into the token
  *                       buffer after the last token; with tllm_config.draft
- *                       a draft model's k greedy steps instead)
+ *                       a draft model's k steps instead, each guess drawn by
+ *                       the request's sampler)
  *             -> VERIFY (the last token and the guesses through every
  *                        weight together, then per position the sampler's
  *                        token given its guess: the accepted guesses and the
@@ -56,6 +57,7 @@
 static uint64_t (*engine_clock)(void);
 static const tllm_draft_model *engine_draft; /* tllm_config.draft: NULL drafts by prompt lookup */
 static uint32_t draft_cached;                /* positions the draft model's KV cache holds (tllm_model_draft) */
+static tllm_draft_qs draft_qs;               /* the pending pass's q at each guess (a sampled request) */
 static int engine_ready;
 static const char *engine_detail; /* NULL: nothing to add */
 
@@ -158,8 +160,9 @@ static tllm_status check_ids_and_options(const tllm_gen_request *rq) {
         if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
     if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) return TLLM_ERR_SAMPLING;
     if (tllm_model.greedy_only && rq->temperature != 0.0f) return TLLM_ERR_GREEDY_ONLY;
-    if (engine_draft && rq->temperature != 0.0f) { /* the firmware's draft model samples no q yet */
-        engine_detail = "the draft model drafts greedy requests only: send temperature 0";
+    if (engine_draft && rq->temperature != 0.0f && !tllm_draft_model_samples(engine_draft)) {
+        engine_detail = "the draft model is a greedy-only build, which drafts greedy requests only: send "
+                        "temperature 0, or compile the draft with the target's --sampler";
         return TLLM_ERR_SAMPLING;
     }
     return TLLM_OK;
@@ -207,13 +210,33 @@ static void context_shift(tllm_gen_state *st, uint16_t *tokens, const tllm_conte
     if (engine_draft) tllm_draft_model_shift(engine_draft, &draft_cached); /* its cache as the target's */
 }
 
+/* The token at verified position i given a draft model's sampled guess g
+ * there: kept by the test on q(g) and q's total from the proposal, else
+ * drawn from the residual of the draft's whole q (tllm_model_draft_q: a
+ * top-K draft's kept candidates, or one more draft step, only after a
+ * rejection). */
+static int32_t drafted_token(tllm_gen_state *st, const tllm_speculation *spec, float *logits, const uint16_t *tokens,
+                             uint32_t i, int32_t g) {
+    const uint32_t vocab = tllm_model.vocab_size;
+    const float q_g = draft_qs.at_guess[i], q_total = draft_qs.total[i];
+    tllm_dist p, q;
+    if (logits ? tllm_guess_kept(&st->sampler, logits + i * vocab, (int32_t)vocab, tllm_model_sample_idx(), g, q_g,
+                                 q_total, &p)
+               : tllm_topk_guess_kept(&st->sampler, spec->topk((int32_t)i), g, q_g, q_total, &p))
+        return g;
+    tllm_model_draft_q(engine_draft, tokens, st->pos, i, &st->sampler, &draft_qs, &q);
+    return tllm_guess_residual(&st->sampler, &p, g, &q);
+}
+
 /* The token at verified position i given the guess g there (g < 0: none):
  * the sampler's (tllm_sample_guess) from position i's logits, from its
- * top-K set, or a greedy-only build's argmax.  It is g exactly when the
- * guess is accepted. */
-static int32_t verified_token(tllm_gen_state *st, const tllm_speculation *spec, float *logits, uint32_t i,
-                              int32_t g) {
+ * top-K set, or a greedy-only build's argmax; a draft model's sampled guess
+ * under its own q (drafted_token).  It is g exactly when the guess is
+ * accepted. */
+static int32_t verified_token(tllm_gen_state *st, const tllm_speculation *spec, float *logits, const uint16_t *tokens,
+                              uint32_t i, int32_t g) {
     const uint32_t vocab = tllm_model.vocab_size;
+    if (g >= 0 && engine_draft && st->sampler.temperature != 0.0f) return drafted_token(st, spec, logits, tokens, i, g);
     if (logits) return tllm_sample_guess(&st->sampler, logits + i * vocab, (int32_t)vocab, tllm_model_sample_idx(), g);
     if (tllm_model.top_k) return tllm_sample_topk_guess(&st->sampler, spec->topk((int32_t)i), g);
     return spec->token((int32_t)i);
@@ -226,7 +249,7 @@ static uint32_t accept_pass(tllm_gen_state *st, const tllm_speculation *spec, fl
                             uint32_t n_guess) {
     for (uint32_t j = 0;; j++) {
         const int32_t g = j < n_guess ? (int32_t)tokens[st->pos + 1u + j] : -1;
-        const int32_t t = verified_token(st, spec, logits, j, g);
+        const int32_t t = verified_token(st, spec, logits, tokens, j, g);
         if (t != g) {
             tokens[st->pos + 1u + j] = (uint16_t)t;
             return j + 1u;
@@ -344,7 +367,8 @@ static tllm_status run(const tllm_gen_request *req, uint32_t first, uint32_t pos
         case TLLM_DRAFT: {
             const uint32_t k = guess_room(st, spec->k);
             if (!k) n_guess = 0u;
-            else if (engine_draft) n_guess = tllm_model_draft(engine_draft, &draft_cached, tokens, st->pos, k);
+            else if (engine_draft)
+                n_guess = tllm_model_draft(engine_draft, &draft_cached, tokens, st->pos, k, &st->sampler, &draft_qs);
             else n_guess = (uint32_t)tllm_lookup_draft(tokens, (int32_t)st->pos + 1, (int32_t)k, tokens + st->pos + 1);
             st->phase = n_guess ? TLLM_VERIFY : TLLM_DECODE; /* no guess: a plain step */
             break;

@@ -108,7 +108,7 @@ static tllm_gen_request to_gen_request(const tllm_request *rq, tllm_history *his
 }
 
 /* A refused request's line: the engine's detail where it says more than the
- * status (a sampled request to a firmware that drafts with a model). */
+ * status (a sampled request to a firmware whose draft model is greedy-only). */
 static const char *refusal(tllm_status s) {
     return *tllm_error_detail() ? tllm_error_detail() : tllm_status_message(s);
 }

@@ -243,3 +243,90 @@ int32_t tllm_sample_topk_guess(tllm_sampler *s, tllm_topk *t, int32_t g) {
     const int32_t last = topk_nucleus(s, t, &cum);
     return accept_or_resample(s, t->value, t->id, last + 1, 0, g, cum);
 }
+
+/* ---- a draft model's guesses ----------------------------------------- */
+static int32_t dist_id(const tllm_dist *d, int32_t j) { return d->ids ? d->ids[j] : j; }
+static float dist_prob(const tllm_dist *d, int32_t j) { return d->by_id ? d->p[dist_id(d, j)] : d->p[j]; }
+
+void tllm_dist_full(const tllm_sampler *s, float *logits, int32_t n, uint16_t *idx, tllm_dist *d) {
+    for (int32_t i = 0; i < n; i++) logits[i] = logits[i] / s->temperature; /* tllm_sample's arithmetic */
+    tllm_softmax(logits, n);
+    d->p = logits;
+    d->by_id = 1;
+    if (s->top_p < 1.0f) {
+        d->n = nucleus(logits, n, s->top_p, idx, &d->total) + 1;
+        d->ids = idx;
+    } else {
+        d->n = n;
+        d->ids = 0;
+        d->total = 1.0f;
+    }
+}
+
+void tllm_dist_topk(const tllm_sampler *s, tllm_topk *t, tllm_dist *d) {
+    d->n = topk_nucleus(s, t, &d->total) + 1;
+    d->p = t->value;
+    d->ids = t->id;
+    d->by_id = 0;
+}
+
+/* coin * total (exactly the coin where total is 1: multinomial's draw), then
+ * the first running sum above it: top_p / multinomial / tllm_sample_topk's. */
+int32_t tllm_dist_draw(tllm_sampler *s, const tllm_dist *d) {
+    const float r = rng_f32(s) * d->total;
+    float cdf = 0.0f;
+    for (int32_t j = 0; j < d->n; j++) {
+        cdf = cdf + dist_prob(d, j);
+        if (r < cdf) return dist_id(d, j);
+    }
+    return dist_id(d, d->n - 1);
+}
+
+float tllm_dist_at(const tllm_dist *d, int32_t id) {
+    if (!d->ids) return id >= 0 && id < d->n ? d->p[id] : 0.0f;
+    if (d->by_id) { /* a full sampler's nucleus: the ids sorting up to its last one, (prob desc, id asc) */
+        const uint16_t b = d->ids[d->n - 1];
+        return d->p[id] > d->p[b] || (d->p[id] == d->p[b] && id <= b) ? d->p[id] : 0.0f;
+    }
+    for (int32_t j = 0; j < d->n; j++) /* a top-K set: at most K entries */
+        if (d->ids[j] == id) return d->p[j];
+    return 0.0f;
+}
+
+/* u * (q_g * S) < p(g) * q_total: Sampler.sample_guess's test, in its float32 order. */
+static int kept(tllm_sampler *s, const tllm_dist *p, int32_t g, float q_g, float q_total) {
+    return rng_f32(s) * (q_g * p->total) < tllm_dist_at(p, g) * q_total;
+}
+
+int tllm_guess_kept(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx, int32_t g, float q_g, float q_total,
+                    tllm_dist *p) {
+    tllm_dist_full(s, logits, n, idx, p);
+    return kept(s, p, g, q_g, q_total);
+}
+
+int tllm_topk_guess_kept(tllm_sampler *s, tllm_topk *t, int32_t g, float q_g, float q_total, tllm_dist *p) {
+    tllm_dist_topk(s, t, p);
+    return kept(s, p, g, q_g, q_total);
+}
+
+/* Candidate j's residual weight: max(0, p * Sq - q * S), each product rounded to float32 (no fused multiply-add). */
+static float residual_weight(const tllm_dist *p, int32_t j, const tllm_dist *q) {
+    const float w = dist_prob(p, j) * q->total - tllm_dist_at(q, dist_id(p, j)) * p->total;
+    return w > 0.0f ? w : 0.0f;
+}
+
+int32_t tllm_guess_residual(tllm_sampler *s, const tllm_dist *p, int32_t g, const tllm_dist *q) {
+    float rest = 0.0f;
+    for (int32_t j = 0; j < p->n; j++)
+        if (dist_id(p, j) != g) rest = rest + residual_weight(p, j, q);
+    const float r = rng_f32(s) * rest;
+    float cdf = 0.0f;
+    int32_t fallback = g; /* kept only when g is the sole candidate */
+    for (int32_t j = 0; j < p->n; j++) {
+        if (dist_id(p, j) == g) continue;
+        cdf = cdf + residual_weight(p, j, q);
+        fallback = dist_id(p, j);
+        if (r < cdf) return fallback;
+    }
+    return fallback;
+}

@@ -57,4 +57,49 @@ int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t);
  * temperature 0: the set's first entry; g < 0: tllm_sample_topk. */
 int32_t tllm_sample_topk_guess(tllm_sampler *s, tllm_topk *t, int32_t g);
 
+/* ---- a draft model's guesses (codegen/reference/sampler.py Sampler.distribution, sample_guess) ----
+ * A sampled request drafts with the request's own sampler on the draft's
+ * output, so the acceptance rule needs the draft's distribution q as well
+ * as the target's p.  Both are a tllm_dist: the candidates a sampled
+ * request draws from, in their order, and their mass as the coin is scaled. */
+typedef struct {
+    const float *p;      /* the probabilities: by token id (a full sampler's vector), or in the candidates' order */
+    const uint16_t *ids; /* the candidates in order; NULL: every id 0 .. n - 1 (a full sampler at top_p = 1) */
+    int32_t n;           /* how many */
+    int32_t by_id;       /* p is indexed by token id */
+    float total;         /* their float32 sum as the draw scales its coin (1 where the softmax is all candidates) */
+} tllm_dist;
+
+/* The distribution a sampled request (temperature > 0) draws from, no coin:
+ * full-sampler logits (n floats, overwritten by the probabilities; idx [n]
+ * scratch, the nucleus's ids when top_p < 1), or a top-K set (its values
+ * overwritten).  d points into those buffers. */
+void tllm_dist_full(const tllm_sampler *s, float *logits, int32_t n, uint16_t *idx, tllm_dist *d);
+void tllm_dist_topk(const tllm_sampler *s, tllm_topk *t, tllm_dist *d);
+
+/* One coin from d, the token tllm_sample / tllm_sample_topk draws from the
+ * same logits, bit for bit. */
+int32_t tllm_dist_draw(tllm_sampler *s, const tllm_dist *d);
+
+/* d's probability of token id: 0 outside its candidates. */
+float tllm_dist_at(const tllm_dist *d, int32_t id);
+
+/* The first half of a guessed position under a draft model's q: the guess g
+ * is kept when u * (q_g * S) < p(g) * q_total (one coin u; p the
+ * distribution of the target's logits as tllm_dist_full makes it, S its
+ * total).  Returns 1 when kept; 0 when not, with *p describing the target's
+ * candidates for the residual draw.  The caller only then needs the draft's
+ * whole q (the engine computes it again: tllm_model_draft_q). */
+int tllm_guess_kept(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx, int32_t g, float q_g, float q_total,
+                    tllm_dist *p);
+
+/* The same within the target's top-K set t (tllm_dist_topk). */
+int tllm_topk_guess_kept(tllm_sampler *s, tllm_topk *t, int32_t g, float q_g, float q_total, tllm_dist *p);
+
+/* The second half after a rejection: a second coin draws from p's
+ * candidates without g, weighted max(0, p * q->total - q * p->total) (the
+ * normalised max(0, p - q)), in order (the last of them when rounding leaves
+ * the coin above every running sum). */
+int32_t tllm_guess_residual(tllm_sampler *s, const tllm_dist *p, int32_t g, const tllm_dist *q);
+
 #endif

@@ -29,6 +29,11 @@ against the target's (what a pass costs in draft weights).
     python scripts/measure_draft.py [--work DIR] [--prompts 12] [--max-new-tokens 100] [--steps 300]
         [--firmware qemu-mps2-an500] [--json out.json]
 
+With --firmware-only and --temperature T (--top-p P, --seed S: every prompt's seed), the firmware rows are
+sampled requests: each prompt's tokens and passes checked against the sampled reference drafting with the
+same draft, and the share of passes that rejected a guess reported (a full-sampler draft steps once more in
+each of them to compute the rejected guess's q again).
+
 About 10 minutes on a 2-core machine (the distillation's 4 of them)."""
 from __future__ import annotations
 
@@ -79,7 +84,8 @@ def prompts_of(valid: Path, n: int, tok) -> list[list[int]]:
     return [tok.encode(". ".join(s.split(". ")[:2]) + ".") for s in stories]
 
 
-def measure_firmware(work: Path, draft: Path, prompts: list, max_new: int, board: str, want: dict) -> dict:
+def measure_firmware(work: Path, draft: Path, prompts: list, max_new: int, board: str, want: dict,
+                     sampling: SamplingOptions = SamplingOptions()) -> dict:
     """The distilled draft built into firmware for each k: its tokens per pass on `board` (tokens checked
     against plain decoding's, passes against the reference's: want[k] per prompt) and what it costs."""
     rows = {}
@@ -88,34 +94,39 @@ def measure_firmware(work: Path, draft: Path, prompts: list, max_new: int, board
         compiled = compile_draft_path(STORY, CompileOptions(board=board, max_seq=SEQ, speculate=f"draft:{draft}:{k}"))
         write_tree(compiled.tree, out)
         build(out)
-        runs = [run_firmware(out, p, max_new, SamplingOptions(), timeout_s=3600).output for p in prompts]
+        runs = [run_firmware(out, p, max_new, sampling, timeout_s=3600).output for p in prompts]
         for r, (ids, passes) in zip(runs, want[k]):
             assert (r.generated_ids, r.pass_tokens) == (ids, passes), k  # the reference's, to the pass
         tokens, passes = sum(len(r.generated_ids) for r in runs), sum(len(r.pass_tokens) for r in runs)
         d = compiled.draft
         rows[f"firmware:{k}"] = {"tokens_per_pass": tokens / passes, "tokens": tokens, "passes": passes,
                                  "draft_ram_bytes": d["ram_bytes"], "draft_weights_bytes": d["weights_bytes"],
-                                 "target_ram_bytes": compiled.plan.total_bytes, "board": board}
+                                 "target_ram_bytes": compiled.plan.total_bytes, "board": board,
+                                 "rejecting_passes": sum(t < n for r in runs  # a run's last pass may stop early
+                                                         for t, n in zip(r.pass_tokens[:-1], r.pass_positions))}
     return rows
 
 
-def measure_firmware_only(work: Path, n_prompts: int, max_new: int, steps: int, board: str) -> dict:
+def measure_firmware_only(work: Path, n_prompts: int, max_new: int, steps: int, board: str,
+                          sampling: SamplingOptions = SamplingOptions()) -> dict:
     """--firmware-only: the distilled draft in firmware alone, each k's reference run with a fresh target
     executor and a fresh draft (measure()'s reference reuses them across drafts and k)."""
     draft = build_drafts(work, steps)["depth2-distilled"]
     m = load_model(STORY)
-    opts, greedy, eos = CompileOptions(), SamplingOptions(), m.graph.config.eos_ids
+    opts, eos = CompileOptions(), m.graph.config.eos_ids
     prompts = prompts_of(work / "corpus" / "valid.txt", n_prompts, m.tokenizer)
     want = {}
     for k in KS:
         ex = Executor(m.graph, QuantKernels(quantize(m, opts), SEQ))
-        plain = [generate_speculative(ex, p, max_new, SEQ, eos, greedy).generated_ids for p in prompts]
         d = load_draft(draft, m, STORY, opts, SEQ)
-        gens = [generate_speculative(ex, p, max_new, SEQ, eos, greedy, k=k, draft=d) for p in prompts]
-        assert [g.generated_ids for g in gens] == plain, k  # greedy speculation is plain decoding
+        gens = [generate_speculative(ex, p, max_new, SEQ, eos, sampling, k=k, draft=d) for p in prompts]
+        if sampling.temperature == 0:
+            plain = [generate_speculative(ex, p, max_new, SEQ, eos, sampling).generated_ids for p in prompts]
+            assert [g.generated_ids for g in gens] == plain, k  # greedy speculation is plain decoding
         want[k] = [(g.generated_ids, g.pass_tokens) for g in gens]
-    rows = measure_firmware(work, draft, prompts, max_new, board, want)
-    return {"prompts": len(prompts), "max_new_tokens": max_new, "distill_steps": steps, "rows": rows}
+    rows = measure_firmware(work, draft, prompts, max_new, board, want, sampling)
+    return {"prompts": len(prompts), "max_new_tokens": max_new, "distill_steps": steps, "rows": rows,
+            "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed}}
 
 
 def measure(work: Path, n_prompts: int, max_new: int, steps: int, firmware: str | None = None) -> dict:
@@ -158,18 +169,27 @@ def main() -> None:
     ap.add_argument("--firmware", default=None, metavar="BOARD",
                     help="also build the distilled draft into firmware for BOARD and run the prompts on it")
     ap.add_argument("--firmware-only", action="store_true", help="with --firmware: only the firmware rows")
+    ap.add_argument("--temperature", type=float, default=0.0, help="with --firmware-only: sampled requests")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
-    res = (measure_firmware_only(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware) if a.firmware_only
-           else measure(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware))
-    print(f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each, greedy, max_seq {SEQ}; "
-          "every row's tokens are plain decoding's")
+    sampling = SamplingOptions(a.temperature, a.top_p, a.seed)
+    if sampling.temperature and not a.firmware_only:
+        ap.error("--temperature needs --firmware BOARD --firmware-only (the reference rows are greedy)")
+    res = (measure_firmware_only(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware, sampling)
+           if a.firmware_only else measure(a.work, a.prompts, a.max_new_tokens, a.steps, a.firmware))
+    how = (f"sampled (temperature {a.temperature:g}, top-p {a.top_p:g}, seed {a.seed}); every row's tokens and "
+           "passes are the sampled reference's" if sampling.temperature else "greedy; every row's tokens are plain "
+           "decoding's")
+    print(f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each, max_seq {SEQ}, {how}")
     print(f"{'draft:k':<22} {'tokens/pass':>11} {'per-prompt':>10} {'kept':>6} {'draft steps/pass':>16} "
           f"{'draft params':>12}")
     for key, r in res["rows"].items():
         if key.startswith("firmware:"):
             print(f"{key:<22} {r['tokens_per_pass']:>11.3f}   on {r['board']}: draft RAM {r['draft_ram_bytes']:,} B, "
-                  f"weights {r['draft_weights_bytes']:,} B (target RAM {r['target_ram_bytes']:,} B)")
+                  f"weights {r['draft_weights_bytes']:,} B (target RAM {r['target_ram_bytes']:,} B), "
+                  f"{r['rejecting_passes']} of {r['passes']} passes rejected a guess")
             continue
         print(f"{key:<22} {r['tokens_per_pass']:>11.3f} {r['mean_of_prompts']:>10.3f} "
               f"{100 * r['accepted_of_guessed']:>5.1f}% {r['draft_steps_per_pass']:>16.2f} "

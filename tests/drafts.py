@@ -73,10 +73,11 @@ def target_and_student(root: Path) -> tuple[Path, Path]:
 
 
 def draft_reference(target: Path, draft: Path, ids: list[int], max_new: int, seq: int, k: int, kv_bits=8,
-                    context_policy: str | None = None):
-    """(the speculative reference drafting with `draft`, plain decoding) of a greedy generation, both
-    quantized as compile quantizes them by default (and kv_bits), with the rolling context
-    `context_policy` where given: what a `--speculate draft:` tree must give."""
+                    sampling=None, top_k: int = 0, context_policy: str | None = None):
+    """(the speculative reference drafting with `draft`, plain decoding) of a generation (greedy unless
+    `sampling`; top_k: a topk:K build's sampler), both quantized as compile quantizes them by default (and
+    kv_bits), with the rolling context `context_policy` where given: what a `--speculate draft:` tree must
+    give."""
     from tinyllm_gen.compile import CompileOptions, load_draft, quantize
     from tinyllm_gen.frontends import load_model
     from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
@@ -88,11 +89,12 @@ def draft_reference(target: Path, draft: Path, ids: list[int], max_new: int, seq
     ex = Executor(m.graph, QuantKernels(quantize(m, opts), seq))
     d = load_draft(draft, m, target, opts, seq)
     eos = m.graph.config.eos_ids
+    sampling = sampling or SamplingOptions()
     if context_policy is not None:
         from tinyllm_gen.context import context_roll
 
         roll = context_roll(context_policy, seq)
-        return (generate_speculative(ex, ids, max_new, seq, eos, SamplingOptions(), k=k, draft=d, roll=roll),
-                generate_speculative(ex, ids, max_new, seq, eos, SamplingOptions(), roll=roll))
-    return (generate_speculative(ex, ids, max_new, seq, eos, SamplingOptions(), k=k, draft=d),
-            generate(ex, ids, max_new, seq, eos, SamplingOptions()))
+        return (generate_speculative(ex, ids, max_new, seq, eos, sampling, top_k, k=k, draft=d, roll=roll),
+                generate_speculative(ex, ids, max_new, seq, eos, sampling, top_k, roll=roll))
+    return (generate_speculative(ex, ids, max_new, seq, eos, sampling, top_k, k=k, draft=d),
+            generate(ex, ids, max_new, seq, eos, sampling, top_k))

@@ -86,8 +86,9 @@ class DraftPart:
         d = self.record
         choice = d["choice"].replace(f"draft:{d['k']}", f"draft:{d['source']}:{d['k']}", 1)  # "draft:k (asked)" or why
         return dict(doc, draft="model", choice=choice, predicted=d["predicted"],
-                    why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} greedy "
-                        f"steps of it per pass, verified with the last accepted token as {d['k'] + 1} positions "
+                    why=f"Speculative decoding with the draft model {d['source']} ({d['dir']}/): {d['k']} steps "
+                        f"of it per pass (each guess drawn by the request's sampler), verified with the last "
+                        f"accepted token as {d['k'] + 1} positions "
                         "through every weight together (tllm_model_verify).")
 
     def weights_bin(self, target_blob: bytes) -> bytes:

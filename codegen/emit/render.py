@@ -27,7 +27,7 @@ from ..kernels.c_names import (DEFAULT_PREFIX, MODEL_SYMBOLS, arena_macro, arena
                                offset_macro, prefixed, region_macro, vector_macro)
 from ..kernels.c_text import block_comment
 from ..kernels.refs import GGUFRef, Q4Ref
-from ..lower.step import kv4_group_of
+from ..lower.step import GUESS_VALUES, kv4_group_of
 from ..lower.stream import BUFFERS, PINNED
 from ..plan.human import report_files
 from ..plan.memory import CANARY_BYTES
@@ -245,6 +245,7 @@ def _context(program: Program, tokenizer: Tokenizer, board: Board, options: Mapp
         "kv4_hadamard": any(isinstance(c.args, Attention) and c.args.rotate for c in program.calls),  # the shift undoes it
         "kv4_group": kv4_group_of(c, program.kv_bits), "greedy": program.greedy,
         "top_k": program.top_k, "prefill_batch": program.prefill_batch,
+        "guess_sets": any(b.name == GUESS_VALUES for b in buffers),
         "speculate_k": program.speculate.k if program.speculate is not None else 0,
         "prefill_why": program.prefill.why if program.prefill is not None else "Token by token.",
         **_weights_context(program), **_vocab_context(program, tokenizer),
@@ -331,8 +332,11 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         files.update(draft.tree_files(ctx["weights_external"]))
         names = {s: prefixed(s, DRAFT_PREFIX) for s in ("tllm_model", "tllm_model_step", "tllm_model_greedy_token",
                                                            "tllm_model_tokens", "tllm_weights_check",
-                                                           "tllm_model_canary_arm", "tllm_model_canary_ok")}
-        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names)
+                                                           "tllm_model_canary_arm", "tllm_model_canary_ok",
+                                                           "tllm_model_topk", "tllm_model_sample_idx",
+                                                           "tllm_model_guess_values", "tllm_model_guess_ids")}
+        guess_sets = any(b.name == GUESS_VALUES for b in draft.plan.buffers)
+        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names, draft_guess_sets=guess_sets)
     files["board/board_config.h"] = render("board_config.h.j2")
     # OUT/renode/ for STM32H750 boards: the chip's memories whole (a draft's target plans a board less the
     # draft's arenas, and Renode's memories must be the chip's, in whole pages)

@@ -85,7 +85,7 @@ MODEL_SYMBOLS = ("tllm_model", "tllm_model_step", "tllm_model_prefill", "tllm_mo
                  "tllm_model_sample_idx", "tllm_model_request_buffer", "tllm_model_request_capacity",
                  "tllm_model_canary_arm", "tllm_model_canary_ok", "tllm_model_region_canary_ok",
                  "tllm_model_stack_bytes", "tllm_weights_check", "tllm_weights_base", "tllm_weights_blob",
-                 "tllm_vocab_bytes")
+                 "tllm_vocab_bytes", "tllm_model_guess_values", "tllm_model_guess_ids")
 
 
 def check_symbol_prefix(prefix: str) -> None:

@@ -20,7 +20,11 @@ The kernel conventions lowering follows:
   greedy build runs the classifier in chunks into a "logits" buffer of one
   chunk and keeps the running argmax; a "topk:K" build keeps "topk.value"
   [K] float and "topk.id" [K] uint16 (kind "topk") and has no "sample_idx";
-* a request arriving over the UART lands in "request" before the first step.
+* a request arriving over the UART lands in "request" before the first step;
+* a top-K draft model (`draft_guesses` > 0, compile_draft.py) keeps each
+  guess's q, its set's K candidates: "guess_q.value" [guesses x K] float and
+  "guess_q.id" [guesses x K] uint16 for the whole generation (the engine
+  reads them at the target's verification, after the draft's steps).
 
 Weights are named, not read: shapes come from the values a node maps
 between, so a graph built from a config alone (no weights) lowers too."""
@@ -48,6 +52,7 @@ from .fusion import fused_gate_up, fused_norm_outputs
 from .records import BufferDecl, KernelCall, LoweredStep, StepSource
 
 REQUEST_BYTES_PER_TOKEN = 2  # a uint16 prompt id (tllm_request.h)
+GUESS_VALUES, GUESS_IDS = "guess_q.value", "guess_q.id"  # a top-K draft model's q per guess
 
 
 def logits_rows(c: ModelConfig, sampler: str) -> int:
@@ -57,21 +62,23 @@ def logits_rows(c: ModelConfig, sampler: str) -> int:
     return chunk_rows_for(c.vocab_size) if chunked else c.vocab_size
 
 
-def lower_step(src: StepSource, sampler: str = "full") -> LoweredStep:
-    """StepSource -> LoweredStep (see the module docstring)."""
+def lower_step(src: StepSource, sampler: str = "full", draft_guesses: int = 0) -> LoweredStep:
+    """StepSource -> LoweredStep (see the module docstring).  draft_guesses: the guesses per pass a
+    top-K draft model keeps its q for (0: none, and always for other samplers)."""
     top_k = top_k_of(sampler)
     if top_k > src.config.vocab_size:
         raise UserError(f"--sampler {sampler}: K is larger than the vocabulary ({src.config.vocab_size} tokens); "
                         f"use topk:{src.config.vocab_size} or fewer")
-    return _Lowering(src, sampler).run()
+    return _Lowering(src, sampler, draft_guesses).run()
 
 
 class _Lowering:
     """The state of one lowering: the declared buffers, which buffer holds
     each graph value, which values already have their int8 copy."""
 
-    def __init__(self, src: StepSource, sampler: str):
+    def __init__(self, src: StepSource, sampler: str, draft_guesses: int = 0):
         self.src, self.g, self.c, self.sampler = src, src.graph, src.config, sampler
+        self.draft_guesses = draft_guesses
         self.m7 = src.kernels == "cortex-m7"
         self.per_channel = src.method == "per-channel"
         self.kept = src.kept_types  # weight name -> GGUF qtype: llama.cpp blocks kept (quant/gguf_keep.py)
@@ -157,6 +164,10 @@ class _Lowering:
         self.new("gen_state", "uint8_t", GEN_STATE_BYTES, "state", "always")
         if self.sampler == "full":  # the full sampler's top-p scratch
             self.new("sample_idx", "uint16_t", c.vocab_size, "sampler", "sampler")
+        if self.draft_guesses and top_k_of(self.sampler):  # a top-K draft's q per guess: its set's K entries
+            kept = self.draft_guesses * top_k_of(self.sampler)  # K <= the vocabulary (lower_step checks it)
+            self.new(GUESS_VALUES, "float", kept, "state", "always")
+            self.new(GUESS_IDS, "uint16_t", kept, "state", "always")
         self.new("request", "uint8_t", REQUEST_HEADER_BYTES, "request", "start", per_seq=REQUEST_BYTES_PER_TOKEN)
         assert 0 < head_start < len(self.calls), "the step has a body and a head (final norm, classifier)"
         return LoweredStep(c, tuple(self.calls), tuple(self.decls.values()), self.val(self.g.output),

@@ -211,16 +211,26 @@ class Sampler:
     def _accept_or_resample(self, probs: np.ndarray, ids: np.ndarray, guess: int, total: np.float32,
                             q: DraftDistribution | None) -> int:
         """probs[j] is candidate ids[j]'s probability (see sample_guess)."""
-        q_of, q_total = (None, F32(1.0)) if q is None else (q.dense, q.total)
+        q_g, q_total = (F32(1.0), F32(1.0)) if q is None else (q.dense[guess], q.total)
+        if self.guess_kept(probs, ids, guess, total, q_g, q_total):
+            return guess
+        return self.residual(probs, ids, guess, total, q)
+
+    def guess_kept(self, probs: np.ndarray, ids: np.ndarray, guess: int, total: np.float32, q_g: np.float32,
+                   q_total: np.float32) -> bool:
+        """tllm_guess_kept's test (one coin): u * (q(guess) * S) < p(guess) * Sq."""
         at = np.flatnonzero(ids == guess)
         pg = probs[at[0]] if at.size else F32(0.0)
-        qg = F32(1.0) if q_of is None else q_of[guess]
-        if self.rng.next_f32() * (qg * total) < pg * q_total:
-            return guess
+        return bool(self.rng.next_f32() * (F32(q_g) * total) < pg * F32(q_total))
+
+    def residual(self, probs: np.ndarray, ids: np.ndarray, guess: int, total: np.float32,
+                 q: DraftDistribution | None) -> int:
+        """tllm_guess_residual (a second coin): the candidates without the guess, weighted
+        max(0, p * Sq - q * S) (q None: the one-hot q, the weights p itself)."""
         keep = ids != guess
         rest_p, rest_ids = np.asarray(probs, F32)[keep], ids[keep]
-        if q_of is not None:  # with the one-hot q they are p * 1 - 0 * S = p exactly: nothing to compute
-            rest_p = np.maximum(rest_p * q_total - q_of[rest_ids] * total, F32(0.0))
+        if q is not None:  # with the one-hot q they are p * 1 - 0 * S = p exactly: nothing to compute
+            rest_p = np.maximum(rest_p * q.total - q.dense[rest_ids] * total, F32(0.0))
         cdf = np.cumsum(rest_p, dtype=F32)  # left to right in float32, as the C's running sums
         rest = cdf[-1] if cdf.size else F32(0.0)
         r = self.rng.next_f32() * rest

@@ -108,9 +108,10 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     if manifest.get("options", {}).get("sampler") == "greedy" and sampling.temperature > 0:
         raise UserError(f"{out} was compiled with --sampler greedy: run it with --temperature 0, or compile "
                         "with --sampler full to sample")
-    if "draft" in manifest and sampling.temperature > 0:  # the firmware refuses it too (TLLM_ERR_SAMPLING)
-        raise UserError(f"{out} drafts with a draft model (--speculate draft:...), which drafts greedy requests "
-                        "only: run it with --temperature 0, or compile with --speculate lookup to sample")
+    if "draft" in manifest and sampling.temperature > 0 and greedy_draft(out, manifest):
+        # the firmware refuses it too (TLLM_ERR_SAMPLING)
+        raise UserError(f"{out} drafts with a greedy-only draft model, which drafts greedy requests only: run it "
+                        "with --temperature 0, or compile it again (the draft gets the target's --sampler)")
     request = out / "build" / "request.bin"
     uart = transport == "uart" or serial_url is not None
     request.write_bytes(pack_request(prompt_ids, max_new_tokens, sampling, REQUEST_EXIT_AFTER if uart else 0))
@@ -142,3 +143,10 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
         what = parsed.error or EXIT_CODES.get(result.exit_code, "see the console output")
         raise UserError(f"firmware exited with status {result.exit_code}: {what}")
     return FirmwareRun(result, parsed)
+
+
+def greedy_draft(out: Path, manifest: dict) -> bool:
+    """Whether a `--speculate draft:` tree's draft model is a greedy-only build (trees compiled before the
+    draft got the target's sampler): it drafts greedy requests only."""
+    draft = read_json(Path(out) / str(manifest["draft"].get("dir", "draft")) / "manifest.json", "draft manifest")
+    return draft.get("options", {}).get("sampler") == "greedy"

@@ -7,7 +7,10 @@ and the WeAct H750 under Unicorn with the weights in external flash streamed
 by the MDMA, and the DK's tree under Renode's own board model.  A greedy
 generation's tokens are the speculative reference's with the same draft and
 plain decoding's, and every pass's token count is the reference's (QEMU
-also into the context's end)."""
+also into the context's end); a sampled one's (temperature, top-p, a seed)
+tokens and passes are the reference's too: its draft's q computed again
+after a rejection by a repeated draft step, also between two streams, or
+(a top-K tree) kept per guess."""
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from tinyllm_gen.compile import CompileOptions, write_tree
 from tinyllm_gen.compile_draft import compile_draft_path
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.run.check import check_tokens
 from tinyllm_gen.run.firmware import run_firmware
 
 pytestmark = pytest.mark.emu
@@ -39,7 +43,7 @@ def models(tmp_path_factory):
 def built(models, board: str, **opts) -> Path:
     need("arm-none-eabi-gcc")
     need("cmake")
-    out = models["root"] / (board + "-" + "-".join(f"{k}{v}" for k, v in opts.items()))
+    out = models["root"] / (board + "-" + "-".join(f"{k}{v}" for k, v in opts.items()).replace(":", "_"))  # make
     compiled = compile_draft_path(models["target"], CompileOptions(board=board, max_seq=SEQ,
                                                                    speculate=f"draft:{models['draft']}:{K}", **opts))
     write_tree(compiled.tree, out)
@@ -57,6 +61,19 @@ def check(models, out: Path, max_new: int, kv_bits: int = 8, emulator: str = "au
     assert got.canary_ok is True and got.canary_regions["draft"] is True  # its arenas are guarded too
 
 
+def check_sampled(models, out: Path, kv_bits: int = 8, top_k: int = 0) -> None:
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    sampling = SamplingOptions(1.1, 0.9, 5)
+    got = run_firmware(out, ids, 16, sampling, timeout_s=BACKSTOP_S).output
+    spec, _ = draft_reference(models["target"], models["draft"], ids, 16, SEQ, K, kv_bits, sampling=sampling,
+                              top_k=top_k)
+    assert got.generated_ids == spec.generated_ids and got.pass_tokens == spec.pass_tokens
+    assert spec.guessed > spec.accepted > 0  # kept and rejected guesses
+    # run --check's reference: both models rebuilt from the tree (the draft's blob after the target's, external)
+    tok = load_model(models["target"]).tokenizer
+    assert check_tokens(out, tok, ids, 16, sampling, got.generated_ids) is None
+
+
 QEMU_CASES = [dict(), dict(kv_bits=4, stream="all", stream_chunk=2048)]
 
 
@@ -66,6 +83,15 @@ def test_the_draft_tree_under_qemu(models, opts):
     out = built(models, "qemu-mps2-an500", **opts)
     for max_new in (20, 60):  # the token limit; the context's end (20 prompt tokens + 60 > 64)
         check(models, out, max_new, opts.get("kv_bits", 8))
+    check_sampled(models, out, opts.get("kv_bits", 8))
+
+
+def test_a_top_k_draft_tree_under_qemu_keeps_each_guess_q(models):
+    """topk:8: the draft keeps its q per guess (K candidates each) instead of stepping again."""
+    need("qemu-system-arm")
+    out = built(models, "qemu-mps2-an500", sampler="topk:8")
+    assert "tllm_draft_guess_values" in (out / "draft" / "tllm_draft_table.c").read_text()
+    check_sampled(models, out, top_k=8)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +109,10 @@ def h750_trees(models):
 @pytest.mark.parametrize("board", ["stm32h750b-dk", "weact-h750"])
 def test_the_draft_tree_on_the_h750_boards_under_unicorn_with_the_mdma_stream(models, h750_trees, board):
     pytest.importorskip("unicorn", reason="pip install unicorn (a test extra)")
-    check(models, h750_trees(board), 16)
+    out = h750_trees(board)
+    check(models, out, 16)
+    if board == "stm32h750b-dk":
+        check_sampled(models, out)
 
 
 def test_the_draft_tree_on_the_dk_under_renode(models, h750_trees):

@@ -1,11 +1,15 @@
 """The engine drafting with a draft model on a host build (tllm_config.draft,
 firmware/tllm_draft.h): a tiny target compiled with --speculate lookup:3 and
-its one-block student compiled greedy-only with --symbol-prefix tllm_draft_
-(tests/drafts.py) link into one program (tests/c/speculate/draft_engine.c).
-A greedy generation's tokens are plain decoding's and every pass's token
-count is the reference's with the same draft (reference/draft.py), also past
-the context's end; without the draft the same build drafts by prompt lookup,
-as its reference does; a sampled request and an unfit draft are refused."""
+its one-block student compiled with the target's sampler and --symbol-prefix
+tllm_draft_ (tests/drafts.py) link into one program
+(tests/c/speculate/draft_engine.c).  A greedy generation's tokens are plain
+decoding's and every pass's token count is the reference's with the same
+draft (reference/draft.py), also past the context's end; sampled
+generations (temperature, top-p, top-K, several seeds) are the reference's
+token for token and pass for pass, through accepted and rejected guesses;
+without the draft the same build drafts by prompt lookup, as its reference
+does; a sampled request to a greedy-only draft and a draft with another
+sampler are refused."""
 from __future__ import annotations
 
 import subprocess
@@ -19,7 +23,7 @@ from firmware_harness import need
 from tinyllm_gen.compile import CompileOptions, load_draft, quantize
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
-from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.reference.sampler import SamplingOptions, top_k_of
 from tinyllm_gen.reference.speculative import generate_speculative
 
 pytestmark = pytest.mark.host
@@ -28,8 +32,17 @@ pytest.importorskip("torch")
 DRIVER = Path(__file__).resolve().parents[1] / "c" / "speculate" / "draft_engine.c"
 PROMPT = "Once upon a time there was a little cat. The"
 SEQ, K = 64, 3
-TARGET = CompileOptions(board="host", sampler="full", max_seq=SEQ, prefill_batch=4, speculate=f"lookup:{K}")
-DRAFT = CompileOptions(board="host", sampler="greedy", max_seq=SEQ, symbol_prefix="tllm_draft_")
+
+
+def target_options(sampler: str) -> CompileOptions:
+    return CompileOptions(board="host", sampler=sampler, max_seq=SEQ, prefill_batch=4, speculate=f"lookup:{K}")
+
+
+def draft_options(sampler: str) -> CompileOptions:
+    return CompileOptions(board="host", sampler=sampler, max_seq=SEQ, symbol_prefix="tllm_draft_")
+
+
+TARGET, DRAFT = target_options("full"), draft_options("full")  # the draft samples as the target: compile_draft's
 
 
 def build(root: Path, target_opts: CompileOptions, draft_opts: CompileOptions, name: str, models) -> Path:
@@ -50,18 +63,20 @@ def models(tmp_path_factory):
     return m
 
 
-def run(exe: Path, ids: list[int], max_new: int, use_draft: bool, temperature: float = 0.0) -> dict:
-    r = subprocess.run([str(exe), str(max_new), "1" if use_draft else "0", repr(temperature), *map(str, ids)],
+def run(exe: Path, ids: list[int], max_new: int, use_draft: bool, sampling: SamplingOptions = SamplingOptions()) -> dict:
+    r = subprocess.run([str(exe), str(max_new), "1" if use_draft else "0", repr(sampling.temperature),
+                        repr(sampling.top_p), str(sampling.seed), *map(str, ids)],
                        check=True, capture_output=True, text=True, timeout=300)
     return {k.strip(): v.split() for k, v in (line.split(":", 1) for line in r.stdout.splitlines())}
 
 
-def reference(models, ids: list[int], max_new: int, use_draft: bool):
+def reference(models, ids: list[int], max_new: int, use_draft: bool, sampling: SamplingOptions = SamplingOptions(),
+              target: CompileOptions = TARGET):
     m = load_model(models["target"])
-    ex = Executor(m.graph, QuantKernels(quantize(m, TARGET), SEQ))
-    draft = load_draft(models["draft"], m, models["target"], DRAFT, SEQ) if use_draft else None
-    return generate_speculative(ex, ids, max_new, SEQ, m.graph.config.eos_ids, SamplingOptions(), k=K,
-                                draft=draft)
+    ex = Executor(m.graph, QuantKernels(quantize(m, target), SEQ))
+    draft = load_draft(models["draft"], m, models["target"], target, SEQ) if use_draft else None
+    return generate_speculative(ex, ids, max_new, SEQ, m.graph.config.eos_ids, sampling, top_k_of(target.sampler),
+                                k=K, draft=draft)
 
 
 @pytest.mark.parametrize("max_new", [20, 60])  # the token limit; the context's end (20 prompt tokens + 60 > 64)
@@ -79,15 +94,43 @@ def test_the_engine_drafts_with_the_draft_model_as_the_reference_does(models, ma
     assert [int(t) for t in got["tokens"]] == plain.generated_ids and got["tokens"]
 
 
-def test_a_sampled_request_with_a_draft_model_is_refused(models):
+# (sampler, temperature, top_p): the full sampler with and without a nucleus, top-K with and without one
+SAMPLED = [("full", 0.8, 1.0), ("full", 1.3, 0.9), ("topk:8", 1.0, 1.0), ("topk:8", 1.5, 0.85)]
+SEEDS = (1, 7, 12345)
+
+
+@pytest.fixture(scope="module")
+def topk_exe(models):
+    return build(models["root"], target_options("topk:8"), draft_options("topk:8"), "topk", models)
+
+
+@pytest.mark.parametrize("sampler,temperature,top_p", SAMPLED)
+def test_sampled_requests_draft_as_the_reference_does(models, topk_exe, sampler, temperature, top_p):
+    """Tokens and passes bit for bit, seed by seed: the draft's coins, its q at each guess, the acceptance test
+    and (after a rejection) the residual draw from the draft's q computed again."""
+    exe = models["exe"] if sampler == "full" else topk_exe
     ids = load_model(models["target"]).tokenizer.encode(PROMPT)
-    got = run(models["exe"], ids, 5, True, 0.8)
+    guessed = accepted = 0
+    for seed in SEEDS:
+        sampling = SamplingOptions(temperature, top_p, seed)
+        got, want = run(exe, ids, 24, True, sampling), reference(models, ids, 24, True, sampling,
+                                                                 target_options(sampler))
+        assert [int(t) for t in got["tokens"]] == want.generated_ids, seed
+        assert [int(p) for p in got["passes"]] == want.pass_tokens, seed
+        guessed, accepted = guessed + want.guessed, accepted + want.accepted
+    assert guessed > accepted > 0  # guesses were kept and rejected (the residual draw ran)
+
+
+def test_a_sampled_request_to_a_greedy_only_draft_is_refused(models):
+    exe = build(models["root"], TARGET, draft_options("greedy"), "greedy-draft", models)
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    got = run(exe, ids, 5, True, SamplingOptions(0.8, 1.0, 1))
     assert got["status"][0] == "-7" and "greedy requests only" in " ".join(got["status"])
-    assert "tokens" in run(models["exe"], ids, 5, False, 0.8)  # the lookup draft samples
+    assert "tokens" in run(exe, ids, 5, False, SamplingOptions(0.8, 1.0, 1))  # the lookup draft samples
+    assert [int(t) for t in run(exe, ids, 20, True)["tokens"]] == reference(models, ids, 20, True).generated_ids
 
 
-def test_an_unfit_draft_model_is_refused_at_init(models):
-    full_draft = CompileOptions(board="host", sampler="full", max_seq=SEQ, symbol_prefix="tllm_draft_")
-    exe = build(models["root"], TARGET, full_draft, "full-draft", models)
+def test_a_draft_with_another_sampler_is_refused_at_init(models):
+    exe = build(models["root"], TARGET, draft_options("topk:8"), "topk-draft", models)
     got = run(exe, [0, 5], 3, True)
-    assert got["status"][0] == "-1" and "greedy-only" in " ".join(got["status"])
+    assert got["status"][0] == "-1" and "the target's --sampler" in " ".join(got["status"])

@@ -2,15 +2,17 @@
 models (codegen/compile_draft.py, emit/draft_tree.py), and the tree's own
 build drafts with its draft model: on the host board a greedy generation's
 tokens are `reference --speculate draft:...`'s and plain decoding's, and
-every pass's token count is the reference's, also into the context's end.
-The tree is deterministic and keeps the draft in draft/; sampled requests
-are refused in one line by the firmware and by `run`; bad drafts (no such
+every pass's token count is the reference's, also into the context's end;
+sampled requests (temperature, top-p, a top-K tree; several seeds) give the
+reference's tokens and passes bit for bit.  The tree is deterministic and
+keeps the draft in draft/, compiled with the target's sampler; `run` refuses
+a sampled request to an older tree's greedy-only draft in one line; bad drafts (no such
 path, a shorter context, another vocabulary, a pruned vocabulary) and a
 draft over the RAM budget are refused in one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import json
-import subprocess
+import shutil
 
 import pytest
 
@@ -22,8 +24,8 @@ from tinyllm_gen.compile import CompileOptions, write_tree
 from tinyllm_gen.compile_draft import compile_draft_path
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.sampler import SamplingOptions
+from tinyllm_gen.reference.sampler import top_k_of
 from tinyllm_gen.run.firmware import run_firmware
-from tinyllm_gen.run.protocol import pack_request
 
 pytestmark = pytest.mark.host
 pytest.importorskip("torch")
@@ -43,14 +45,23 @@ def models(tmp_path_factory):
     return {"root": root, "target": target, "draft": draft}
 
 
-@pytest.fixture(scope="module")
-def tree(models):
+def built_tree(models, name: str, **extra):
     need("cmake")
     need("gcc")
-    out = models["root"] / "host-tree"
-    write_tree(compile_draft_path(models["target"], options(models)).tree, out)
+    out = models["root"] / name
+    write_tree(compile_draft_path(models["target"], options(models, **extra)).tree, out)
     build(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def tree(models):
+    return built_tree(models, "host-tree")
+
+
+@pytest.fixture(scope="module")
+def topk_tree(models):
+    return built_tree(models, "host-tree-topk", sampler="topk:8")
 
 
 @pytest.mark.parametrize("max_new", [20, 60])  # the token limit; the context's end (20 prompt tokens + 60 > 64)
@@ -84,16 +95,43 @@ def test_the_tree_is_deterministic_and_holds_the_draft_in_draft(models, tree):
         "manifest.json", "tllm_draft_table.c"}
 
 
-def test_a_sampled_request_is_refused_in_one_line(models, tree):
+# (sampler, temperature, top_p): the full sampler with and without a nucleus, top-K with and without one
+SAMPLED = [("full", 0.9, 1.0), ("full", 1.2, 0.9), ("topk:8", 1.0, 1.0), ("topk:8", 1.4, 0.8)]
+
+
+@pytest.mark.parametrize("sampler,temperature,top_p", SAMPLED)
+def test_sampled_requests_draft_as_the_reference_does(models, tree, topk_tree, sampler, temperature, top_p):
+    """Seed by seed, the tree's tokens and every pass's token count are the reference's: the draft's coins and
+    q, the acceptance test and the residual draw after a rejection, bit for bit."""
     ids = load_model(models["target"]).tokenizer.encode(PROMPT)
-    req = tree / "build" / "sampled.bin"
-    req.write_bytes(pack_request(ids, 5, SamplingOptions(0.8, 1.0, 1)))
-    r = subprocess.run([str(tree / "build" / "firmware"), str(req)], capture_output=True, timeout=BACKSTOP_S)
-    errors = [line for line in r.stdout.decode(errors="replace").splitlines() if line.startswith("@TLLM error")]
-    assert r.returncode != 0 and len(errors) == 1
-    assert errors[0].startswith("@TLLM error request: the draft model drafts greedy requests only")
-    code, out, err = cli(["run", str(tree), "--prompt", PROMPT, "--temperature", "0.8", "--max-new-tokens", "5"])
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "greedy requests only" in err
+    out = tree if sampler == "full" else topk_tree
+    guessed = accepted = 0
+    for seed in (3, 99, 2024):
+        sampling = SamplingOptions(temperature, top_p, seed)
+        got = run_firmware(out, ids, 16, sampling, timeout_s=BACKSTOP_S).output
+        spec, _ = draft_reference(models["target"], models["draft"], ids, 16, SEQ, K, sampling=sampling,
+                                  top_k=top_k_of(sampler))
+        assert got.generated_ids == spec.generated_ids and got.pass_tokens == spec.pass_tokens, seed
+        guessed, accepted = guessed + spec.guessed, accepted + spec.accepted
+    assert guessed > accepted > 0  # guesses kept and rejected
+    draft_manifest = json.loads((out / "draft" / "manifest.json").read_text())
+    assert draft_manifest["options"]["sampler"] == sampler  # the draft samples as the target
+    # a top-K draft keeps its q per guess (K candidates each, in its plan); a full one computes it again
+    kept = "tllm_draft_guess_values" in (out / "draft" / "tllm_draft_table.c").read_text()
+    assert kept == (sampler != "full")
+    report = (out / "draft" / "memory_report.txt").read_text()
+    assert (f"guess_q.value (float[{K * top_k_of(sampler)}]" in report) == kept  # counted by its plan
+
+
+def test_run_refuses_a_sampled_request_to_a_greedy_only_draft(models, tree):
+    """A tree compiled before the draft got the target's sampler (its draft greedy-only): refused in one line."""
+    old = models["root"] / "old-tree"
+    shutil.copytree(tree, old)
+    manifest = json.loads((old / "draft" / "manifest.json").read_text())
+    manifest["options"]["sampler"] = "greedy"
+    (old / "draft" / "manifest.json").write_text(json.dumps(manifest))
+    code, out, err = cli(["run", str(old), "--prompt", PROMPT, "--temperature", "0.8", "--max-new-tokens", "5"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "greedy requests only" in err, err
 
 
 def cli(argv: list[str]) -> tuple[int, str, str]:
@@ -215,3 +253,21 @@ def test_a_rolling_draft_tree_shifts_the_drafts_cache_as_the_reference(models, p
     assert got.generated_ids == spec.generated_ids == plain.generated_ids
     assert len(got.generated_ids) == max_new and got.shifts >= 2  # the generation ran through several shifts
     assert got.pass_tokens == spec.pass_tokens and max(got.pass_tokens) == K + 1
+
+
+def test_a_draft_that_does_not_fit_alone_is_refused_as_the_drafts(models):
+    """The draft is planned first, in the whole budget: its own refusal says it is the draft's and, with the
+    full sampler, what the vocabulary-sized buffers take and the top-K alternative."""
+    code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "4K", "--stream", "off",
+                        "--speculate", f"draft:{models['draft']}:{K}"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the draft model: memory plan needs" in err and "--sampler topk:K" in err
+
+
+def test_run_check_compares_a_sampled_request_with_the_reference_drafting_with_the_trees_draft(models, tree):
+    """run --check rebuilds the draft from OUT/draft/ as the target from OUT: a sampled request's tokens are
+    those of the reference drafting with it (the lookup reference's differ)."""
+    args = ["run", str(tree), "--prompt", PROMPT, "--temperature", "1.2", "--top-p", "0.9", "--seed", "3",
+            "--max-new-tokens", "16", "--check"]
+    code, out, err = cli(args)
+    assert code == 0 and "differs" not in out + err, out + err

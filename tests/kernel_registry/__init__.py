@@ -36,13 +36,14 @@ then expect it to fail, strictly, so it stays visible until fixed.
 """
 from __future__ import annotations
 
-from . import (entries_cmsis_sampler, entries_context, entries_gguf, entries_gguf_m7, entries_kernels, entries_m7,
-               entries_math, entries_topk, entries_verify)
+from . import (entries_cmsis_sampler, entries_context, entries_draft, entries_gguf, entries_gguf_m7, entries_kernels,
+               entries_m7, entries_math, entries_topk, entries_verify)
 from .spec import Case, Kernel
 
 REGISTRY: tuple[Kernel, ...] = (entries_kernels.ENTRIES + entries_m7.ENTRIES + entries_gguf.ENTRIES
                                 + entries_gguf_m7.ENTRIES + entries_cmsis_sampler.ENTRIES + entries_math.ENTRIES
-                                + entries_topk.ENTRIES + entries_verify.ENTRIES + entries_context.ENTRIES)
+                                + entries_topk.ENTRIES + entries_verify.ENTRIES + entries_draft.ENTRIES
+                                + entries_context.ENTRIES)
 BY_NAME = {k.name: k for k in REGISTRY}
 assert len(BY_NAME) == len(REGISTRY), "a kernel is registered twice"
 

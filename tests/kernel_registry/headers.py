@@ -38,6 +38,14 @@ EXCLUDED: dict[str, str] = {
                         "compared token by token and pass by pass in tests/host/test_draft_engine_host.py",
     "tllm_draft_model_problem": "reads the target's and the draft's info tables, no arithmetic: "
                                 "tests/host/test_draft_engine_host.py has a draft refused by it",
+    "tllm_draft_model_samples": "reads the target's and the draft's info tables, no arithmetic: "
+                                "tests/host/test_draft_engine_host.py has a greedy-only draft refused by it",
+    "tllm_draft_model_token": "calls the draft's table (its argmax, top-K set, sampler scratch), then tllm_dist_full "
+                              "/ tllm_dist_topk / tllm_dist_draw / tllm_dist_at, which are registered "
+                              "(entries_draft.py); compared pass by pass in tests/host/test_draft_engine_host.py",
+    "tllm_model_draft_q": "steps the draft model through its table's function pointers, then tllm_dist_full / "
+                          "tllm_dist_topk (registered, entries_draft.py); its result decides every residual draw "
+                          "of tests/host/test_draft_engine_host.py's sampled cases",
     "tllm_draft_model_arm": "calls the draft's guard-word function through its table, no arithmetic: "
                             "tests/host/test_speculate_draft_tree_host.py fails (canary broken) without it",
     "tllm_draft_model_intact": "calls the draft's guard-word check through its table, no arithmetic: its result "

@@ -1,7 +1,7 @@
 /* The engine drafting with a draft model (tests/host/test_draft_engine_host.py):
- * the target (default symbols, compiled with --speculate) and a greedy-only
- * draft compiled with --symbol-prefix tllm_draft_, linked together.
- *   draft_engine MAX_NEW USE_DRAFT TEMPERATURE ID...
+ * the target (default symbols, compiled with --speculate) and a draft
+ * compiled with --symbol-prefix tllm_draft_, linked together.
+ *   draft_engine MAX_NEW USE_DRAFT TEMPERATURE TOP_P SEED ID...
  * runs one generation through tllm_api.h (with the draft when USE_DRAFT is 1,
  * the prompt lookup otherwise) and prints the generated ids, then each pass's
  * token count; or the refusal's status and detail. */
@@ -18,9 +18,17 @@ uint16_t *tllm_draft_tokens(void);
 int tllm_draft_weights_check(const char **why);
 void tllm_draft_canary_arm(void);
 int tllm_draft_canary_ok(void);
+tllm_topk *tllm_draft_topk(void);
+uint16_t *tllm_draft_sample_idx(void);
+/* A top-K draft compiled with room for its q per guess defines these (CompileOptions.draft_guesses); weak:
+ * NULL otherwise, and the engine computes a rejected guess's q again. */
+__attribute__((weak)) float *tllm_draft_guess_values(void);
+__attribute__((weak)) uint16_t *tllm_draft_guess_ids(void);
 
 static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens,
-                                       tllm_draft_weights_check, tllm_draft_canary_arm, tllm_draft_canary_ok};
+                                       tllm_draft_weights_check, tllm_draft_canary_arm, tllm_draft_canary_ok,
+                                       tllm_draft_topk, tllm_draft_sample_idx, tllm_draft_guess_values,
+                                       tllm_draft_guess_ids};
 
 enum { MAX_TOKENS = 512 };
 static uint32_t pass_tokens[MAX_TOKENS], n_passes;
@@ -33,10 +41,10 @@ static int on_token(const tllm_token *t, void *user) {
 }
 
 int main(int argc, char **argv) {
-    enum { FIRST_ID = 4 };
+    enum { FIRST_ID = 6 };
     static uint16_t ids[MAX_TOKENS];
     if (argc <= FIRST_ID || argc - FIRST_ID > MAX_TOKENS) {
-        fprintf(stderr, "usage: %s MAX_NEW USE_DRAFT TEMPERATURE ID...\n", argv[0]);
+        fprintf(stderr, "usage: %s MAX_NEW USE_DRAFT TEMPERATURE TOP_P SEED ID...\n", argv[0]);
         return 2;
     }
     tllm_config config = {0, atoi(argv[2]) ? &DRAFT : 0};
@@ -51,8 +59,8 @@ int main(int argc, char **argv) {
     rq.prompt_ids = ids;
     rq.max_new_tokens = (uint32_t)atoi(argv[1]);
     rq.temperature = (float)atof(argv[3]);
-    rq.top_p = 1.0f;
-    rq.seed = 1;
+    rq.top_p = (float)atof(argv[4]);
+    rq.seed = strtoull(argv[5], 0, 10);
     tllm_result result;
     s = tllm_generate(&rq, on_token, 0, &result);
     if (s != TLLM_OK) {

@@ -157,7 +157,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
         try:
             return fit_step(d_base, d_src, req)
         except UserError as e:
-            raise draft_refusal(e, draft, d_opts, what) from None
+            raise draft_refusal(e, draft, d_opts, seq, what) from None
 
     t_src = plan_source(target, opts, opts.quant, board)
     t_base = lower_step(t_src, opts.sampler)
@@ -249,7 +249,7 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     try:
         d = prepare(draft, d_opts)
     except UserError as e:
-        raise draft_refusal(e, draft, d_opts, what) from None
+        raise draft_refusal(e, draft, d_opts, seq, what) from None
     d_ram = on_chip_arena_bytes(d.fitted.plan)
     t_opts = dataclasses.replace(opts, speculate=f"lookup:{k}" if k else "lookup", max_seq=seq)
     try:
@@ -289,10 +289,10 @@ def decided(pair: PairFit, target: Fitted, board: Board, asked: bool) -> dict:
     return out
 
 
-def draft_refusal(err: UserError, draft: ImportedModel, d_opts: CompileOptions, what: str) -> UserError:
+def draft_refusal(err: UserError, draft: ImportedModel, d_opts: CompileOptions, seq: int, what: str) -> UserError:
     """The draft's own refusal (it is planned first, in the whole budget), saying it is the draft's; with the
     full sampler, what its vocabulary-sized buffers take and the top-K alternative."""
-    why = f"{what}: the draft model: {err}"
+    why = f"{what}: the draft model alone does not fit at {seq} tokens: {err}"
     if d_opts.sampler == "full":
         vocab = draft.graph.config.vocab_size
         why += (f" (its --sampler full plans {vocab * 6:,} B for its {vocab:,}-token logits and sampler scratch; "

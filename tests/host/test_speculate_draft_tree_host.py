@@ -261,7 +261,7 @@ def test_a_draft_that_does_not_fit_alone_is_refused_as_the_drafts(models):
     code, _, err = cli(["plan", str(models["target"]), "--max-seq", str(SEQ), "--ram-budget", "4K", "--stream", "off",
                         "--speculate", f"draft:{models['draft']}:{K}"])
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "the draft model: memory plan needs" in err and "--sampler topk:K" in err
+    assert f"the draft model alone does not fit at {SEQ} tokens: memory plan needs" in err and "--sampler topk:K" in err
 
 
 def test_run_check_compares_a_sampled_request_with_the_reference_drafting_with_the_trees_draft(models, tree):

@@ -50,8 +50,11 @@ from ..lower.records import LoweredStep
 # shifts: built 78-102 B over the estimate without it); +640 B each with the draft-model engine
 # (tllm_config.draft: tllm_model_draft and tllm_init's checks of the draft; built up to 502 B over the
 # estimate without it); +128 B each with a draft tree's runtime side (the draft's blob check in tllm_init,
-# tllm_model_draft's stream waits, the console's refusal detail: built 74 B over the estimate without it)
-RUNTIME_BYTES = {"cortex-m7": 18_944 + 640 + 128, "portable": 19_584 + 640 + 128}
+# tllm_model_draft's stream waits, the console's refusal detail: built 74 B over the estimate without it);
+# +2,368 B each with sampled requests drafted by a draft model (the draft's distribution, draw and kept q,
+# the generalised acceptance and residual draw in tllm_sampler.c, the engine's drafted_token, the draft
+# cache's shift under a rolling context: built 518-2,314 B over the estimate without it)
+RUNTIME_BYTES = {"cortex-m7": 18_944 + 640 + 128 + 2_368, "portable": 19_584 + 640 + 128 + 2_368}
 # loop: LAYERS[l], KV[l], the matrix descriptors (measured 120-170 B from dim 64 to SmolLM2's 576)
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 176, "portable": 288},
                    "unrolled": {"cortex-m7": 384, "portable": 448}}

@@ -134,3 +134,27 @@ def test_a_draft_with_another_sampler_is_refused_at_init(models):
     exe = build(models["root"], TARGET, draft_options("topk:8"), "topk-draft", models)
     got = run(exe, [0, 5], 3, True)
     assert got["status"][0] == "-1" and "the target's --sampler" in " ".join(got["status"])
+
+
+def test_a_rolling_context_shifts_the_drafts_cache_and_counts_its_steps_as_the_reference(models):
+    """--context-policy roll on both models: at every context shift the engine moves the draft's cache
+    with the target's (tllm_draft_model_shift, DraftModel.shift), so through several shifts the tokens,
+    every pass's token count and the draft's steps (counted through its table) are the reference's; a
+    draft left to step again from the sinks after each shift takes about a context's worth more."""
+    import dataclasses
+
+    from tinyllm_gen.context import context_roll
+
+    target, draft = (dataclasses.replace(o, context_policy="roll") for o in (TARGET, DRAFT))
+    exe = build(models["root"], target, draft, "roll", models)
+    m = load_model(models["target"])
+    ids, max_new = m.tokenizer.encode(PROMPT), 3 * SEQ
+    ex = Executor(m.graph, QuantKernels(quantize(m, target), SEQ))
+    d = load_draft(models["draft"], m, models["target"], target, SEQ)
+    want = generate_speculative(ex, ids, max_new, SEQ, m.graph.config.eos_ids, SamplingOptions(), 0, k=K, draft=d,
+                                roll=context_roll("roll", SEQ))
+    got = run(exe, ids, max_new, True)
+    assert want.shifts >= 2 and len(want.generated_ids) == max_new  # several shifts, no EOS before them
+    assert [int(t) for t in got["tokens"]] == want.generated_ids
+    assert [int(p) for p in got["passes"]] == want.pass_tokens
+    assert int(got["draft_steps"][0]) == want.draft_steps

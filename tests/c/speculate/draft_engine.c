@@ -4,7 +4,8 @@
  *   draft_engine MAX_NEW USE_DRAFT TEMPERATURE TOP_P SEED ID...
  * runs one generation through tllm_api.h (with the draft when USE_DRAFT is 1,
  * the prompt lookup otherwise) and prints the generated ids, then each pass's
- * token count; or the refusal's status and detail. */
+ * token count, then the draft's steps (its step function counted through the
+ * table); or the refusal's status and detail. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,7 +26,14 @@ uint16_t *tllm_draft_sample_idx(void);
 __attribute__((weak)) float *tllm_draft_guess_values(void);
 __attribute__((weak)) uint16_t *tllm_draft_guess_ids(void);
 
-static const tllm_draft_model DRAFT = {&tllm_draft, tllm_draft_step, tllm_draft_greedy_token, tllm_draft_tokens,
+static uint32_t draft_steps; /* every step the engine asks of the draft: its catch-up, its guesses, any re-step */
+
+static float *counted_step(int32_t token, int32_t pos, int need_logits) {
+    draft_steps++;
+    return tllm_draft_step(token, pos, need_logits);
+}
+
+static const tllm_draft_model DRAFT = {&tllm_draft, counted_step, tllm_draft_greedy_token, tllm_draft_tokens,
                                        tllm_draft_weights_check, tllm_draft_canary_arm, tllm_draft_canary_ok,
                                        tllm_draft_topk, tllm_draft_sample_idx, tllm_draft_guess_values,
                                        tllm_draft_guess_ids};
@@ -69,6 +77,6 @@ int main(int argc, char **argv) {
     }
     printf("\npasses:");
     for (uint32_t i = 0; i < n_passes; i++) printf(" %u", (unsigned)pass_tokens[i]);
-    printf("\n");
+    printf("\ndraft_steps: %u\n", (unsigned)draft_steps);
     return 0;
 }

@@ -3,7 +3,7 @@
 makes the target's library with the draft's library and table linked in
 (through tinyllm_add_model's own draft handling, which the tree's own
 CMakeLists also uses: tests/host/test_speculate_draft_tree_host.py); a main
-of the user's own (tests/c/speculate/cmake_draft.c) hands the table to
+of the user's own (tests/c/api_generate.c with API_GENERATE_DRAFT) hands the table to
 tllm_init and decodes plain decoding's tokens in the reference's passes."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.host
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVER = REPO / "tests" / "c" / "speculate" / "cmake_draft.c"
+DRIVER = REPO / "tests" / "c" / "api_generate.c"  # built with API_GENERATE_DRAFT: the draft table to tllm_init
 PROMPT = "Once upon a time there was a little cat. The"
 SEQ, K, MAX_NEW = 64, 3, 30
 
@@ -37,6 +37,7 @@ def user_project(root: Path, target: Path, draft: Path) -> Path:
         f'tinyllm_generate_model(TARGET generated MODEL "{target}" BOARD host\n'
         f'                       OPTIONS --max-seq {SEQ} --speculate "draft:{draft}:{K}")\n'
         f'add_executable(app "{DRIVER}")\n'
+        "target_compile_definitions(app PRIVATE API_GENERATE_DRAFT=1)\n"
         "target_link_libraries(app PRIVATE generated m)\n")
     return proj
 
@@ -61,8 +62,8 @@ def test_tinyllm_generate_model_links_the_draft_and_decodes_as_the_reference(tmp
     ids = load_model(target).tokenizer.encode(PROMPT)
     spec, plain = draft_reference(target, draft, ids, MAX_NEW, SEQ, K)
     assert spec.generated_ids == plain.generated_ids and spec.accepted > 0
-    out = subprocess.run([str(build / "app"), str(MAX_NEW), *map(str, ids)], capture_output=True, text=True,
-                         timeout=BACKSTOP_S)
+    out = subprocess.run([str(build / "app"), str(MAX_NEW), "0", "1", "0", *map(str, ids)], capture_output=True,
+                         text=True, timeout=BACKSTOP_S)  # greedy: temperature 0, top-p 1, seed 0
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert [int(t) for t in lines[0].split()] == plain.generated_ids

@@ -17,6 +17,7 @@ import shutil
 import pytest
 
 from bounds import BACKSTOP_S
+from cli_inprocess import cli
 from drafts import draft_reference, random_draft, renamed_token_draft, target_and_student, vocab_pruned_student
 from firmware_harness import need
 from tinyllm_gen.build.cmake import build
@@ -132,22 +133,6 @@ def test_run_refuses_a_sampled_request_to_a_greedy_only_draft(models, tree):
     (old / "draft" / "manifest.json").write_text(json.dumps(manifest))
     code, out, err = cli(["run", str(old), "--prompt", PROMPT, "--temperature", "0.8", "--max-new-tokens", "5"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "greedy requests only" in err, err
-
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    import contextlib
-    import io
-
-    from tinyllm_gen.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
 
 
 BAD_DRAFTS = {  # name -> (how to make it from the target, the words its refusal must hold)

@@ -12,8 +12,6 @@ building anything:
   refusal where not even the smallest context fits."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
@@ -27,6 +25,7 @@ from tinyllm_gen.reference.sampler import SamplingOptions
 from tinyllm_gen.reference.speculative import generate_speculative
 from tinyllm_gen.timing import Acceptance
 
+from cli_inprocess import cli
 from drafts import target_and_student
 
 pytest.importorskip("torch")
@@ -40,19 +39,6 @@ def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("draft-plan")
     target, draft = target_and_student(root)
     return {"root": root, "target": target, "draft": draft}
-
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    from tinyllm_gen.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def plan(models, *extra: str, spec: str = "") -> tuple[int, dict | None, str]:

@@ -49,8 +49,17 @@ static inline int32_t tllm_lookup_draft(const uint16_t *tokens, int32_t L, int32
 /* A draft model (tllm_config.draft; twin: codegen/reference/draft.py): a
  * second generated model linked beside the target under its own symbol
  * prefix (compile --symbol-prefix tllm_draft_), a greedy-only build with the
- * target's vocabulary and at least its context.  It proposes the guesses of
- * greedy requests by running k steps of its own with its own KV cache. */
+ * target's vocabulary, or a part of it mapped by id tables, and at least its
+ * context.  It proposes the guesses of greedy requests by running k steps of
+ * its own with its own KV cache.
+ *
+ * The id tables (compile --speculate draft: emits them for a compress
+ * --prune-vocab student, codegen/frontends/vocab_map.py makes them): the
+ * student's ids are a renumbered subset of the target's, so the ids it is fed
+ * go through to_draft (a target token it lacks is read as its token for that
+ * token's first character) and its guesses through to_target.  The engine
+ * maps at the draft's boundary only: its token buffer and the draft's cache
+ * record (ids) hold target ids. */
 typedef struct tllm_draft_model {
     const tllm_model_info *info;          /* its table (tllm_draft for the prefix tllm_draft_) */
     float *(*step)(int32_t token, int32_t pos, int need_logits);
@@ -59,7 +68,15 @@ typedef struct tllm_draft_model {
     int (*weights_check)(const char **why); /* its blob's check at tllm_init (NULL: not checked) */
     void (*canary_arm)(void);             /* its arenas' guard words: armed with the target's (NULL: none) */
     int (*canary_ok)(void);               /* and checked with them after every generation */
+    const uint16_t *to_draft;             /* [n_target_ids] target id -> the draft id it is read as (NULL: same ids) */
+    const uint16_t *to_target;            /* [info->vocab_size] draft id -> target id (NULL: same ids) */
+    uint32_t n_target_ids;                /* to_draft's length: the vocab_size of the target it was made for */
 } tllm_draft_model;
+
+/* An id through one of the tables (NULL: the same vocabulary, the id itself). */
+static inline uint16_t tllm_draft_id(const uint16_t *table, uint32_t id) {
+    return table ? table[id] : (uint16_t)id;
+}
 
 /* The draft's guard words, where it has them (d NULL or without: nothing to arm, intact). */
 static inline void tllm_draft_model_arm(const tllm_draft_model *d) {
@@ -72,7 +89,16 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     if (!tllm_model.speculation) return "the draft model needs a target compiled with --speculate";
     if (!d->info || !d->step || !d->greedy_token || !d->tokens) return "the draft model's table is incomplete";
     if (!d->info->greedy_only) return "the draft model must be a greedy-only build (--sampler greedy)";
-    if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
+    if (!d->to_draft != !d->to_target) return "the draft model has only one of its two id tables";
+    if (!d->to_draft && d->info->vocab_size != tllm_model.vocab_size)
+        return "the draft model's vocabulary is not the target's";
+    if (d->to_draft) { /* every id in range both ways: a table made for another pair is refused, not followed */
+        if (d->n_target_ids != tllm_model.vocab_size) return "the draft model's id tables are for another target";
+        for (uint32_t i = 0; i < d->n_target_ids; i++)
+            if (d->to_draft[i] >= d->info->vocab_size) return "the draft model's id tables do not fit its vocabulary";
+        for (uint32_t i = 0; i < d->info->vocab_size; i++)
+            if (d->to_target[i] >= tllm_model.vocab_size) return "the draft model's id tables do not fit the target's";
+    }
     if (d->info->max_seq < tllm_model.max_seq) return "the draft model's context is shorter than the target's";
     return 0;
 }
@@ -82,6 +108,9 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
  * they and the context differ it steps again (no head), up to pos - 1; then
  * tokens[pos] and each guess but the last, the head run, its argmax the next
  * guess.  Rejected guesses' rows are overwritten by a later catch-up.
+ * A pruned draft is fed tllm_draft_id(to_draft, ...) and its guesses come
+ * back through to_target; ids[] records the target ids it was fed (the
+ * reference's `cached`), so the catch-up compares target ids.
  * A model that streams its weights ends every step with the next step's
  * first chunk in flight, and the board moves one transfer at a time: the
  * target's lands before the draft starts its own, and the draft's before
@@ -95,14 +124,14 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
     uint32_t same = 0;
     while (same < limit && ids[same] == tokens[same]) same++;
     for (uint32_t p = same; p < pos; p++) {
-        d->step(tokens[p], (int32_t)p, 0);
+        d->step(tllm_draft_id(d->to_draft, tokens[p]), (int32_t)p, 0);
         ids[p] = tokens[p];
     }
     uint16_t feed = tokens[pos];
     for (uint32_t j = 0; j < k; j++) {
-        d->step(feed, (int32_t)(pos + j), 1);
+        d->step(tllm_draft_id(d->to_draft, feed), (int32_t)(pos + j), 1);
         ids[pos + j] = feed;
-        feed = (uint16_t)d->greedy_token();
+        feed = tllm_draft_id(d->to_target, (uint32_t)d->greedy_token());
         tokens[pos + 1u + j] = feed;
     }
     *n_cached = pos + k;

@@ -332,7 +332,7 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
         names = {s: prefixed(s, DRAFT_PREFIX) for s in ("tllm_model", "tllm_model_step", "tllm_model_greedy_token",
                                                            "tllm_model_tokens", "tllm_weights_check",
                                                            "tllm_model_canary_arm", "tllm_model_canary_ok")}
-        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names)
+        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names, id_tables=draft.id_tables)
     files["board/board_config.h"] = render("board_config.h.j2")
     files.update(family_files(board, ctx["request_capacity"]))  # OUT/renode/ for STM32H750 boards
     if board.linker_script:

@@ -5,7 +5,10 @@ its one-block student compiled greedy-only with --symbol-prefix tllm_draft_
 A greedy generation's tokens are plain decoding's and every pass's token
 count is the reference's with the same draft (reference/draft.py), also past
 the context's end; without the draft the same build drafts by prompt lookup,
-as its reference does; a sampled request and an unfit draft are refused."""
+as its reference does; through identity id tables (tllm_draft_model's
+to_draft / to_target) it drafts exactly as without them, and tables made for
+another pair are refused at init; a sampled request and an unfit draft are
+refused."""
 from __future__ import annotations
 
 import subprocess
@@ -50,8 +53,9 @@ def models(tmp_path_factory):
     return m
 
 
-def run(exe: Path, ids: list[int], max_new: int, use_draft: bool, temperature: float = 0.0) -> dict:
-    r = subprocess.run([str(exe), str(max_new), "1" if use_draft else "0", repr(temperature), *map(str, ids)],
+def run(exe: Path, ids: list[int], max_new: int, use_draft, temperature: float = 0.0) -> dict:
+    """use_draft: False (prompt lookup), True (the draft), or the driver's mode 2 .. 4 (id tables)."""
+    r = subprocess.run([str(exe), str(max_new), str(int(use_draft)), repr(temperature), *map(str, ids)],
                        check=True, capture_output=True, text=True, timeout=300)
     return {k.strip(): v.split() for k, v in (line.split(":", 1) for line in r.stdout.splitlines())}
 
@@ -91,3 +95,16 @@ def test_an_unfit_draft_model_is_refused_at_init(models):
     exe = build(models["root"], TARGET, full_draft, "full-draft", models)
     got = run(exe, [0, 5], 3, True)
     assert got["status"][0] == "-1" and "greedy-only" in " ".join(got["status"])
+
+
+def test_id_tables_are_followed_and_spoilt_ones_refused_at_init(models):
+    """The engine maps the draft's ids through its tables: identity tables over the shared vocabulary draft as
+    no tables do (the pruned student's real tables: tests/host/test_speculate_draft_tree_host.py); tables made
+    for another target, or with an id past the draft's vocabulary, are refused by tllm_init."""
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    plain, tabled = run(models["exe"], ids, 30, 1), run(models["exe"], ids, 30, 2)
+    assert tabled == plain and "tokens" in plain
+    got = run(models["exe"], ids, 3, 3)
+    assert got["status"][0] == "-1" and "for another target" in " ".join(got["status"])
+    got = run(models["exe"], ids, 3, 4)
+    assert got["status"][0] == "-1" and "do not fit its vocabulary" in " ".join(got["status"])

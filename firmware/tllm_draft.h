@@ -89,15 +89,13 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     if (!tllm_model.speculation) return "the draft model needs a target compiled with --speculate";
     if (!d->info || !d->step || !d->greedy_token || !d->tokens) return "the draft model's table is incomplete";
     if (!d->info->greedy_only) return "the draft model must be a greedy-only build (--sampler greedy)";
-    if (!d->to_draft != !d->to_target) return "the draft model has only one of its two id tables";
-    if (!d->to_draft && d->info->vocab_size != tllm_model.vocab_size)
-        return "the draft model's vocabulary is not the target's";
-    if (d->to_draft) { /* every id in range both ways: a table made for another pair is refused, not followed */
-        if (d->n_target_ids != tllm_model.vocab_size) return "the draft model's id tables are for another target";
-        for (uint32_t i = 0; i < d->n_target_ids; i++)
-            if (d->to_draft[i] >= d->info->vocab_size) return "the draft model's id tables do not fit its vocabulary";
-        for (uint32_t i = 0; i < d->info->vocab_size; i++)
-            if (d->to_target[i] >= tllm_model.vocab_size) return "the draft model's id tables do not fit the target's";
+    if (!d->to_draft && !d->to_target) {
+        if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
+    } else { /* both tables, every id in range both ways: tables made for another pair are refused, not followed */
+        int ok = d->to_draft && d->to_target && d->n_target_ids == tllm_model.vocab_size;
+        for (uint32_t i = 0; ok && i < d->n_target_ids; i++) ok = d->to_draft[i] < d->info->vocab_size;
+        for (uint32_t i = 0; ok && i < d->info->vocab_size; i++) ok = d->to_target[i] < tllm_model.vocab_size;
+        if (!ok) return "the draft model's id tables do not map it onto the target's vocabulary";
     }
     if (d->info->max_seq < tllm_model.max_seq) return "the draft model's context is shorter than the target's";
     return 0;

@@ -50,8 +50,12 @@ from ..lower.records import LoweredStep
 # shifts: built 78-102 B over the estimate without it); +640 B each with the draft-model engine
 # (tllm_config.draft: tllm_model_draft and tllm_init's checks of the draft; built up to 502 B over the
 # estimate without it); +128 B each with a draft tree's runtime side (the draft's blob check in tllm_init,
-# tllm_model_draft's stream waits, the console's refusal detail: built 74 B over the estimate without it)
-RUNTIME_BYTES = {"cortex-m7": 18_944 + 640 + 128, "portable": 19_584 + 640 + 128}
+# tllm_model_draft's stream waits, the console's refusal detail: built 74 B over the estimate without it);
+# +384 B each with a vocabulary-pruned draft's engine side (tllm_draft_model_problem's pass over the id
+# tables, their map in tllm_model_draft, the refusal of its sampled requests: measured +344 B on a 1-layer
+# DK and QEMU build; with +256 B the portable GGUF and the 8-layer int4-KV rolling cases built 34 and 14 B
+# over the estimate)
+RUNTIME_BYTES = {"cortex-m7": 18_944 + 640 + 128 + 384, "portable": 19_584 + 640 + 128 + 384}
 # loop: LAYERS[l], KV[l], the matrix descriptors (measured 120-170 B from dim 64 to SmolLM2's 576)
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 176, "portable": 288},
                    "unrolled": {"cortex-m7": 384, "portable": 448}}

@@ -244,7 +244,7 @@ _speculate_option = click.option(
          "the guesses come from the context itself (prompt lookup: no weights), k by the timing model unless given "
          "(1..3, below --prefill-batch); auto: lookup where the timing model predicts more decode tokens/s on the "
          "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL[:k] (a "
-         "smaller model with the target's vocabulary) is built into the same tree (greedy requests), k by the timing "
+         "smaller model with the target's vocabulary, or a compress --prune-vocab student of it) is built into the same tree (greedy requests), k by the timing "
          "model unless given, at the pair's acceptance measured at compile time; --max-seq auto: the largest context "
          "at which both fit. See docs/speculative.md.")
 

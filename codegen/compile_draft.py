@@ -4,8 +4,9 @@ both models (emit/draft_tree.py says where the draft's files go).
 The steps, on top of compile.py's:
 
 1. the draft is checked beside the target (compile.check_draft: a tokenizer,
-   at least the target's context, the target's vocabulary: a pruned one
-   needs id tables the C does not have yet, so it is refused);
+   at least the target's context, the target's vocabulary or a compress
+   --prune-vocab student's part of it, whose id tables go into the draft
+   table's C: emit/draft_tree.IdTables);
 2. the draft is prepared first, with the target's sampler (a sampled
    request's guesses and their q come from the draft's logits or top-K set
    as the request's sampler sees them; a greedy target's draft reads only
@@ -25,7 +26,8 @@ The steps, on top of compile.py's:
 4. the draft's C is emitted for its place in the weights storage (after the
    target's blob on an external-weights board) and the two trees become
    one: the target's, with the draft in draft/, both arenas in the linker
-   script's one budget, both blobs against the board's weights storage."""
+   script's one budget, both blobs against the board's weights storage, the
+   draft's code, vocabulary and id tables beside the target's code."""
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +39,7 @@ from .abi import SPECULATE_MAX_K
 from .compile import (CompileOptions, Compiled, check_draft, emit_prepared, plan_model, plan_model_fit, plan_source,
                       prepare, resolve_max_seq)
 from .context import parse_context_policy
-from .emit.draft_tree import DRAFT_DIR, DRAFT_PREFIX, DraftPart, draft_board, draft_text, weights_offset
+from .emit.draft_tree import DRAFT_DIR, DRAFT_PREFIX, DraftPart, IdTables, draft_board, draft_text, weights_offset
 from .errors import UserError
 from .fit.search import AUTO, KV_REGIONS, FitRequest, Fitted
 from .fit.search import fit as fit_step
@@ -80,16 +82,12 @@ def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions,
 def checked_context(target: ImportedModel, target_path: Path, draft: ImportedModel, draft_path: Path,
                     opts: CompileOptions, what: str):
     """(the context asked for or AUTO, the largest context both may run at, the VocabMap), once the draft
-    is fit to run beside the target (compile.check_draft, and the same vocabulary: the C has no id tables
-    for a pruned one yet)."""
+    is fit to run beside the target (compile.check_draft: the target's vocabulary, or a pruned student's
+    part of it)."""
     auto = opts.max_seq == AUTO
     upper = min(target.graph.config.max_seq, draft.graph.config.max_seq) if auto else \
         resolve_max_seq(target, opts.max_seq)
     vmap = check_draft(draft, draft_path, target, target_path, upper)
-    if not vmap.shared:
-        raise UserError(f"{what}: {draft_path}'s vocabulary is a pruned part of {target_path}'s, and the firmware "
-                        "has no id tables to map it yet: use a draft with the target's whole vocabulary "
-                        "(compress without --prune-vocab), or --speculate lookup")
     return AUTO if auto else upper, upper, vmap
 
 
@@ -103,6 +101,7 @@ class PairFit:
     cost: DraftCost  # the draft's step on the board
     seq_note: str = ""  # what --max-seq auto chose ("" when the context was given)
     alone: Fitted | None = None  # the target alone at this context, all the budget, no speculation: "without"
+    id_tables: IdTables | None = None  # a vocabulary-pruned draft's (None: the target's vocabulary)
 
     @property
     def pricing(self) -> tuple[Acceptance, DraftCost]:
@@ -176,7 +175,8 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
 
     if asked != AUTO:
         d = draft_at(asked)  # the draft is planned first, in the whole budget: its refusal is its own
-        return PairFit(asked, d, measured(), draft_step_cost(d, board), alone=alone_at(asked))
+        return PairFit(asked, d, measured(), draft_step_cost(d, board), alone=alone_at(asked),
+                       id_tables=IdTables.of(vmap))
     acc = measured()
 
     def both_at(seq: int, explain: bool = False) -> PairFit:  # a UserError when either does not fit
@@ -207,7 +207,7 @@ def fit_pair(target: ImportedModel, target_path: Path, draft: ImportedModel, dra
         hi = lo
     note = (f"--max-seq auto with the draft model: {hi} tokens, the largest at which both fit (the draft planned "
             f"first, the target in what it leaves; the models' contexts allow {upper})")
-    return dataclasses.replace(both_at(hi), seq_note=note, alone=alone_at(hi))
+    return dataclasses.replace(both_at(hi), seq_note=note, alone=alone_at(hi), id_tables=IdTables.of(vmap))
 
 
 def nothing_fits(draft_at, both_at, budget: int) -> str:
@@ -260,13 +260,14 @@ def compile_with_draft(target: ImportedModel, target_path: Path, draft: Imported
     asked, k = k, t.program.speculate.k
     offset = weights_offset(len(t.program.blob.data), board)
     check_weights(board, offset, len(t.program.blob.data), len(d.program.blob.data), what)
-    code = check_code(t.fitted, d.fitted, d.qg.kernels, opts.board, what)
+    ids = pair.id_tables
+    code = check_code(t.fitted, d.fitted, d.qg.kernels, opts.board, what, id_bytes(ids))
     d_board = draft_board(board, offset)
     d_tree = emit_prepared(d, d_opts, d_board).tree
-    record = {**draft_record(draft_path, k, d, offset, d_ram, code, opts.ram_budget),
+    record = {**draft_record(draft_path, k, d, offset, d_ram, code, opts.ram_budget, id_bytes(ids)),
               **decided(pair, t.fitted, board, asked is not None)}
     part = DraftPart(dict(d_tree.files), d.fitted.plan, d_board, d.program.blob.data, offset, opts.ram_budget,
-                     record)
+                     record, ids)
     return emit_prepared(t, t_opts, draft=part, options={"speculate": f"draft:{draft_path}:{k}"})
 
 
@@ -339,37 +340,46 @@ def check_weights(board: Board, offset: int, target_bytes: int, draft_bytes: int
                         "draft, or no draft (--speculate lookup)")
 
 
-def check_code(target, draft, kernels: str, board_name: str, what: str) -> int | None:
-    """The draft's code and vocabulary beside the target's in the code flash (the runtime is shared, so the
-    draft adds its estimate less the runtime's); returns the draft's bytes (None on the host)."""
+def check_code(target, draft, kernels: str, board_name: str, what: str, ids: int = 0) -> int | None:
+    """The draft's code, vocabulary and id tables (ids bytes) beside the target's in the code flash (the
+    runtime is shared, so the draft adds its estimate less the runtime's); returns the draft's bytes (None on
+    the host)."""
     if target.code is None or draft.code is None:
         return None
-    extra = draft_code_bytes(draft.code, kernels)
+    extra = draft_code_bytes(draft.code, kernels, ids)
     total = target.code.total_bytes + extra
     if total > target.code.capacity_bytes:
-        raise UserError(f"{what}: the code flash would hold about {total:,} B (the draft's code and vocabulary "
-                        f"{extra:,} B of it) but board {board_name} has {target.code.capacity_bytes:,} B: use a "
-                        "smaller draft, or no draft (--speculate lookup)")
+        tables = f", id tables {ids:,} B" if ids else ""
+        raise UserError(f"{what}: the code flash would hold about {total:,} B (the draft's code and vocabulary"
+                        f"{tables}: {extra:,} B of it) but board {board_name} has {target.code.capacity_bytes:,} B: "
+                        "use a smaller draft, or no draft (--speculate lookup)")
     return extra
 
 
-def draft_code_bytes(code, kernels: str) -> int:
-    """The draft's code flash beside its target: its estimate less the runtime the two share."""
-    return max(0, code.total_bytes - RUNTIME_BYTES.get(kernels, 0))
+def draft_code_bytes(code, kernels: str, ids: int = 0) -> int:
+    """The draft's code flash beside its target: its estimate less the runtime the two share, plus its id
+    tables (const in the draft table's C; exact, as the vocabulary's bytes)."""
+    return max(0, code.total_bytes - RUNTIME_BYTES.get(kernels, 0)) + ids
+
+
+def id_bytes(tables: IdTables | None) -> int:
+    """A pruned draft's id tables in code flash (0 with the target's vocabulary: no tables)."""
+    return tables.bytes if tables is not None else 0
 
 
 def draft_cost(path: Path, k: int, plan: MemoryPlan, weights_bytes: int, offset: int, ram: int, code: int | None,
-               budget: int) -> dict:
-    """What plan, the manifest and report.json say of the draft: its source, k, and what it costs."""
+               budget: int, ids: int = 0) -> dict:
+    """What plan, the manifest and report.json say of the draft: its source, k, and what it costs (ids: its
+    id tables' bytes, also in code_flash_bytes where the board has a code flash)."""
     return {"source": str(path), "dir": DRAFT_DIR, "symbol_prefix": DRAFT_PREFIX, "k": k, "max_seq": plan.max_seq,
             "weights_bytes": weights_bytes, "weights_offset": offset,
             "ram_bytes": ram, "kv_cache_bytes": plan.kv_cache_bytes, "external_ram_bytes": plan.external_bytes,
-            "code_flash_bytes": code, "budget_bytes": budget}
+            "code_flash_bytes": code, "id_table_bytes": ids, "budget_bytes": budget}
 
 
-def draft_record(path: Path, k: int, d, offset: int, ram: int, code: int | None, budget: int) -> dict:
+def draft_record(path: Path, k: int, d, offset: int, ram: int, code: int | None, budget: int, ids: int = 0) -> dict:
     """draft_cost of a prepared draft, with its blob's hash (the manifest's record)."""
-    return {**draft_cost(path, k, d.fitted.plan, len(d.program.blob.data), offset, ram, code, budget),
+    return {**draft_cost(path, k, d.fitted.plan, len(d.program.blob.data), offset, ram, code, budget, ids),
             "model_sha256": d.program.blob.sha256}
 
 
@@ -400,7 +410,8 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
     check_weights(board, offset, doc["weights_bytes"], d.weights_bytes, what)
     src = plan_source(draft, draft_options(opts, seq, k), quant, board)
     has_code = d.code is not None and doc.get("code_flash_bytes") is not None
-    code = draft_code_bytes(d.code, src.kernels) if has_code else None
+    ids = id_bytes(pair.id_tables)
+    code = draft_code_bytes(d.code, src.kernels, ids) if has_code else None
     doc["draft"] = {**draft_cost(draft_path, res.step.speculate.k, d.plan, d.weights_bytes, offset, d_ram, code,
-                                 opts.ram_budget), **decided(pair, res, board, k is not None)}
+                                 opts.ram_budget, ids), **decided(pair, res, board, k is not None)}
     return doc, text + draft_text(doc["draft"], doc["total_sram_bytes"])

@@ -48,12 +48,22 @@ static inline int32_t tllm_lookup_draft(const uint16_t *tokens, int32_t L, int32
 
 /* A draft model (tllm_config.draft; twin: codegen/reference/draft.py): a
  * second generated model linked beside the target under its own symbol
- * prefix (compile --symbol-prefix tllm_draft_) with the target's vocabulary
- * and at least its context.  It proposes the guesses by running k steps of
- * its own with its own KV cache, each guess drawn by the request's sampler
- * from its output: greedy requests its argmax, sampled ones with the
- * request's temperature, top-p and the build's top-K (a build with the
- * target's --sampler; a greedy-only draft drafts greedy requests only). */
+ * prefix (compile --symbol-prefix tllm_draft_) with the target's vocabulary,
+ * or a part of it mapped by id tables, and at least its context.  It
+ * proposes the guesses by running k steps of its own with its own KV cache,
+ * each guess drawn by the request's sampler from its output: greedy requests
+ * its argmax, sampled ones with the request's temperature, top-p and the
+ * build's top-K (a build with the target's --sampler; a greedy-only draft
+ * drafts greedy requests only).
+ *
+ * The id tables (compile --speculate draft: emits them for a compress
+ * --prune-vocab student, codegen/frontends/vocab_map.py makes them): the
+ * student's ids are a renumbered subset of the target's, so the ids it is fed
+ * go through to_draft (a target token it lacks is read as its token for that
+ * token's first character) and its guesses through to_target.  The engine
+ * maps at the draft's boundary only: its token buffer and the draft's cache
+ * record (ids) hold target ids.  Such a draft drafts greedy requests only
+ * (its q would have to be spread over the target's ids). */
 typedef struct tllm_draft_model {
     const tllm_model_info *info;          /* its table (tllm_draft for the prefix tllm_draft_) */
     float *(*step)(int32_t token, int32_t pos, int need_logits);
@@ -69,7 +79,15 @@ typedef struct tllm_draft_model {
      * (tllm_model_draft_q). */
     float *(*guess_values)(void);
     uint16_t *(*guess_ids)(void);
+    const uint16_t *to_draft;             /* [n_target_ids] target id -> the draft id it is read as (NULL: same ids) */
+    const uint16_t *to_target;            /* [info->vocab_size] draft id -> target id (NULL: same ids) */
+    uint32_t n_target_ids;                /* to_draft's length: the vocab_size of the target it was made for */
 } tllm_draft_model;
+
+/* An id through one of the tables (NULL: the same vocabulary, the id itself). */
+static inline uint16_t tllm_draft_id(const uint16_t *table, uint32_t id) {
+    return table ? table[id] : (uint16_t)id;
+}
 
 /* The draft's q for each guess of the pass (DraftModel.propose's qs): what
  * the acceptance test reads, q at the guess and q's total.  The whole q is
@@ -107,7 +125,14 @@ static inline const char *tllm_draft_model_problem(const tllm_draft_model *d) {
     if (!d->guess_values != !d->guess_ids) return "the draft model's table is incomplete";
     if (!d->info->greedy_only && !tllm_draft_model_samples(d))
         return "the draft model must be compiled with the target's --sampler (or --sampler greedy)";
-    if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
+    if (!d->to_draft && !d->to_target) {
+        if (d->info->vocab_size != tllm_model.vocab_size) return "the draft model's vocabulary is not the target's";
+    } else { /* both tables, every id in range both ways: tables made for another pair are refused, not followed */
+        int ok = d->to_draft && d->to_target && d->n_target_ids == tllm_model.vocab_size;
+        for (uint32_t i = 0; ok && i < d->n_target_ids; i++) ok = d->to_draft[i] < d->info->vocab_size;
+        for (uint32_t i = 0; ok && i < d->info->vocab_size; i++) ok = d->to_target[i] < tllm_model.vocab_size;
+        if (!ok) return "the draft model's id tables do not map it onto the target's vocabulary";
+    }
     if (d->info->max_seq < tllm_model.max_seq) return "the draft model's context is shorter than the target's";
     const tllm_context_roll *t = tllm_model.context_roll, *r = d->info->context_roll;
     if (t && (!r || r->sinks != t->sinks || r->discard != t->discard || !r->shift))
@@ -166,6 +191,9 @@ static inline int32_t tllm_draft_model_token(const tllm_draft_model *d, tllm_sam
  * tokens[pos] and each guess but the last, the head run, the request's
  * sampler s drawing the next guess (qs: each guess's q, when sampled).
  * Rejected guesses' rows are overwritten by a later catch-up.
+ * A pruned draft is fed tllm_draft_id(to_draft, ...) and its guesses come
+ * back through to_target; ids[] records the target ids it was fed (the
+ * reference's `cached`), so the catch-up compares target ids.
  * A model that streams its weights ends every step with the next step's
  * first chunk in flight, and the board moves one transfer at a time: the
  * target's lands before the draft starts its own, and the draft's before
@@ -179,14 +207,14 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
     uint32_t same = 0;
     while (same < limit && ids[same] == tokens[same]) same++;
     for (uint32_t p = same; p < pos; p++) {
-        d->step(tokens[p], (int32_t)p, 0);
+        d->step(tllm_draft_id(d->to_draft, tokens[p]), (int32_t)p, 0);
         ids[p] = tokens[p];
     }
     uint16_t feed = tokens[pos];
     for (uint32_t j = 0; j < k; j++) {
-        float *logits = d->step(feed, (int32_t)(pos + j), 1);
+        float *logits = d->step(tllm_draft_id(d->to_draft, feed), (int32_t)(pos + j), 1);
         ids[pos + j] = feed;
-        feed = (uint16_t)tllm_draft_model_token(d, s, logits, qs, j);
+        feed = tllm_draft_id(d->to_target, (uint32_t)tllm_draft_model_token(d, s, logits, qs, j));
         tokens[pos + 1u + j] = feed;
     }
     *n_cached = pos + k;
@@ -201,7 +229,9 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
  * same logits bit for bit (its cache rows up to pos + j are those the
  * proposal read, and the row it writes is the same), then the request's
  * distribution on them, no coin.  q points into the draft's own buffers,
- * which nothing touches until its next step. */
+ * which nothing touches until its next step.  Its ids are the draft's: a
+ * draft with the target's vocabulary only (a pruned one drafts greedy
+ * requests only, and sampled ones never get here). */
 static inline void tllm_model_draft_q(const tllm_draft_model *d, const uint16_t *tokens, uint32_t pos, uint32_t j,
                                       const tllm_sampler *s, const tllm_draft_qs *qs, tllm_dist *q) {
     if (d->info->top_k && d->guess_values) {

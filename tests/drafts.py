@@ -37,14 +37,16 @@ def random_draft(root: Path, vocab: int = 300, context: int = 64) -> Path:
                          context=context, seed=11)
 
 
-def vocab_pruned_student(target: Path, out: Path, size: int):
-    """(directory, VocabPlan): the target with only `size` of its tokens, as compress --prune-vocab keeps them."""
+def vocab_pruned_student(target: Path, out: Path, size: int, ids: list[int] | None = None):
+    """(directory, VocabPlan): the target with only `size` of its tokens, as compress --prune-vocab keeps them
+    for the domain text DOMAIN, or for the token ids `ids` (say, the target's own output)."""
     from tinyllm_gen.compress.prune_vocab import count_tokens, plan_vocab, pruned_tokenizer_spec, slice_vocab
     from tinyllm_gen.compress.torch_io import load_torch_model, save_model_dir
     from tokenizers import Tokenizer as HFTokenizer
 
     spec = json.loads((target / "tokenizer.json").read_text())
-    ids = HFTokenizer.from_file(str(target / "tokenizer.json")).encode(DOMAIN, add_special_tokens=False).ids
+    if ids is None:
+        ids = HFTokenizer.from_file(str(target / "tokenizer.json")).encode(DOMAIN, add_special_tokens=False).ids
     plan = plan_vocab(spec, count_tokens([ids]), size)
     tok = out.parent / (out.name + "-tokenizer.json")
     tok.write_text(json.dumps(pruned_tokenizer_spec(spec, plan), ensure_ascii=False))

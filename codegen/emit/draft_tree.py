@@ -6,7 +6,8 @@ The draft is a second generated model under the symbol prefix tllm_draft_
 (kernels/c_names.py), in OUT/draft/: its src/ (tllm_model.c/h, tllm_vocab.c,
 tllm_weights.S where the board links the weights in), its manifest and
 memory report.  The runtime, board code, CMake functions and tokenizer are
-the target's (the same vocabulary).  Its arenas get their own output
+the target's (the draft's ids are the target's, or a compress --prune-vocab
+student's mapped onto them by the id tables in draft/tllm_draft_table.c).  Its arenas get their own output
 sections (.tllm_draft_arena.<region>) so that the linker script checks
 each model's arena against its own plan and both against the one RAM
 budget.  On a board whose weights are external (flashed at an address),
@@ -34,6 +35,27 @@ DRAFT_ARENA_STEM = "__tllm_draft_arena"
 WEIGHTS_ALIGN = 4096
 # What OUT/draft/ keeps of the draft's own tree (beside src/): the rest is the target's.
 KEPT = ("manifest.json", "memory_report.txt")
+ID_BYTES = 2  # an id table entry: uint16_t, as the engine's token buffer
+
+
+@dataclass(frozen=True)
+class IdTables:
+    """A vocabulary-pruned draft's id tables (frontends/vocab_map.VocabMap, not shared), const in the draft
+    table's C: in code flash on a Cortex-M board, counted with the draft's code."""
+
+    to_draft: tuple[int, ...]  # target id -> the draft id it is read as (a lacked token: its first character's)
+    to_target: tuple[int, ...]  # draft id -> target id
+
+    @property
+    def bytes(self) -> int:
+        return ID_BYTES * (len(self.to_draft) + len(self.to_target))
+
+    @classmethod
+    def of(cls, vmap) -> "IdTables | None":
+        """The tables of a VocabMap; None when the vocabulary is shared (the engine's NULL tables)."""
+        if vmap is None or vmap.shared:
+            return None
+        return cls(tuple(int(i) for i in vmap.to_draft), tuple(int(i) for i in vmap.to_target))
 
 
 def draft_board(board: Board, weights_offset: int) -> Board:
@@ -64,6 +86,7 @@ class DraftPart:
     weights_offset: int  # in OUT/weights.bin (external boards); 0 where the weights are linked in
     budget_bytes: int  # the RAM budget target and draft share
     record: dict  # what OUT's manifest and report say of it (compile_draft.draft_record)
+    id_tables: IdTables | None = None  # a vocabulary-pruned draft's; None: the target's vocabulary
 
     @property
     def arenas(self) -> tuple[LinkArena, ...]:
@@ -104,6 +127,8 @@ def draft_text(d: dict, target_ram: int | None = None) -> str:
         ram += f", with the target's {target_ram + d['ram_bytes']:,} B of the {d['budget_bytes']:,} B budget"
     where = f" at +{d['weights_offset']:,} B in weights.bin" if d["weights_offset"] else f" in {d['dir']}/weights.bin"
     code = f", code flash about {d['code_flash_bytes']:,} B" if d.get("code_flash_bytes") is not None else ""
+    if d.get("id_table_bytes"):
+        code += f", id tables {d['id_table_bytes']:,} B (a vocabulary-pruned draft)"
     text = (f"draft model {d['source']} ({d['dir']}/, {d['k']} guesses per pass): {ram}, weights "
             f"{d['weights_bytes']:,} B{where}{code}\n")
     if "context" in d:

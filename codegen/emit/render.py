@@ -336,7 +336,8 @@ def emit_tree(program: Program, tokenizer: Tokenizer, board: Board, options: Map
                                                            "tllm_model_topk", "tllm_model_sample_idx",
                                                            "tllm_model_guess_values", "tllm_model_guess_ids")}
         guess_sets = any(b.name == GUESS_VALUES for b in draft.plan.buffers)
-        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names, draft_guess_sets=guess_sets)
+        files[DRAFT_TABLE] = render("tllm_draft_table.c.j2", draft_names=names, draft_guess_sets=guess_sets,
+                                    id_tables=draft.id_tables)
     files["board/board_config.h"] = render("board_config.h.j2")
     # OUT/renode/ for STM32H750 boards: the chip's memories whole (a draft's target plans a board less the
     # draft's arenas, and Renode's memories must be the chip's, in whole pages)

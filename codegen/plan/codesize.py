@@ -53,8 +53,10 @@ from ..lower.records import LoweredStep
 # tllm_model_draft's stream waits, the console's refusal detail: built 74 B over the estimate without it);
 # +2,368 B each with sampled requests drafted by a draft model (the draft's distribution, draw and kept q,
 # the generalised acceptance and residual draw in tllm_sampler.c, the engine's drafted_token, the draft
-# cache's shift under a rolling context: built 518-2,314 B over the estimate without it)
-RUNTIME_BYTES = {"cortex-m7": 18_944 + 640 + 128 + 2_368, "portable": 19_584 + 640 + 128 + 2_368}
+# cache's shift under a rolling context: built 518-2,314 B over the estimate without it); +384 B each with a
+# vocabulary-pruned draft's engine side (tllm_draft_model_problem's pass over the id tables, their map in
+# tllm_model_draft, the refusal of its sampled requests: measured +344 B on a 1-layer DK and QEMU build)
+RUNTIME_BYTES = {"cortex-m7": 18_944 + 640 + 128 + 2_368 + 384, "portable": 19_584 + 640 + 128 + 2_368 + 384}
 # loop: LAYERS[l], KV[l], the matrix descriptors (measured 120-170 B from dim 64 to SmolLM2's 576)
 PER_LAYER_BYTES = {"loop": {"cortex-m7": 176, "portable": 288},
                    "unrolled": {"cortex-m7": 384, "portable": 448}}

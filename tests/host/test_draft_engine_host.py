@@ -4,16 +4,22 @@ its one-block student compiled with the target's sampler and --symbol-prefix
 tllm_draft_ (tests/drafts.py) link into one program
 (tests/c/speculate/draft_engine.c).  A greedy generation's tokens are plain
 decoding's and every pass's token count is the reference's with the same
-draft (reference/draft.py), also past the context's end; sampled
+draft (reference/draft.py), also past the context's end and through a
+rolling context's shifts (the draft's steps counted too); sampled
 generations (temperature, top-p, top-K, several seeds) are the reference's
 token for token and pass for pass, through accepted and rejected guesses;
 without the draft the same build drafts by prompt lookup, as its reference
-does; a sampled request to a greedy-only draft and a draft with another
-sampler are refused."""
+does; through identity id tables (tllm_draft_model's to_draft / to_target)
+it drafts exactly as without them, through swapped ones as the reference
+with the same maps, and tables made for another pair are refused at init; a
+sampled request to a greedy-only draft and a draft with another sampler are
+refused."""
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 
@@ -22,6 +28,7 @@ from drafts import target_and_student
 from firmware_harness import need
 from tinyllm_gen.compile import CompileOptions, load_draft, quantize
 from tinyllm_gen.frontends import load_model
+from tinyllm_gen.frontends.vocab_map import VocabMap
 from tinyllm_gen.reference.executor import Executor, QuantKernels, generate
 from tinyllm_gen.reference.sampler import SamplingOptions, top_k_of
 from tinyllm_gen.reference.speculative import generate_speculative
@@ -63,18 +70,23 @@ def models(tmp_path_factory):
     return m
 
 
-def run(exe: Path, ids: list[int], max_new: int, use_draft: bool, sampling: SamplingOptions = SamplingOptions()) -> dict:
-    r = subprocess.run([str(exe), str(max_new), "1" if use_draft else "0", repr(sampling.temperature),
+def run(exe: Path, ids: list[int], max_new: int, use_draft, sampling: SamplingOptions = SamplingOptions()) -> dict:
+    """use_draft: False (prompt lookup), True (the draft), or the driver's mode 2 .. 5 (id tables)."""
+    mode = use_draft if isinstance(use_draft, str) else str(int(use_draft))
+    r = subprocess.run([str(exe), str(max_new), mode, repr(sampling.temperature),
                         repr(sampling.top_p), str(sampling.seed), *map(str, ids)],
                        check=True, capture_output=True, text=True, timeout=300)
     return {k.strip(): v.split() for k, v in (line.split(":", 1) for line in r.stdout.splitlines())}
 
 
 def reference(models, ids: list[int], max_new: int, use_draft: bool, sampling: SamplingOptions = SamplingOptions(),
-              target: CompileOptions = TARGET):
+              target: CompileOptions = TARGET, vocab: VocabMap | None = None):
+    """The speculative reference (with the draft when use_draft; its ids mapped by `vocab` when given)."""
     m = load_model(models["target"])
     ex = Executor(m.graph, QuantKernels(quantize(m, target), SEQ))
     draft = load_draft(models["draft"], m, models["target"], target, SEQ) if use_draft else None
+    if vocab is not None:
+        draft.vocab = vocab
     return generate_speculative(ex, ids, max_new, SEQ, m.graph.config.eos_ids, sampling, top_k_of(target.sampler),
                                 k=K, draft=draft)
 
@@ -158,3 +170,51 @@ def test_a_rolling_context_shifts_the_drafts_cache_and_counts_its_steps_as_the_r
     assert [int(t) for t in got["tokens"]] == want.generated_ids
     assert [int(p) for p in got["passes"]] == want.pass_tokens
     assert int(got["draft_steps"][0]) == want.draft_steps
+
+
+def test_id_tables_are_followed_and_spoilt_ones_refused_at_init(models):
+    """The engine maps the draft's ids through its tables: identity tables over the shared vocabulary draft as
+    no tables do (the pruned student's real tables: tests/host/test_speculate_draft_tree_host.py); tables made
+    for another target, or with an id past the draft's vocabulary, are refused by tllm_init."""
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    plain, tabled = run(models["exe"], ids, 30, 1), run(models["exe"], ids, 30, 2)
+    assert tabled == plain and "tokens" in plain
+    got = run(models["exe"], ids, 3, 3)
+    assert got["status"][0] == "-1" and "id tables do not map" in " ".join(got["status"])
+    got = run(models["exe"], ids, 3, 4)
+    assert got["status"][0] == "-1" and "id tables do not map" in " ".join(got["status"])
+
+
+def accepted_guesses(result) -> list[int]:
+    """The generated tokens that were guesses kept by their pass (all of a pass's tokens but its last)."""
+    out, i = [], 0
+    for p in result.pass_tokens:
+        out += result.generated_ids[i:i + p - 1]
+        i += p
+    return out
+
+
+def swapped(n: int, a: int, b: int) -> list[int]:
+    t = list(range(n))
+    t[a], t[b] = b, a
+    return t
+
+
+def test_the_engine_maps_guesses_and_fed_ids_through_the_tables(models):
+    """Tables that are not the identity, checked against the reference with the same maps, one direction at
+    a time: to_target swaps the draft's most often kept guess with the next id (its guesses of it come back
+    as another token), to_draft the generation's most frequent token with the next id (the draft is fed
+    another token wherever it occurs).  The passes are the reference's with these maps, and differ from the
+    passes without them (the swap mattered); the tokens stay plain decoding's, whatever the draft guesses."""
+    ids = load_model(models["target"]).tokenizer.encode(PROMPT)
+    plain = reference(models, ids, 40, True)
+    n = load_model(models["draft"]).graph.config.vocab_size
+    kept, context = accepted_guesses(plain), ids + plain.generated_ids
+    a = max(sorted(set(kept)), key=kept.count)
+    c = max(sorted(set(context)), key=context.count)
+    for mode, to_draft, to_target in ((f"5:{a}:{(a + 1) % n}:0:0", list(range(n)), swapped(n, a, (a + 1) % n)),
+                                      (f"5:0:0:{c}:{(c + 1) % n}", swapped(n, c, (c + 1) % n), list(range(n)))):
+        vocab = VocabMap(np.array(to_draft), np.array(to_target), False)
+        got, want = run(models["exe"], ids, 40, mode), reference(models, ids, 40, True, vocab=vocab)
+        assert [int(t) for t in got["tokens"]] == want.generated_ids == plain.generated_ids, mode
+        assert [int(p) for p in got["passes"]] == want.pass_tokens != plain.pass_tokens, mode

@@ -4,15 +4,21 @@ build drafts with its draft model: on the host board a greedy generation's
 tokens are `reference --speculate draft:...`'s and plain decoding's, and
 every pass's token count is the reference's, also into the context's end;
 sampled requests (temperature, top-p, a top-K tree; several seeds) give the
-reference's tokens and passes bit for bit.  The tree is deterministic and
-keeps the draft in draft/, compiled with the target's sampler; `run` refuses
-a sampled request to an older tree's greedy-only draft in one line; bad drafts (no such
-path, a shorter context, another vocabulary, a pruned vocabulary) and a
-draft over the RAM budget are refused in one line, exit 2, nothing written."""
+reference's tokens and passes bit for bit; so too greedy ones with a
+vocabulary-pruned student (compress --prune-vocab), drafting through the id
+tables its tree holds (a target token it lacks read as its first
+character's), whose sampled requests are refused in one line by the firmware
+and by `run`.  The tree is deterministic and keeps the draft in draft/,
+compiled with the target's sampler; `run` refuses a sampled request to an
+older tree's greedy-only draft in one line; bad drafts (no such path, a
+shorter context, another vocabulary) and a draft over the RAM budget are
+refused in one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -21,12 +27,12 @@ from cli_inprocess import cli
 from drafts import draft_reference, random_draft, renamed_token_draft, target_and_student, vocab_pruned_student
 from firmware_harness import need
 from tinyllm_gen.build.cmake import build
-from tinyllm_gen.compile import CompileOptions, write_tree
+from tinyllm_gen.compile import CompileOptions, load_draft, write_tree
 from tinyllm_gen.compile_draft import compile_draft_path
 from tinyllm_gen.frontends import load_model
-from tinyllm_gen.reference.sampler import SamplingOptions
-from tinyllm_gen.reference.sampler import top_k_of
+from tinyllm_gen.reference.sampler import SamplingOptions, top_k_of
 from tinyllm_gen.run.firmware import run_firmware
+from tinyllm_gen.run.protocol import pack_request
 
 pytestmark = pytest.mark.host
 pytest.importorskip("torch")
@@ -139,7 +145,6 @@ BAD_DRAFTS = {  # name -> (how to make it from the target, the words its refusal
     "missing": (lambda root, target: root / "no-such-draft", "does not exist"),
     "shorter-context": (lambda root, target: random_draft(root / "short", context=32), "--max-seq 32"),
     "other-vocabulary": (lambda root, target: renamed_token_draft(target, root / "renamed"), "vocabular"),
-    "pruned-vocabulary": (lambda root, target: vocab_pruned_student(target, root / "pruned", 270)[0], "id tables"),
 }
 
 
@@ -256,3 +261,71 @@ def test_run_check_compares_a_sampled_request_with_the_reference_drafting_with_t
             "--max-new-tokens", "16", "--check"]
     code, out, err = cli(args)
     assert code == 0 and "differs" not in out + err, out + err
+
+
+PRUNED_PROMPT = "Once upon a time there was a little dog. The"  # "dog" is not in the student's domain text
+PRUNED_IDS = 270  # of the target's 300
+
+
+@pytest.fixture(scope="module")
+def pruned(models):
+    """The target's vocabulary-pruned student and its tree's host build."""
+    need("cmake")
+    need("gcc")
+    draft, _ = vocab_pruned_student(models["target"], models["root"] / "pruned", PRUNED_IDS)
+    out = models["root"] / "pruned-tree"
+    opts = CompileOptions(board="host", max_seq=SEQ, speculate=f"draft:{draft}:{K}")
+    write_tree(compile_draft_path(models["target"], opts).tree, out)
+    build(out)
+    m = load_model(models["target"])
+    return {"draft": draft, "tree": out, "vocab": load_draft(draft, m, models["target"], opts, SEQ).vocab}
+
+
+def c_table(text: str, name: str) -> list[int]:
+    body = re.search(rf"static const uint16_t {name}\[(\d+)\] = {{(.*?)}};", text, re.S)
+    values = [int(v) for v in body.group(2).replace(",", " ").split()]
+    assert len(values) == int(body.group(1))
+    return values
+
+
+def test_the_pruned_students_tree_holds_its_id_tables_and_counts_their_bytes(models, tree, pruned):
+    table = (pruned["tree"] / "draft" / "tllm_draft_table.c").read_text()
+    to_draft, to_target = c_table(table, "TO_DRAFT"), c_table(table, "TO_TARGET")
+    assert to_draft == list(pruned["vocab"].to_draft) and to_target == list(pruned["vocab"].to_target)
+    assert (len(to_draft), len(to_target)) == (300, PRUNED_IDS)
+    assert "TO_DRAFT, TO_TARGET, 300u}" in table
+    d = json.loads((pruned["tree"] / "manifest.json").read_text())["draft"]
+    assert d["id_table_bytes"] == 2 * (300 + PRUNED_IDS)
+    code, out, _ = cli(["report", str(pruned["tree"])])
+    line = next(line for line in out.splitlines() if line.startswith("draft model"))
+    assert f"id tables {2 * (300 + PRUNED_IDS):,} B" in line
+    shared = json.loads((tree / "manifest.json").read_text())["draft"]
+    assert shared["id_table_bytes"] == 0  # the target's own vocabulary: no tables
+
+
+@pytest.mark.parametrize("max_new", [20, 60])  # the token limit; the context's end
+def test_a_vocabulary_pruned_student_drafts_through_its_id_tables_as_the_reference_does(models, pruned, max_new):
+    ids = load_model(models["target"]).tokenizer.encode(PRUNED_PROMPT)
+    got = run_firmware(pruned["tree"], ids, max_new, SamplingOptions(), timeout_s=BACKSTOP_S).output
+    spec, plain = draft_reference(models["target"], pruned["draft"], ids, max_new, SEQ, K)
+    assert got.generated_ids == spec.generated_ids == plain.generated_ids and got.generated_ids
+    assert got.pass_tokens == spec.pass_tokens
+    assert spec.accepted > 0 and max(got.pass_tokens) > 1  # guesses mapped back to target ids were kept
+    v = pruned["vocab"]
+    lacked = [t for t in ids + got.generated_ids if v.to_target[v.to_draft[t]] != t]
+    assert lacked  # the draft read target tokens it lacks (as their first character's token)
+    assert got.canary_ok is True and got.canary_regions["draft"] is True
+
+
+def test_a_sampled_request_to_a_pruned_draft_is_refused_in_one_line(models, pruned):
+    ids = load_model(models["target"]).tokenizer.encode(PRUNED_PROMPT)
+    req = pruned["tree"] / "build" / "sampled.bin"
+    req.write_bytes(pack_request(ids, 5, SamplingOptions(0.8, 1.0, 1)))
+    r = subprocess.run([str(pruned["tree"] / "build" / "firmware"), str(req)], capture_output=True,
+                       timeout=BACKSTOP_S)
+    errors = [line for line in r.stdout.decode(errors="replace").splitlines() if line.startswith("@TLLM error")]
+    assert r.returncode != 0 and len(errors) == 1, errors
+    assert errors[0].startswith("@TLLM error request: a vocabulary-pruned draft model drafts greedy requests only")
+    code, _, err = cli(["run", str(pruned["tree"]), "--prompt", PROMPT, "--temperature", "0.8",
+                        "--max-new-tokens", "5"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "vocabulary-pruned" in err

@@ -36,8 +36,11 @@ EXCLUDED: dict[str, str] = {
     "tllm_model_draft": "runs the draft model through its table's function pointers (tllm_draft_model), which "
                         "spec.py's argument types cannot carry; its twin reference/draft.DraftModel.propose is "
                         "compared token by token and pass by pass in tests/host/test_draft_engine_host.py",
-    "tllm_draft_model_problem": "reads the target's and the draft's info tables, no arithmetic: "
-                                "tests/host/test_draft_engine_host.py has a draft refused by it",
+    "tllm_draft_model_problem": "reads the target's and the draft's info tables and bounds-checks the id "
+                                "tables, no arithmetic: tests/host/test_draft_engine_host.py has a draft refused "
+                                "by it, tests/host/test_speculate_draft_tree_host.py a pruned draft accepted",
+    "tllm_draft_id": "one table lookup (NULL: the id itself), no arithmetic: a vocabulary-pruned draft tree's "
+                     "tokens and passes equal the reference's in tests/host/test_speculate_draft_tree_host.py",
     "tllm_draft_model_samples": "reads the target's and the draft's info tables, no arithmetic: "
                                 "tests/host/test_draft_engine_host.py has a greedy-only draft refused by it",
     "tllm_draft_model_token": "calls the draft's table (its argmax, top-K set, sampler scratch), then tllm_dist_full "

@@ -2,12 +2,17 @@
  * the target (default symbols, compiled with --speculate) and a draft
  * compiled with --symbol-prefix tllm_draft_, linked together.
  *   draft_engine MAX_NEW USE_DRAFT TEMPERATURE TOP_P SEED ID...
- * runs one generation through tllm_api.h (with the draft when USE_DRAFT is 1,
- * the prompt lookup otherwise) and prints the generated ids, then each pass's
- * token count, then the draft's steps (its step function counted through the
- * table); or the refusal's status and detail. */
+ * runs one generation through tllm_api.h (with the draft when USE_DRAFT is 1;
+ * 2: the draft through identity id tables, which must draft as 1 does; 3 and
+ * 4: tables spoilt, made for another target or with an id past the draft's
+ * vocabulary, which tllm_init refuses; 5:A:B:C:D: identity tables with
+ * to_target's entries A and B swapped, and to_draft's C and D; the prompt
+ * lookup when 0) and prints the generated ids, then each pass's token count,
+ * then the draft's steps (its step function counted through the table); or
+ * the refusal's status and detail. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tllm_api.h"
 #include "tllm_draft.h" /* tllm_draft_model; tllm_model_api.h */
@@ -36,7 +41,36 @@ static float *counted_step(int32_t token, int32_t pos, int need_logits) {
 static const tllm_draft_model DRAFT = {&tllm_draft, counted_step, tllm_draft_greedy_token, tllm_draft_tokens,
                                        tllm_draft_weights_check, tllm_draft_canary_arm, tllm_draft_canary_ok,
                                        tllm_draft_topk, tllm_draft_sample_idx, tllm_draft_guess_values,
-                                       tllm_draft_guess_ids};
+                                       tllm_draft_guess_ids, 0, 0, 0};
+
+enum { MAX_IDS = 4096 };
+static uint16_t to_draft_ids[MAX_IDS], to_target_ids[MAX_IDS];
+static tllm_draft_model with_tables;
+
+static void swap(uint16_t *t, unsigned a, unsigned b) {
+    const uint16_t x = t[a];
+    t[a] = t[b];
+    t[b] = x;
+}
+
+/* DRAFT with identity id tables over the shared vocabulary, spoilt or swapped as USE_DRAFT says. */
+static const tllm_draft_model *tabled_draft(const char *mode) {
+    const int how = atoi(mode);
+    if (tllm_model.vocab_size > MAX_IDS || tllm_draft.vocab_size > MAX_IDS) return &DRAFT;
+    for (uint32_t i = 0; i < tllm_draft.vocab_size; i++) to_draft_ids[i] = to_target_ids[i] = (uint16_t)i;
+    with_tables = DRAFT;
+    with_tables.to_draft = to_draft_ids;
+    with_tables.to_target = to_target_ids;
+    with_tables.n_target_ids = tllm_model.vocab_size + (how == 3 ? 1u : 0u);
+    if (how == 4) to_draft_ids[0] = (uint16_t)tllm_draft.vocab_size;
+    unsigned a, b, c, d;
+    if (how == 5 && sscanf(mode, "5:%u:%u:%u:%u", &a, &b, &c, &d) == 4 && a < tllm_draft.vocab_size &&
+        b < tllm_draft.vocab_size && c < tllm_draft.vocab_size && d < tllm_draft.vocab_size) {
+        swap(to_target_ids, a, b);
+        swap(to_draft_ids, c, d);
+    }
+    return &with_tables;
+}
 
 enum { MAX_TOKENS = 512 };
 static uint32_t pass_tokens[MAX_TOKENS], n_passes;
@@ -55,7 +89,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s MAX_NEW USE_DRAFT TEMPERATURE TOP_P SEED ID...\n", argv[0]);
         return 2;
     }
-    tllm_config config = {0, atoi(argv[2]) ? &DRAFT : 0};
+    const int use_draft = atoi(argv[2]);
+    tllm_config config = {0, use_draft == 1 ? &DRAFT : use_draft >= 2 ? tabled_draft(argv[2]) : 0};
     tllm_status s = tllm_init(&config);
     if (s != TLLM_OK) {
         printf("status: %d %s\n", (int)s, tllm_error_detail());

@@ -293,7 +293,7 @@ def test_the_pruned_students_tree_holds_its_id_tables_and_counts_their_bytes(mod
     to_draft, to_target = c_table(table, "TO_DRAFT"), c_table(table, "TO_TARGET")
     assert to_draft == list(pruned["vocab"].to_draft) and to_target == list(pruned["vocab"].to_target)
     assert (len(to_draft), len(to_target)) == (300, PRUNED_IDS)
-    assert "TO_DRAFT, TO_TARGET, 300u}" in table
+    assert "TO_DRAFT, TO_TARGET, 300u,\n};" in table
     d = json.loads((pruned["tree"] / "manifest.json").read_text())["draft"]
     assert d["id_table_bytes"] == 2 * (300 + PRUNED_IDS)
     code, out, _ = cli(["report", str(pruned["tree"])])

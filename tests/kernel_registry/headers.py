@@ -36,6 +36,9 @@ EXCLUDED: dict[str, str] = {
     "tllm_model_draft": "runs the draft model through its table's function pointers (tllm_draft_model), which "
                         "spec.py's argument types cannot carry; its twin reference/draft.DraftModel.propose is "
                         "compared token by token and pass by pass in tests/host/test_draft_engine_host.py",
+    "tllm_draft_model_shift": "moves the draft's cache through its own roll->shift (the KV shift kernels, "
+                              "registered) and copies ids, no arithmetic: its steps through a rolling context "
+                              "are the reference's in tests/host/test_draft_engine_host.py",
     "tllm_draft_model_problem": "reads the target's and the draft's info tables and bounds-checks the id "
                                 "tables, no arithmetic: tests/host/test_draft_engine_host.py has a draft refused "
                                 "by it, tests/host/test_speculate_draft_tree_host.py a pruned draft accepted",

@@ -244,9 +244,23 @@ _speculate_option = click.option(
          "the guesses come from the context itself (prompt lookup: no weights), k by the timing model unless given "
          "(1..3, below --prefill-batch); auto: lookup where the timing model predicts more decode tokens/s on the "
          "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL[:k] (a "
-         "smaller model with the target's vocabulary, or a compress --prune-vocab student of it) is built into the same tree (greedy requests), k by the timing "
-         "model unless given, at the pair's acceptance measured at compile time; --max-seq auto: the largest context "
-         "at which both fit. See docs/speculative.md.")
+         "smaller model with the target's vocabulary, or a compress --prune-vocab student of it) is built into the "
+         "same tree (greedy and sampled requests; a pruned student's greedy ones), k by the timing model unless "
+         "given, at the pair's acceptance measured at compile time; --max-seq auto: the largest context at which "
+         "both fit. See docs/speculative.md.")
+_draft_option = click.option(
+    "--draft", type=click.Path(path_type=Path), default=None, metavar="MODEL",
+    help="Speculative decoding with this draft model: the same as --speculate draft:MODEL (k by the timing model).")
+
+
+def _speculate_value(speculate: str, draft: Path | None) -> str:
+    """--speculate, or draft:MODEL for --draft MODEL (refused in one line beside another --speculate)."""
+    if draft is None:
+        return speculate
+    if speculate != "off":
+        raise UserError(f"--draft {draft} and --speculate {speculate} both choose the draft: give one "
+                        "(--speculate draft:MODEL:k to choose k as well)")
+    return f"draft:{draft}"
 
 
 _context_policy_option = click.option(
@@ -287,6 +301,7 @@ _kernels_option = click.option(
 @_stream_chunk_option
 @_prefill_option
 @_speculate_option
+@_draft_option
 @click.option("--unroll-layers", is_flag=True,
               help="Print every layer's kernel calls in tllm_model_step instead of one loop over the layer table.")
 @_classifier_option
@@ -299,7 +314,7 @@ _kernels_option = click.option(
                    "console firmware is not built.")
 def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_rotate, kv_center, max_seq, ram_budget,
                 quant,
-                calibration, weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, unroll_layers,
+                calibration, weight_quant, sampler, stream, stream_chunk, prefill_batch, speculate, draft, unroll_layers,
                 classifier_quant, kv_region, context_policy, symbol_prefix):
     """Quantize, plan and emit a firmware source tree into OUT."""
     from dataclasses import replace
@@ -312,6 +327,7 @@ def compile_cmd(model, out, board, kernels, tokenizer, group_size, kv_bits, kv_r
     from .lower.speculate import parse_draft, parse_speculate
 
     check_out_dir(out)  # a bad -o costs nothing to find out: before the work
+    speculate = _speculate_value(speculate, draft)
     parse_speculate(speculate)
     parse_context_policy(context_policy)
     check_symbol_prefix(symbol_prefix)
@@ -535,6 +551,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @_stream_chunk_option
 @_prefill_option
 @_speculate_option
+@_draft_option
 @click.option("--unroll-layers", is_flag=True, help="Plan the code flash of compile --unroll-layers.")
 @_kernels_option
 @click.option("--weight-quant", type=click.Choice(["auto", "gguf", "rtn", "clip", "awq", "gptq"]), default="auto",
@@ -545,8 +562,8 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, kv_center, max_seq, ram_budget, sampler, quant,
              stream,
-             stream_chunk, prefill_batch, speculate, unroll_layers, kernels, weight_quant, classifier_quant, kv_region,
-             context_policy, as_json):
+             stream_chunk, prefill_batch, speculate, draft, unroll_layers, kernels, weight_quant, classifier_quant,
+             kv_region, context_policy, as_json):
     """Plan memory for MODEL on BOARD without compiling: exit 0 when it fits,
     2 with one line saying what does not fit and what would."""
     from dataclasses import replace
@@ -556,6 +573,7 @@ def plan_cmd(model, board, tokenizer, group_size, kv_bits, kv_rotate, kv_center,
     from .lower.prefill import parse_batch
     from .lower.speculate import parse_draft
 
+    speculate = _speculate_value(speculate, draft)
     opts = replace(_compile_options(board, group_size, kv_bits, max_seq, ram_budget, kv_rotate, kv_center),
                    kernels=kernels, weight_quant=weight_quant, classifier_quant=classifier_quant, kv_region=kv_region,
                    context_policy=context_policy)

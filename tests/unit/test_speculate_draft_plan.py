@@ -144,3 +144,18 @@ def test_a_draft_that_does_not_fit_alone_is_refused_as_the_drafts(models, monkey
     code, _, err = plan(models, "--max-seq", "64", "--ram-budget", "6000")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "the draft model alone does not fit at 64 tokens" in err and "Traceback" not in err
+
+
+def test_draft_is_speculate_draft_and_refused_beside_another_speculate(models):
+    """compile/plan --draft MODEL is --speculate draft:MODEL (k by the timing model); with another --speculate
+    it is refused in one line, exit 2."""
+    code, by_speculate, _ = plan(models, "--max-seq", "64")
+    code2, out, err = cli(["plan", str(models["target"]), "--stream", "off", "--json", "--max-seq", "64",
+                           "--draft", str(models["draft"])])
+    assert code == code2 == 0, err
+    assert json.loads(out) == by_speculate
+    for command in (["plan"], ["compile", "-o", str(models["root"] / "never")]):
+        code, _, err = cli([*command, str(models["target"]), "--max-seq", "64", "--draft", str(models["draft"]),
+                            "--speculate", "lookup:2"])
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "give one" in err, err
+    assert not (models["root"] / "never").exists()

@@ -245,7 +245,7 @@ _speculate_option = click.option(
          "(1..3, below --prefill-batch); auto: lookup where the timing model predicts more decode tokens/s on the "
          "board (flash-bound boards) and the plan fits beside the context, off elsewhere; draft:MODEL[:k] (a "
          "smaller model with the target's vocabulary, or a compress --prune-vocab student of it) is built into the "
-         "same tree (greedy and sampled requests; a pruned student's greedy ones), k by the timing model unless "
+         "same tree (greedy and sampled requests), k by the timing model unless "
          "given, at the pair's acceptance measured at compile time; --max-seq auto: the largest context at which "
          "both fit. See docs/speculative.md.")
 _draft_option = click.option(

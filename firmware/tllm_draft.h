@@ -62,8 +62,8 @@ static inline int32_t tllm_lookup_draft(const uint16_t *tokens, int32_t L, int32
  * go through to_draft (a target token it lacks is read as its token for that
  * token's first character) and its guesses through to_target.  The engine
  * maps at the draft's boundary only: its token buffer and the draft's cache
- * record (ids) hold target ids.  Such a draft drafts greedy requests only
- * (its q would have to be spread over the target's ids). */
+ * record (ids) hold target ids; its q is asked by target id through the
+ * same tables (tllm_model_draft_q). */
 typedef struct tllm_draft_model {
     const tllm_model_info *info;          /* its table (tllm_draft for the prefix tllm_draft_) */
     float *(*step)(int32_t token, int32_t pos, int need_logits);
@@ -229,9 +229,10 @@ static inline uint32_t tllm_model_draft(const tllm_draft_model *d, uint32_t *n_c
  * same logits bit for bit (its cache rows up to pos + j are those the
  * proposal read, and the row it writes is the same), then the request's
  * distribution on them, no coin.  q points into the draft's own buffers,
- * which nothing touches until its next step.  Its ids are the draft's: a
- * draft with the target's vocabulary only (a pruned one drafts greedy
- * requests only, and sampled ones never get here). */
+ * which nothing touches until its next step.  Its ids are the draft's; a
+ * pruned draft's q carries its id tables, so that tllm_dist_at answers by
+ * target id (0 for a token it lacks), as reference/draft.py spreads q over
+ * the target's ids. */
 static inline void tllm_model_draft_q(const tllm_draft_model *d, const uint16_t *tokens, uint32_t pos, uint32_t j,
                                       const tllm_sampler *s, const tllm_draft_qs *qs, tllm_dist *q) {
     if (d->info->top_k && d->guess_values) {
@@ -241,13 +242,15 @@ static inline void tllm_model_draft_q(const tllm_draft_model *d, const uint16_t 
         q->n = qs->n[j];
         q->by_id = 0;
         q->total = qs->total[j];
-        return;
+    } else {
+        tllm_board_copy_wait();
+        float *logits = d->step(tllm_draft_id(d->to_draft, tokens[pos + j]), (int32_t)(pos + j), 1);
+        tllm_board_copy_wait();
+        if (logits) tllm_dist_full(s, logits, (int32_t)d->info->vocab_size, d->sample_idx(), q);
+        else tllm_dist_topk(s, d->topk(), q);
     }
-    tllm_board_copy_wait();
-    float *logits = d->step(tokens[pos + j], (int32_t)(pos + j), 1);
-    tllm_board_copy_wait();
-    if (logits) tllm_dist_full(s, logits, (int32_t)d->info->vocab_size, d->sample_idx(), q);
-    else tllm_dist_topk(s, d->topk(), q);
+    q->from_target = d->to_draft; /* the residual asks q by target id (NULL: the same ids) */
+    q->to_target = d->to_target;
 }
 
 #endif

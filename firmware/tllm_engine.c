@@ -160,10 +160,6 @@ static tllm_status check_ids_and_options(const tllm_gen_request *rq) {
         if (rq->prompt_ids[i] >= tllm_model.vocab_size) return TLLM_ERR_TOKEN_ID;
     if (!(rq->temperature >= 0.0f) || !(rq->top_p > 0.0f && rq->top_p <= 1.0f)) return TLLM_ERR_SAMPLING;
     if (tllm_model.greedy_only && rq->temperature != 0.0f) return TLLM_ERR_GREEDY_ONLY;
-    if (engine_draft && engine_draft->to_target && rq->temperature != 0.0f) { /* q would need the id tables */
-        engine_detail = "a vocabulary-pruned draft model drafts greedy requests only: send temperature 0";
-        return TLLM_ERR_SAMPLING;
-    }
     if (engine_draft && rq->temperature != 0.0f && !tllm_draft_model_samples(engine_draft)) {
         engine_detail = "the draft model is a greedy-only build, which drafts greedy requests only: send "
                         "temperature 0, or compile the draft with the target's --sampler";

@@ -253,6 +253,7 @@ void tllm_dist_full(const tllm_sampler *s, float *logits, int32_t n, uint16_t *i
     tllm_softmax(logits, n);
     d->p = logits;
     d->by_id = 1;
+    d->from_target = d->to_target = 0;
     if (s->top_p < 1.0f) {
         d->n = nucleus(logits, n, s->top_p, idx, &d->total) + 1;
         d->ids = idx;
@@ -268,6 +269,7 @@ void tllm_dist_topk(const tllm_sampler *s, tllm_topk *t, tllm_dist *d) {
     d->p = t->value;
     d->ids = t->id;
     d->by_id = 0;
+    d->from_target = d->to_target = 0;
 }
 
 /* coin * total (exactly the coin where total is 1: multinomial's draw), then
@@ -283,6 +285,11 @@ int32_t tllm_dist_draw(tllm_sampler *s, const tllm_dist *d) {
 }
 
 float tllm_dist_at(const tllm_dist *d, int32_t id) {
+    if (d->from_target) { /* a pruned draft's q, asked by target id: reference/draft.py spreads it the same way */
+        const uint16_t own = d->from_target[id];
+        if (d->to_target[own] != id) return 0.0f; /* a token the draft lacks: read as another, never drawn */
+        id = own;
+    }
     if (!d->ids) return id >= 0 && id < d->n ? d->p[id] : 0.0f;
     if (d->by_id) { /* a full sampler's nucleus: the ids sorting up to its last one, (prob desc, id asc) */
         const uint16_t b = d->ids[d->n - 1];

@@ -68,6 +68,10 @@ typedef struct {
     int32_t n;           /* how many */
     int32_t by_id;       /* p is indexed by token id */
     float total;         /* their float32 sum as the draw scales its coin (1 where the softmax is all candidates) */
+    /* A vocabulary-pruned draft's q, asked by target id (tllm_dist_at): target id -> its id, and back; an id
+     * whose round trip is another has q 0 (a token the draft lacks).  NULL: the ids are the asker's. */
+    const uint16_t *from_target;
+    const uint16_t *to_target;
 } tllm_dist;
 
 /* The distribution a sampled request (temperature > 0) draws from, no coin:
@@ -81,7 +85,8 @@ void tllm_dist_topk(const tllm_sampler *s, tllm_topk *t, tllm_dist *d);
  * same logits, bit for bit. */
 int32_t tllm_dist_draw(tllm_sampler *s, const tllm_dist *d);
 
-/* d's probability of token id: 0 outside its candidates. */
+/* d's probability of token id: 0 outside its candidates (and, through d's id
+ * maps, for a token a pruned draft lacks). */
 float tllm_dist_at(const tllm_dist *d, int32_t id);
 
 /* The first half of a guessed position under a draft model's q: the guess g

@@ -12,6 +12,7 @@ against the reference drafting with it."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -55,9 +56,24 @@ def _blob_reference(m: dict, blob: bytes) -> QuantizedGraph:
     return dataclasses.replace(qg, kv_rotate=opts.get("kv_rotate", "off"))  # int4 trees name their rotation
 
 
+def tree_id_tables(table_c: str, draft_vocab: int) -> VocabMap:
+    """The id tables a pruned draft's table file holds (templates/tllm_draft_table.c.j2: TO_DRAFT, TO_TARGET),
+    as the firmware maps with them; the identity where it has none (the target's own vocabulary)."""
+    found = {name: np.array([int(v) for v in body.replace(",", " ").split()], np.int64)
+             for name, body in re.findall(r"static const uint16_t (TO_DRAFT|TO_TARGET)\[\d+\] = \{(.*?)\};",
+                                          table_c, re.S)}
+    if not found:
+        ids = np.arange(draft_vocab)
+        return VocabMap(ids, ids, True)
+    if set(found) != {"TO_DRAFT", "TO_TARGET"} or len(found["TO_TARGET"]) != draft_vocab:
+        raise UserError("the draft's id tables in draft/tllm_draft_table.c are not whole: recompile the tree")
+    return VocabMap(found["TO_DRAFT"], found["TO_TARGET"], False)
+
+
 def tree_draft(out: Path, m: dict, seq: int) -> DraftModel | None:
     """The draft model of a `--speculate draft:` tree (None for any other tree), as the reference drafts
-    with it: its blob and table from OUT/draft/, the target's vocabulary (the only kind such a tree has)."""
+    with it: its blob and table from OUT/draft/, its ids mapped by the id tables of its table file (a
+    vocabulary-pruned student's; the identity for a draft with the target's vocabulary)."""
     d = m.get("draft")
     if d is None:
         return None
@@ -69,8 +85,8 @@ def tree_draft(out: Path, m: dict, seq: int) -> DraftModel | None:
         offset, size = int(d["weights_offset"]), int(d["weights_bytes"])
         blob = (Path(out) / "weights.bin").read_bytes()[offset:offset + size]
     qg = _blob_reference(read_manifest(where), blob)
-    ids = np.arange(qg.config.vocab_size)
-    return DraftModel(Executor(qg.graph, QuantKernels(qg, seq)), VocabMap(ids, ids, True), qg.config.vocab_size)
+    vocab = tree_id_tables((where / "tllm_draft_table.c").read_text(), qg.config.vocab_size)
+    return DraftModel(Executor(qg.graph, QuantKernels(qg, seq)), vocab, len(vocab.to_draft))
 
 
 def check_tokens(out: Path, tokenizer: Tokenizer, prompt_ids: Sequence[int], max_new_tokens: int,

@@ -108,9 +108,6 @@ def run_firmware(out: Path, prompt_ids: Sequence[int], max_new_tokens: int, samp
     if manifest.get("options", {}).get("sampler") == "greedy" and sampling.temperature > 0:
         raise UserError(f"{out} was compiled with --sampler greedy: run it with --temperature 0, or compile "
                         "with --sampler full to sample")
-    if manifest.get("draft", {}).get("id_table_bytes") and sampling.temperature > 0:  # the firmware's refusal too
-        raise UserError(f"{out} drafts with a vocabulary-pruned draft model, which drafts greedy requests only: "
-                        "run it with --temperature 0, or compile with a draft of the target's vocabulary to sample")
     if "draft" in manifest and sampling.temperature > 0 and greedy_draft(out, manifest):
         # the firmware refuses it too (TLLM_ERR_SAMPLING)
         raise UserError(f"{out} drafts with a greedy-only draft model, which drafts greedy requests only: run it "

@@ -662,10 +662,30 @@ def bench(out, shape, group_size, position, cmsis_nn, as_json):
     else:
         manifest = read_manifest(out)
         report_doc = read_json(Path(out) / "report.json", "report.json")
-        doc["predicted"] = predicted_for(measured_workload(report_doc["traffic"], doc), None,
-                                         int(manifest.get("prefill_batch", 1)),
+        measured = measured_workload(report_doc["traffic"], doc)
+        doc["predicted"] = predicted_for(measured, None, int(manifest.get("prefill_batch", 1)),
                                          manifest["options"].get("stream_chunk"))
+        if "speculate" in report_doc:
+            doc["speculate"] = _bench_speculation(manifest, report_doc["speculate"], measured)
     click.echo(json.dumps(doc, indent=2))
+
+
+def _bench_speculation(manifest: dict, spec: dict, measured) -> dict:
+    """A speculative tree's decode tokens/s with and without its verification pass, as report.json's
+    "speculate" predicts them, but from the decode step bench counted: prompt lookup's measured acceptance
+    (timing.LOOKUP_ACCEPTANCE) on the tree's board and mode.  A draft model's own step is not run by bench:
+    its tree keeps compile's prediction, said so."""
+    from .board import load_board
+    from .timing import LOOKUP_ACCEPTANCE, speculative_prediction
+
+    pred = spec["predicted"]
+    if spec.get("draft") == "model":
+        return dict(pred, counted="compile's prediction (report.json): bench counts the target's decode step, "
+                                  "not the draft model's")
+    chunk = manifest["options"].get("stream_chunk")
+    return dict(speculative_prediction(load_board(manifest["board"]), measured, LOOKUP_ACCEPTANCE, int(spec["k"]),
+                                       pred["mode"], **({"chunk_bytes": int(chunk)} if chunk else {})),
+                counted="bench's decode step, the verification pass priced from it")
 
 
 @cli.command("eval")

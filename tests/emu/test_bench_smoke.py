@@ -80,3 +80,29 @@ def test_tiled_gguf_kernels_are_counted_and_bit_exact():
         kept = by[("8x576", f"{layout} kept_portable")].instructions_per_mac
         assert all(by[("8x576", f"{layout} {v}")].instructions_per_mac < kept for v in TILED_VARIANTS[:4])
     assert [f.instructions for f in figures] == [f.instructions for f in bench_gguf_tiled(shapes)]
+
+
+def test_bench_of_a_speculative_tree_prices_its_verification_from_the_counted_step(tmp_path):
+    """bench OUT --json on a --speculate lookup:2 tree: "speculate" is report.json's prediction redone from
+    the decode step bench counted (prompt lookup's measured acceptance, the tree's board and mode)."""
+    import json
+
+    from cli_inprocess import cli
+    from tinyllm_gen.board import load_board
+    from tinyllm_gen.timing import LOOKUP_ACCEPTANCE, measured_workload, speculative_prediction
+
+    model = make_hf_model(tmp_path / "m", context=64, seed=9)
+    out = tmp_path / "out"
+    write_tree(compile_path(model, CompileOptions(board="qemu-mps2-an500", speculate="lookup:2")).tree, out)
+    build(out)
+    code, text, err = cli(["bench", str(out), "--json", "--position", "5"])
+    assert code == 0, err
+    printed = json.loads(text)
+    spec = printed["speculate"]
+    report = json.loads((out / "report.json").read_text())
+    assert spec["k"] == 2 and spec["acceptance"] == LOOKUP_ACCEPTANCE.name and spec["counted"].startswith("bench")
+    w = measured_workload(report["traffic"], {k: v for k, v in printed.items() if k not in ("predicted", "speculate")})
+    want = speculative_prediction(load_board("qemu-mps2-an500"), w, LOOKUP_ACCEPTANCE, 2,
+                                  report["speculate"]["predicted"]["mode"])
+    assert {k: spec[k] for k in want} == want
+    assert spec["tokens_per_s"] > 0 and spec["plain_tokens_per_s"] > 0

@@ -230,9 +230,15 @@ class Planner:
                 best4 = self.largest_fitting_seq(kv4, plan.max_seq)
                 if best4:
                     out.append(f"--kv-bits 4 --max-seq {best4}")
-        if self.kv_region is None and self.sdram is not None and self.with_kv(self.sdram).plan(step, plan.max_seq).fits:
-            out.append("--kv-region sdram")
         best = self.largest_fitting_seq(step, plan.max_seq)
+        if self.kv_region is None and self.sdram is not None:
+            external = self.with_kv(self.sdram)
+            if external.plan(step, plan.max_seq).fits:
+                out.append("--kv-region sdram")
+            else:  # the board's SDRAM holds more context than its SRAM: say how much
+                best_sd = external.largest_fitting_seq(step, plan.max_seq)
+                if best_sd and best_sd > (best or 0):
+                    out.append(f"--kv-region sdram --max-seq {best_sd}")
         if best:
             out.append(f"--max-seq {best}")
         return out

@@ -241,3 +241,23 @@ def test_sdram_on_a_board_without_it_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
     assert "board weact-h750 has no SDRAM" in lines[0] and "--board stm32h750b-dk" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_context_too_big_for_both_names_the_context_the_sdram_holds():
+    """SmolLM2's 8,192 positions fit neither the SRAM nor the DK's SDRAM: the refusal names the larger
+    context the SDRAM does hold (--kv-region sdram --max-seq N, N the largest that fits there) beside the
+    SRAM's; the WeAct, without SDRAM, does not."""
+    import re
+
+    smol = llama(*SMOLLM2)  # int8 KV
+    with pytest.raises(UserError) as e:
+        fitted(smol, 8192, "sram")
+    sd = re.search(r"--kv-region sdram --max-seq (\d+)", str(e.value))
+    sram = re.search(r"or --max-seq (\d+)$", str(e.value))
+    assert sd and sram and int(sd.group(1)) > int(sram.group(1)), str(e.value)
+    assert fitted(smol, int(sd.group(1)), "sdram").plan.fits
+    with pytest.raises(UserError):
+        fitted(smol, int(sd.group(1)) + 1, "sdram")
+    with pytest.raises(UserError) as e:
+        fitted(smol, 8192, "sram", board="weact-h750")
+    assert "--kv-region" not in str(e.value)

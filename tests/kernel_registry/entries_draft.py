@@ -130,10 +130,13 @@ def _dist_full_case(vocab, k, t, p, state, kind, seed):
     return Case(_label(vocab, k, t, p, state, kind), make, seed)
 
 
+# A full sampler's inputs: its state and options, the logits (the probabilities after) and the nucleus scratch.
+FULL_INPUTS = (Scalar("rng_state", "uint64_t"), Scalar("temperature", "float"), Scalar("top_p", "float"), SAMPLER,
+               InOut("logits", "float", "n"), Scalar("n", "int32_t"), InOut("idx", "uint16_t", "n"))
+
 DIST_FULL = Kernel(
     "tllm_dist_full", "tllm_sampler.h",
-    (Scalar("rng_state", "uint64_t"), Scalar("temperature", "float"), Scalar("top_p", "float"), SAMPLER,
-     InOut("logits", "float", "n"), Scalar("n", "int32_t"), InOut("idx", "uint16_t", "n")) + FILLED
+    FULL_INPUTS + FILLED
     + (struct_of("d", "tllm_dist", write_back=True, pointers=dict(p="logits", ids="idx"), n="d_n", by_id="d_by_id",
                  total="d_total"),),
     ("s", "logits", "n", "idx", "d"), _dist_full_twin,
@@ -278,8 +281,7 @@ GUESS_Q = (Scalar("g", "int32_t"), Scalar("q_g", "float"), Scalar("q_total", "fl
 
 GUESS_KEPT = Kernel(
     "tllm_guess_kept", "tllm_sampler.h",
-    (Scalar("rng_state", "uint64_t"), Scalar("temperature", "float"), Scalar("top_p", "float"), SAMPLER,
-     InOut("logits", "float", "n"), Scalar("n", "int32_t"), InOut("idx", "uint16_t", "n")) + GUESS_Q
+    FULL_INPUTS + GUESS_Q
     + (struct_of("p", "tllm_dist", write_back=True, pointers=dict(p="logits", ids="idx"), n="p_n", by_id="p_by_id",
                  total="p_total"),),
     ("s", "logits", "n", "idx", "g", "q_g", "q_total", "p"), _kept_twin(False), returns="int32_t",

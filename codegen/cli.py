@@ -485,14 +485,16 @@ def run(out, prompt, max_new_tokens, temperature, top_p, seed, as_json, timeout,
               help="Speculative decoding as a build compiled with it runs (reference/speculative.py): lookup:k "
                    "guesses per pass (lookup alone: k as compile picks it for the default board); draft:MODEL[:k]: "
                    "k steps of a draft model per pass (its vocabulary the target's, or a compress --prune-vocab "
-                   "student's; quantized with the same options; k defaults to 3); give the manifest's "
-                   "options.speculate to reproduce a build's sampled tokens.")
+                   "student's; quantized with the same options; k as compile picks it for the default board "
+                   "unless given); give the manifest's options.speculate to reproduce a build's sampled tokens.")
 @_context_policy_option
 def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, tokenizer, group_size,
               kv_bits, kv_rotate, kv_center, max_seq, ram_budget, quant, calibration, weight_quant, fp32, chat, sampler,
               speculate,
               context_policy):
     """Run tinyllm-gen's numpy reference (what the firmware computes, exactly)."""
+    from dataclasses import replace
+
     from .compile import (CompileOptions, context_for, load_draft, parse_size, quantize, require_tokenizer,
                           speculate_k_for)
     from .frontends import load_model
@@ -503,7 +505,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
 
     from .context import context_roll, parse_context_policy
 
-    draft_model = parse_draft(speculate)
+    draft_model = parse_draft(speculate, default=None)  # no k: compile's choice, below
     draft, k = ("draft", draft_model[1]) if draft_model else parse_speculate(speculate)
     parse_context_policy(context_policy)
     if draft == "auto":
@@ -523,6 +525,12 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
     qg = quantize(m, opts, max_seq=seq)  # a centred cache's centres are those of the context
     if draft == "lookup" and k is None:
         k = speculate_k_for(qg, opts, sampler, parse_size(ram_budget))
+    elif draft_model and k is None:  # the k compile picks for the pair on the default board, as for lookup
+        from .compile_draft import plan_with_draft
+
+        doc, _ = plan_with_draft(model, tokenizer, replace(opts, max_seq=seq, ram_budget=parse_size(ram_budget)),
+                                 sampler, quant, "auto", None, "auto", False, speculate)
+        k = doc["draft"]["k"]
     kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(qg, seq)
     roll = context_roll(context_policy, seq)
     drafter = load_draft(Path(draft_model[0]), m, model, opts, seq, fp32) if draft_model else None

@@ -116,8 +116,8 @@ def parse_speculate(text: str) -> tuple[str, int | None]:
 def parse_draft(text: str, default: int | None = SPECULATE_MAX_K) -> tuple[str, int | None] | None:
     """`--speculate draft:MODEL[:k]` -> (MODEL, k), None for any other value.
     k defaults to `default`: SPECULATE_MAX_K, the most guesses the firmware
-    verifies (the reference's default), or None where the timing model
-    chooses it (compile and plan, compile_draft.py); a MODEL path holding a
+    verifies, or None where the timing model chooses it (compile, plan and
+    the reference, compile_draft.py); a MODEL path holding a
     colon is read whole unless its last part is a k."""
     t = str(text)
     if not t.startswith("draft:"):

@@ -159,3 +159,19 @@ def test_draft_is_speculate_draft_and_refused_beside_another_speculate(models):
                             "--speculate", "lookup:2"])
         assert code == 2 and len(err.strip().splitlines()) == 1 and "give one" in err, err
     assert not (models["root"] / "never").exists()
+
+
+def test_the_reference_picks_the_k_compile_picks(models):
+    """reference --speculate draft:MODEL without k runs the k plan/compile choose for the pair on the default
+    board (as lookup's k), so its sampled tokens are the default build's."""
+    code, out, err = cli(["plan", str(models["target"]), "--max-seq", "64", "--json",
+                          "--speculate", f"draft:{models['draft']}"])  # plan's defaults: compile's
+    assert code == 0, err
+    k = json.loads(out)["draft"]["k"]
+    args = ["reference", str(models["target"]), "--max-seq", "64", "--prompt", PROMPT, "--max-new-tokens", "12",
+            "--temperature", "0.9", "--seed", "4", "--json"]
+    code, chosen, err = cli([*args, "--speculate", f"draft:{models['draft']}"])
+    assert code == 0, err
+    code, given, err = cli([*args, "--speculate", f"draft:{models['draft']}:{k}"])
+    assert code == 0, err
+    assert json.loads(chosen) == json.loads(given)

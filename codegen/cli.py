@@ -529,7 +529,7 @@ def reference(model, prompt, max_new_tokens, temperature, top_p, seed, as_json, 
         from .compile_draft import plan_with_draft
 
         doc, _ = plan_with_draft(model, tokenizer, replace(opts, max_seq=seq, ram_budget=parse_size(ram_budget)),
-                                 sampler, quant, "auto", None, "auto", False, speculate)
+                                 sampler, quant, "auto", None, "auto", False, speculate, target=m)
         k = doc["draft"]["k"]
     kernels = FloatKernels(m.graph, seq) if fp32 else QuantKernels(qg, seq)
     roll = context_roll(context_policy, seq)

@@ -64,10 +64,10 @@ def compile_draft_path(model_path: Path, opts: CompileOptions, tokenizer: Path |
     return compile_with_draft(target, Path(model_path), draft, draft_path, k, opts)
 
 
-def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions,
-              speculate: str) -> tuple[ImportedModel, ImportedModel, Path, int | None]:
+def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions, speculate: str,
+              target: ImportedModel | None = None) -> tuple[ImportedModel, ImportedModel, Path, int | None]:
     """(target, draft, the draft's path, k or None: the timing model's choice) of `--speculate
-    draft:DRAFT[:k]`, read after the cheap checks."""
+    draft:DRAFT[:k]`, read after the cheap checks (target: the model at model_path, when read already)."""
     check_kv_region(load_board(opts.board), opts.kv_region, KV_REGIONS)  # before the models are read
     draft_path, k = parse_draft(speculate, default=None)
     if opts.symbol_prefix != DEFAULT_PREFIX:
@@ -76,7 +76,8 @@ def load_pair(model_path: Path, tokenizer: Path | None, opts: CompileOptions,
     if not Path(draft_path).exists():
         raise UserError(f"--speculate {speculate}: {draft_path} does not exist: give the draft model's "
                         "path (a Hugging Face folder, a GGUF or a llama2.c checkpoint)")
-    return load_model(Path(model_path), tokenizer), load_model(Path(draft_path)), Path(draft_path), k
+    target = target if target is not None else load_model(Path(model_path), tokenizer)
+    return target, load_model(Path(draft_path)), Path(draft_path), k
 
 
 def checked_context(target: ImportedModel, target_path: Path, draft: ImportedModel, draft_path: Path,
@@ -385,14 +386,14 @@ def draft_record(path: Path, k: int, d, offset: int, ram: int, code: int | None,
 
 def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptions, sampler: str, quant: str,
                     stream: str, stream_chunk: int | None, prefill_batch, unroll_layers: bool,
-                    speculate: str) -> tuple[dict, str]:
+                    speculate: str, target: ImportedModel | None = None) -> tuple[dict, str]:
     """`plan TARGET --speculate draft:DRAFT[:k]`: compile_with_draft's fit without quantizing (fit_pair, then
     compile.plan_model for the target in what the draft leaves); the document's "draft" and the text's last
     lines say what the draft costs and what the timing model predicts with it."""
     what = f"--speculate {speculate}"
     opts = dataclasses.replace(opts, sampler=sampler, quant=quant, stream=stream, stream_chunk=stream_chunk,
                                prefill_batch=prefill_batch, unroll_layers=unroll_layers)
-    target, draft, draft_path, k = load_pair(model_path, tokenizer, opts, speculate)
+    target, draft, draft_path, k = load_pair(model_path, tokenizer, opts, speculate, target)
     pair = fit_pair(target, Path(model_path), draft, draft_path, k, opts, what)
     seq, d = pair.seq, pair.draft
     board = load_board(opts.board)
@@ -408,10 +409,9 @@ def plan_with_draft(model_path: Path, tokenizer: Path | None, opts: CompileOptio
                           opts.ram_budget, d.plan, what) from None
     offset = weights_offset(doc["weights_bytes"], board)
     check_weights(board, offset, doc["weights_bytes"], d.weights_bytes, what)
-    src = plan_source(draft, draft_options(opts, seq, k), quant, board)
     has_code = d.code is not None and doc.get("code_flash_bytes") is not None
     ids = id_bytes(pair.id_tables)
-    code = draft_code_bytes(d.code, src.kernels, ids) if has_code else None
+    code = draft_code_bytes(d.code, d.step.kernels, ids) if has_code else None
     doc["draft"] = {**draft_cost(draft_path, res.step.speculate.k, d.plan, d.weights_bytes, offset, d_ram, code,
                                  opts.ram_budget, ids), **decided(pair, res, board, k is not None)}
     return doc, text + draft_text(doc["draft"], doc["total_sram_bytes"])

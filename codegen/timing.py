@@ -527,20 +527,12 @@ class DraftCost:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
 
 
-def step_seconds(board: Board, w: Workload, mode: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 core_hz: float = CORE_HZ) -> float:
-    """Seconds of one step of `w` (one position) in `mode` (pass_seconds' rule)."""
-    if mode == "compute" or board.qspi_flash is None:
-        return compute_seconds(w.instructions, core_hz)
-    return mode_seconds(board.qspi_flash, w, chunk_bytes, 1, core_hz)[mode]
-
-
 def draft_pass_seconds(board: Board, d: DraftCost, acc: Acceptance, k: int) -> float:
     """A draft model's seconds per pass: its measured steps with the head at
     a decoded token's price, its catch-up steps at a prompt token's (no
     classifier, no sampling: Workload.prefill(1))."""
-    return (acc.draft_steps.get(k, 0.0) * step_seconds(board, d.workload, d.mode, d.chunk_bytes)
-            + acc.catchup_steps.get(k, 0.0) * step_seconds(board, d.workload.prefill(1), d.mode, d.chunk_bytes))
+    return (acc.draft_steps.get(k, 0.0) * pass_seconds(board, d.workload, 1, d.mode, d.chunk_bytes)
+            + acc.catchup_steps.get(k, 0.0) * pass_seconds(board, d.workload.prefill(1), 1, d.mode, d.chunk_bytes))
 
 
 def speculative_tokens_per_s(board: Board, w: Workload, acc: Acceptance, k: int, mode: str,

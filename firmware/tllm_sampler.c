@@ -115,56 +115,18 @@ int32_t tllm_sample(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx) {
 }
 
 /* ---- speculative decoding: a position the draft guessed --------------- */
-/* Candidate j's probability: p[ids[j]] when p is indexed by token id (the
- * full sampler's vector), p[j] when it is in the candidates' order (a
- * top-K set). */
-static float prob_of(const float *p, const uint16_t *ids, int32_t j, int by_id) { return by_id ? p[ids[j]] : p[j]; }
-
-/* The residual draw after a rejected guess g: the candidates ids[0..m)
- * without g, sampled from the normalised max(0, p - q) of a one-hot q: one
- * coin times their sum, then the running sum in order (the last of them if
- * rounding leaves the coin above it). */
-static int32_t residual_draw(const float *p, const uint16_t *ids, int32_t m, int by_id, int32_t g, float coin) {
-    float rest = 0.0f;
-    for (int32_t j = 0; j < m; j++)
-        if (ids[j] != g) rest = rest + prob_of(p, ids, j, by_id);
-    const float r = coin * rest;
-    float cdf = 0.0f;
-    int32_t fallback = g; /* kept only when g is the sole candidate, which a coin below 1 always accepts */
-    for (int32_t j = 0; j < m; j++) {
-        if (ids[j] == g) continue;
-        cdf = cdf + prob_of(p, ids, j, by_id);
-        fallback = ids[j];
-        if (r < cdf) return ids[j];
-    }
-    return fallback;
-}
-
-/* The acceptance rule of a one-hot draft (q(g) = 1): g is kept with
- * probability min(1, p(g) / q(g)) = p_g / total, total the candidates' sum
- * (one coin: coin * total < p_g; p_g = 0 when g is not a candidate), else a
- * second coin draws from the rest. */
-static int32_t accept_or_resample(tllm_sampler *s, const float *p, const uint16_t *ids, int32_t m, int by_id,
-                                  int32_t g, float total) {
-    float pg = 0.0f;
-    for (int32_t j = 0; j < m; j++)
-        if (ids[j] == g) pg = prob_of(p, ids, j, by_id);
-    if (rng_f32(s) * total < pg) return g;
-    return residual_draw(p, ids, m, by_id, g, rng_f32(s));
-}
+/* The acceptance rule of a one-hot draft (prompt lookup, q(g) = 1): the
+ * draft model's rule below with q one-hot at g, which is the one-hot rule
+ * bit for bit (q(g) * S = S and p(g) * 1 = p(g): keep g when coin * S <
+ * p(g); each other candidate's residual weight p * 1 - 0 * S = p). */
+static int32_t one_hot_guess(tllm_sampler *s, const tllm_dist *p, int32_t g);
 
 int32_t tllm_sample_guess(tllm_sampler *s, float *logits, int32_t n, uint16_t *idx, int32_t g) {
     if (g < 0) return tllm_sample(s, logits, n, idx);
     if (s->temperature == 0.0f) return tllm_argmax(logits, n);
-    for (int32_t i = 0; i < n; i++) logits[i] = logits[i] / s->temperature;
-    tllm_softmax(logits, n);
-    if (s->top_p < 1.0f) {
-        float cum;
-        const int32_t last = nucleus(logits, n, s->top_p, idx, &cum);
-        return accept_or_resample(s, logits, idx, last + 1, 1, g, cum);
-    }
-    for (int32_t i = 0; i < n; i++) idx[i] = (uint16_t)i; /* every token a candidate, in id order */
-    return accept_or_resample(s, logits, idx, n, 1, g, 1.0f);
+    tllm_dist p;
+    tllm_dist_full(s, logits, n, idx, &p);
+    return one_hot_guess(s, &p, g);
 }
 
 /* ---- top-K builds ---------------------------------------------------- */
@@ -239,9 +201,9 @@ int32_t tllm_sample_topk(tllm_sampler *s, tllm_topk *t) {
 int32_t tllm_sample_topk_guess(tllm_sampler *s, tllm_topk *t, int32_t g) {
     if (g < 0) return tllm_sample_topk(s, t);
     if (s->temperature == 0.0f) return t->id[0];
-    float cum; /* the nucleus within the K, as tllm_sample_topk */
-    const int32_t last = topk_nucleus(s, t, &cum);
-    return accept_or_resample(s, t->value, t->id, last + 1, 0, g, cum);
+    tllm_dist p; /* the nucleus within the K, as tllm_sample_topk */
+    tllm_dist_topk(s, t, &p);
+    return one_hot_guess(s, &p, g);
 }
 
 /* ---- a draft model's guesses ----------------------------------------- */
@@ -292,6 +254,7 @@ float tllm_dist_at(const tllm_dist *d, int32_t id) {
     }
     if (!d->ids) return id >= 0 && id < d->n ? d->p[id] : 0.0f;
     if (d->by_id) { /* a full sampler's nucleus: the ids sorting up to its last one, (prob desc, id asc) */
+        if (d->n <= 0) return 0.0f; /* an empty nucleus (top_p below every probability's share) */
         const uint16_t b = d->ids[d->n - 1];
         return d->p[id] > d->p[b] || (d->p[id] == d->p[b] && id <= b) ? d->p[id] : 0.0f;
     }
@@ -336,4 +299,11 @@ int32_t tllm_guess_residual(tllm_sampler *s, const tllm_dist *p, int32_t g, cons
         if (r < cdf) return fallback;
     }
     return fallback;
+}
+
+static int32_t one_hot_guess(tllm_sampler *s, const tllm_dist *p, int32_t g) {
+    const float one = 1.0f;
+    const uint16_t at = (uint16_t)g;
+    const tllm_dist q = {&one, &at, 1, 0, 1.0f, 0, 0}; /* q(g) = 1, 0 elsewhere, total 1 */
+    return kept(s, p, g, 1.0f, 1.0f) ? g : tllm_guess_residual(s, p, g, &q);
 }

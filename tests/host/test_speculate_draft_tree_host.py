@@ -15,7 +15,6 @@ refused in one line, exit 2, nothing written."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 
@@ -30,6 +29,7 @@ from tinyllm_gen.compile import CompileOptions, load_draft, write_tree
 from tinyllm_gen.compile_draft import compile_draft_path
 from tinyllm_gen.frontends import load_model
 from tinyllm_gen.reference.sampler import SamplingOptions, top_k_of
+from tinyllm_gen.run.check import tree_id_tables
 from tinyllm_gen.run.firmware import run_firmware
 from tinyllm_gen.run.protocol import pack_request
 
@@ -280,16 +280,10 @@ def pruned(models):
     return {"draft": draft, "tree": out, "vocab": load_draft(draft, m, models["target"], opts, SEQ).vocab}
 
 
-def c_table(text: str, name: str) -> list[int]:
-    body = re.search(rf"static const uint16_t {name}\[(\d+)\] = {{(.*?)}};", text, re.S)
-    values = [int(v) for v in body.group(2).replace(",", " ").split()]
-    assert len(values) == int(body.group(1))
-    return values
-
-
 def test_the_pruned_students_tree_holds_its_id_tables_and_counts_their_bytes(models, tree, pruned):
     table = (pruned["tree"] / "draft" / "tllm_draft_table.c").read_text()
-    to_draft, to_target = c_table(table, "TO_DRAFT"), c_table(table, "TO_TARGET")
+    tables = tree_id_tables(table, PRUNED_IDS)  # what run --check reads back: the C's own arrays
+    to_draft, to_target = list(tables.to_draft), list(tables.to_target)
     assert to_draft == list(pruned["vocab"].to_draft) and to_target == list(pruned["vocab"].to_target)
     assert (len(to_draft), len(to_target)) == (300, PRUNED_IDS)
     assert "TO_DRAFT, TO_TARGET, 300u,\n};" in table

@@ -10,7 +10,9 @@ one line that neither is there. Nothing of Renode is part of this project."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -115,6 +117,32 @@ def _log_problem(log: str) -> str | None:
     return None
 
 
+def _read_text(path: Path, fallback: str = "") -> str:
+    """The file's text, or fallback where it is not there (not yet created, or between Renode's moves)."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return fallback
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
+    """Asks Renode to quit, then ends its whole process group: `renode` is a shell script that starts
+    mono as a child, and killing the shell alone would leave mono running the script on, where it
+    recreates this build's console file (Renode then moves the next run's console aside, as console.1)."""
+    if proc.poll() is None:
+        try:
+            proc.stdin.write(b"quit\n")
+            proc.stdin.flush()
+            proc.wait(timeout=grace_s)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the session's leftovers, mono among them
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
 def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: float = 600, on_line=None,
                max_instructions: int | None = None):
     """Boot the build under Renode with the request in its block and wait for the "@TLLM exit N" line the
@@ -143,10 +171,11 @@ def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: flo
     seen, code, spent, problem = 0, None, False, None
     text = log = ""
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             while time.monotonic() < deadline and proc.poll() is None:
-                text = console.read_text(errors="replace") if console.exists() else ""
+                text = _read_text(console, text)
                 lines = text.split("\n")
                 for line in lines[seen:len(lines) - 1]:
                     if on_line is not None:
@@ -154,23 +183,16 @@ def run_renode(out: Path, board: Board, request_bin: Path | None, timeout_s: flo
                     if line.startswith("@TLLM exit "):
                         code = int(line.split()[2])
                 seen = max(seen, len(lines) - 1)
-                log = log_path.read_text(errors="replace")
+                log = _read_text(log_path, log)
                 problem = _log_problem(log)
                 spent = BUDGET_SPENT in log.replace(f"echo {BUDGET_SPENT}", "")
                 if code is not None or problem is not None or spent:
                     break
                 time.sleep(0.05)
         finally:
-            if proc.poll() is None:
-                try:
-                    proc.stdin.write(b"quit\n")
-                    proc.stdin.flush()
-                    proc.wait(timeout=15)
-                except (OSError, subprocess.TimeoutExpired):
-                    proc.kill()
-                    proc.wait()
-    log = log_path.read_text(errors="replace")
-    text = console.read_text(errors="replace") if console.exists() else text
+            _stop(proc)
+    log = _read_text(log_path, log)
+    text = _read_text(console, text)
     problem = problem or _log_problem(log)
     if problem is not None:
         raise UserError(f"under Renode: {problem} (Renode's log: {log_path})")

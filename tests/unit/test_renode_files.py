@@ -511,6 +511,24 @@ def test_robot_waits_for_ready_and_checks_the_models(files):
     assert f"Wait For Line On Uart    @TLLM ready max_request={CAPACITY}" in robot
     assert "Create Log Tester" in robot and f"Should Not Be In Log    {MODEL_ERROR}" in robot
     assert "Generates The Expected Tokens" not in robot
+    # its own console: Renode moves an existing console file aside (console.1), so a robot run and a
+    # `run --emulator renode` of one build must never share one
+    assert "$console=@${CURDIR}/../build/renode-robot-console.txt" in robot
+    assert robot.index("$console=") < robot.index("Execute Script")
+
+
+def test_stopping_renode_ends_its_whole_process_group():
+    """`renode` is a shell script running mono as its child: the runner ends the group, not the shell
+    alone, so no mono runs on after its run (burning a core, recreating the console file)."""
+    import os
+    from tinyllm_gen.run.renode import _stop
+    proc = subprocess.Popen(["sh", "-c", "sleep 600; :"], stdin=subprocess.PIPE, start_new_session=True)
+    _stop(proc, grace_s=0.2)
+    assert proc.returncode is not None
+    with pytest.raises(ProcessLookupError):  # nothing of the group is left, the sleep among them
+        for _ in range(100):
+            os.killpg(proc.pid, 0)
+            __import__("time").sleep(0.05)
 
 
 def test_renode_files_are_deterministic():

@@ -144,7 +144,8 @@ def _quant_options(f):
     f = click.option("--ram-budget", type=_Size(), default="512K", show_default=True,
                      help="RAM budget (bytes, K or M suffix).")(f)
     f = click.option("--max-seq", type=MAX_SEQ, default=None,
-                     help="Context length (default: the model's; auto: the longest that fits).")(f)
+                     help="Context length (default: the model's, or where the board cannot hold it, the longest it can, in "
+                          "SDRAM on a board with it under --kv-region auto; auto: the longest that fits).")(f)
     f = click.option("--kv-rotate", type=click.Choice(KV_ROTATIONS), default="auto", show_default=True,
                      help="Hadamard rotation of each head's k and q before the int4 KV cache quantizes them "
                           "(the same scores, far less int4 loss); auto: on for int4 KV where head_dim is a "
@@ -271,10 +272,11 @@ _context_policy_option = click.option(
 
 
 _kv_region_option = click.option(
-    "--kv-region", type=click.Choice(["auto", "sram", "sdram"]), default="sram", show_default=True,
+    "--kv-region", type=click.Choice(["auto", "sram", "sdram"]), default="auto", show_default=True,
     help="Where the KV cache goes: sram (the --ram-budget plan); sdram: the board's external SDRAM (the "
          "STM32H750B-DK's 8 MB FMC SDRAM), outside the budget, for a longer context; auto: SRAM when the "
-         "context asked for fits there, else SDRAM. The report says where it went.")
+         "context asked for fits there, else SDRAM (without --max-seq, a model whose context fits nowhere gets "
+         "the longest the SDRAM holds). Boards without SDRAM: SRAM. The report says where it went.")
 
 
 _classifier_option = click.option(

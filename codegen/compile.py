@@ -86,9 +86,10 @@ class CompileOptions:
     prefill_batch: str | int = "auto"  # prompt tokens per weight pass (lower/prefill.py): auto (fit's) or 1..4
     # a kept GGUF's classifier: keep its blocks (lossless), or "q4": re-rounded to Q4_0 (quant/classifier_q4.py)
     classifier_quant: str = "keep"
-    # where the KV cache goes (fit/search.py): sram (the RAM budget, as always), sdram (a board's external RAM,
-    # outside the budget), auto (SRAM when the context fits there, else SDRAM)
-    kv_region: str = "sram"
+    # where the KV cache goes (fit/search.py): sram (the RAM budget), sdram (a board's external RAM, outside
+    # the budget), auto (SRAM when the context fits there, else SDRAM; where no max_seq is given and the
+    # model's context fits nowhere, the longest context in SDRAM: fit/search.longest_context)
+    kv_region: str = "auto"
     # speculative decoding (lower/speculate.py): off (plain decoding, the default), lookup (k by the timing
     # model), lookup:k, or auto (lookup where the timing model predicts a gain and the plan fits, else off)
     speculate: str = "off"
@@ -285,8 +286,8 @@ def manifest_options(opts: CompileOptions, qg: QuantizedGraph, program: Program,
         options.update(unroll_layers=True)
     if opts.classifier_quant != "keep":
         options.update(classifier_quant=opts.classifier_quant)
-    if opts.kv_region != "sram":  # only when asked: the defaults' manifests stay as they were
-        options.update(kv_region=opts.kv_region)
+    if program.plan.kv_region_option == "sdram":  # where it went, only when outside: SRAM trees stay as they were
+        options.update(kv_region="sdram")
     if program.speculate is not None:  # only when on: plain trees keep their manifests' options
         options.update(speculate=f"{program.speculate.draft}:{program.speculate.k}")
     if roll is not None:  # only when rolling: trees that stop keep their manifests' options
@@ -529,11 +530,13 @@ def plan_model_fit(model_path: Path, tokenizer: Path | None, opts: CompileOption
     base = lower_step(src, sampler)
     memo: dict = {}  # one plan per batch size, shared by the choice and the trade-off rows
     res = fit_step(base, src, req, memo)
+    req = res.request  # the context it chose where the model's did not fit: the rows below are planned with it
     batch_rows = prefill_rows(base, src, req, memo)
     check_weights(res, opts.board, src.group_size, src.method)
     check_code(res, opts.board)
     # the trade-off of a build that streams (auto resolves to off where nothing can be streamed)
-    rows = stream_rows(base, req, res.prefill_batch) if res.stream is not None else []
+    rows = stream_rows(base, req, res.prefill_batch, res.plan.kv_region_option == "sdram") \
+        if res.stream is not None else []
     saved = sampler_saving(lower_step(src, "full"), src, req, res) if sampler != "full" else None
     traffic = step_traffic(res.step)
     pred = predicted_for(traffic.workload(), board, prefill_batch=res.prefill_batch,

@@ -16,11 +16,14 @@ From the outside in:
   decreasing by flash bytes saved, lower/stream.choose_pinned), shrunk
   until the plan with the pinned buffer fits;
 * context (`--max-seq auto`): the largest that fits (`largest_fitting_seq`:
-  interpolation on the bytes over, then bisection);
+  interpolation on the bytes over, then bisection); no `--max-seq`: the
+  model's context where it fits, else the longest the board holds
+  (`longest_context`: as auto, the KV cache in SDRAM on a board that has it
+  unless `--kv-region sram`), said in the plan's note;
 * where the KV cache goes (`--kv-region`, on a board with SDRAM): sram (the
-  default: the 512 KiB plan as it always was), sdram (the KV cache alone in
-  the SDRAM region, outside the RAM budget), or auto: SRAM when the context
-  asked for fits there (with --max-seq auto, the SRAM figure), else SDRAM;
+  512 KiB plan), sdram (the KV cache alone in the SDRAM region, outside the
+  RAM budget), or auto (the default): SRAM when the context asked for fits
+  there (with --max-seq auto, the SRAM figure), else SDRAM;
 * speculation (`--speculate auto|lookup[:k]`, after the rest): the guesses
   per pass k <= P - 1 that the timing model predicts the most decode
   tokens/s for (timing.choose_k, at the measured acceptance of the
@@ -81,7 +84,7 @@ class FitRequest:
     prefill_batch: str | int = "auto"  # "auto" or 1..MAX_BATCH
     vocab: tuple[int, int] | None = None  # (tokens, text bytes) the board prints; None: unknown (no tokenizer)
     unroll_layers: bool = False  # compile --unroll-layers (the code flash)
-    kv_region: str = "sram"  # sram | sdram | auto (KV_REGIONS)
+    kv_region: str = "auto"  # sram | sdram | auto (KV_REGIONS)
     speculate: tuple[str, int | None] = ("off", None)  # (off | auto | lookup, k or None), lower/speculate.py
     rolling: bool = False  # compile --context-policy roll (context.py): the shift kernels' code
     # `--speculate draft:MODEL` (compile_draft.py): the draft model's step and its measured acceptance, which
@@ -108,6 +111,9 @@ class Fitted:
     stream: StreamOptions | None = None  # the stream options planned (None: weights in place)
     speculate_why: str = ""  # how speculation was decided ("" when --speculate off)
     plain: "Fitted | None" = None  # with speculation: the plan plain decoding would have (what it costs)
+    # the request as fit resolved it: the one asked, or, where no --max-seq was given and the model's context
+    # does not fit, longest_context's (what the trade-off tables after the fit must be planned with)
+    request: "FitRequest | None" = None
 
     @property
     def prefill_batch(self) -> int:
@@ -199,7 +205,7 @@ class Planner:
         plan = self.plan(step, max_seq)
         if plan.fits:
             return plan
-        raise UserError(self.explain_over(step, plan) if self.explain else f"{what_is_over(plan)} at {max_seq} tokens")
+        raise OverBudget(self.explain_over(step, plan) if self.explain else f"{what_is_over(plan)} at {max_seq} tokens")
 
     def auto_max_seq(self, step: LoweredStep, context: int) -> int:
         """--max-seq auto: the longest context (<= the model's) that fits."""
@@ -255,6 +261,10 @@ class Planner:
                 f"stack {self.stack:,} B; {fix}")
 
 
+class OverBudget(UserError):
+    """A plan over its budget at the context asked for (what the default context falls back from)."""
+
+
 def _over_bytes(plan: MemoryPlan) -> int:
     """Bytes over the budget (negative: under): what the context's KV cache
     uses up, linearly.  A region that is full first only makes the
@@ -276,6 +286,7 @@ class SeqNote:
     planner: Planner | None = None  # None: the context was given, nothing to say
     step: LoweredStep | None = None
     chosen: int = 0
+    defaulted: bool = False  # no --max-seq, and the model's context did not fit (fit's longest_context)
 
     def text(self) -> str:
         if self.planner is None:
@@ -285,7 +296,10 @@ class SeqNote:
         alt = p.largest_fitting_seq(with_kv_bits(step, other), step.config.max_seq)
         alt_text = f"{alt} tokens" if alt else "nothing"
         where = f"in {p.budget:,} B" if p.kv_region is None else f"in {p.kv_region} (the rest in {p.budget:,} B)"
-        return (f"--max-seq auto: {self.chosen} tokens with {step.kv_bits.describe()} KV {where} "
+        head = (f"context {self.chosen} tokens, the longest this board holds (the model's "
+                f"{step.config.max_seq} do not fit; --max-seq N to choose)" if self.defaulted else
+                f"--max-seq auto: {self.chosen} tokens")
+        return (f"{head} with {step.kv_bits.describe()} KV {where} "
                 f"({other.describe()} KV would fit {alt_text}; the model's context is {step.config.max_seq})"
                 + self.region_text())
 
@@ -437,8 +451,33 @@ def fit(base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None =
     or its UserError (plain decoding), shared with the trade-off tables
     (fit/tradeoffs.py)."""
     planner = Planner(req.board, req.budget, explain=req.explain)
-    plain = fit_plain(planner, base, src, req, memo)
-    return plain if req.speculate[0] == "off" else fit_speculation(planner, plain, base, src, req)
+    memo = {} if memo is None else memo
+    if req.max_seq is not None:
+        plain = fit_plain(planner, base, src, req, memo)
+    else:  # the model's context, tried without explaining each refusal (the fallback makes them moot)
+        try:
+            plain = fit_plain(Planner(req.board, req.budget, explain=False), base, src, req, memo)
+        except OverBudget:
+            asked, req = req, longest_context(req)
+            memo.clear()  # plans of the model's context: the trade-off rows are planned with the new request
+            try:
+                plain = fit_plain(planner, base, src, req, memo)
+            except UserError:  # nothing fits at any context: the model's context's refusal says why, and what would
+                memo.clear()
+                fit_plain(planner, base, src, asked, memo)
+                raise
+            plain = dataclasses.replace(plain, seq_note=dataclasses.replace(plain.seq_note, defaulted=True))
+    res = plain if req.speculate[0] == "off" else fit_speculation(planner, plain, base, src, req)
+    return dataclasses.replace(res, request=req)
+
+
+def longest_context(req: FitRequest) -> FitRequest:
+    """No --max-seq and the model's context does not fit: the longest context the board holds, as
+    --max-seq auto plans it, with the KV cache in the board's SDRAM where it has one and --kv-region is auto
+    (a real model's KV cache at a context worth the name is megabytes: SmolLM2-135M on the DK holds 17
+    tokens in its 512 KiB, 685 in the SDRAM)."""
+    region = "sdram" if req.kv_region == AUTO and req.board.memory.kv_regions else req.kv_region
+    return dataclasses.replace(req, max_seq=AUTO, kv_region=region)
 
 
 def fit_plain(planner: Planner, base: LoweredStep, src: StepSource, req: FitRequest, memo: dict | None) -> Fitted:

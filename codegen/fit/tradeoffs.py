@@ -20,12 +20,14 @@ TRADE_OFF_CHUNKS = (4 * 1024, 8 * 1024, 16 * 1024, 32 * 1024)
 SAMPLER_KINDS = ("logits", "topk", "sampler")
 
 
-def stream_rows(base: LoweredStep, req: FitRequest, batch: int) -> list[dict]:
+def stream_rows(base: LoweredStep, req: FitRequest, batch: int, kv_in_sdram: bool = False) -> list[dict]:
     """Per chunk size, the two stream buffers' bytes, the longest context
-    that still fits beside them, and the predicted DWUP tokens/s (one
-    pipeline fill per token, since the prefetch crosses matrices)."""
+    that still fits beside them (the KV cache where the fit put it), and the
+    predicted DWUP tokens/s (one pipeline fill per token, since the prefetch
+    crosses matrices)."""
     board = req.board
     planner = Planner(board, req.budget)
+    planner = planner.with_kv(planner.sdram if kv_in_sdram else None)
     w = step_traffic(base).workload() if board.qspi_flash is not None else None
     rows = []
     for size in TRADE_OFF_CHUNKS:

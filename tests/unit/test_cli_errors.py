@@ -79,9 +79,26 @@ def test_shape_mismatch(tmp_path, model):
 
 def test_plan_over_budget_says_what_fits(tmp_path, model):
     out = tmp_path / "out"
-    line = assert_user_error(cli("compile", model, "-o", out, "--ram-budget", "16K"), "over by", "--max-seq")
+    line = assert_user_error(cli("compile", model, "-o", out, "--ram-budget", "16K", "--max-seq", "64"), "over by",
+                             "--max-seq")
     assert "16,384 B" in line
     assert not out.exists()
+
+
+def test_without_max_seq_a_context_that_does_not_fit_becomes_the_longest_that_does(tmp_path, model):
+    """No --max-seq: the model's 64 positions where they fit; where they do not, compile builds the longest
+    context that does (--max-seq auto's) and says so, where it used to refuse."""
+    out = tmp_path / "out"
+    proc = cli("compile", model, "-o", out, "--ram-budget", "16K")
+    assert proc.returncode == 0, proc.stderr
+    auto = tmp_path / "auto"
+    assert cli("compile", model, "-o", auto, "--ram-budget", "16K", "--max-seq", "auto").returncode == 0
+    import json
+    seq = json.loads((out / "manifest.json").read_text())["max_seq"]
+    assert 8 <= seq < 64 and seq == json.loads((auto / "manifest.json").read_text())["max_seq"]
+    assert f"context {seq} tokens, the longest this board holds (the model's 64 do not fit" in proc.stdout
+    # where nothing fits at any context, the refusal is the model context's, with what would fit
+    assert_user_error(cli("compile", model, "-o", tmp_path / "none", "--ram-budget", "2K"), "over by")
 
 
 def test_prompt_longer_than_context(tmp_path, model):

@@ -43,11 +43,28 @@ def test_stories260k_plan_json_fits_in_256k(ckpts):
 
 
 def test_stories15m_does_not_fit_512k_and_says_what_would(ckpts):
-    line = one_line_error(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-bits", "4"))
+    sram = ("--board", "stm32h750b-dk", "--kv-region", "sram", "--max-seq", "256")
+    line = one_line_error(cli("plan", ckpts["15m"], *sram, "--kv-bits", "4"))
     assert "over by" in line and "KV cache int4 at 256 tokens" in line
     assert "fits with --ram-budget" in line and "--max-seq" in line
-    int8 = one_line_error(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk"))
-    assert "--kv-bits 4" in int8
+    int8 = one_line_error(cli("plan", ckpts["15m"], *sram))
+    assert "--kv-bits 4" in int8 and "--kv-region sdram" in int8
+
+
+def test_stories15m_by_default_puts_its_kv_cache_in_the_dks_sdram(ckpts):
+    """--kv-region auto (the default): the model's 256 tokens do not fit the 512 KiB, so the DK's SDRAM holds
+    the KV cache; told to keep it in SRAM without a --max-seq, the plan is the longest context SRAM holds."""
+    doc = json.loads(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--json").stdout)
+    assert doc["fits"] and doc["max_seq"] == 256 and doc["kv_region"] == "sdram"
+    assert doc["kv_cache_regions"] == ["sdram"]
+    sram = json.loads(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-region", "sram", "--json").stdout)
+    auto = json.loads(cli("plan", ckpts["15m"], "--board", "stm32h750b-dk", "--kv-region", "sram", "--max-seq", "auto",
+                          "--json").stdout)
+    assert 8 <= sram["max_seq"] == auto["max_seq"] < 256 and sram["kv_region"] == "sram"
+    assert "the longest this board holds (the model's 256 do not fit" in sram["trade_off"]
+    # the trade-off tables are planned as the fit was: at the context chosen, the KV cache where it went
+    assert {r["max_seq"] for r in sram["prefill"]["trade_off"] if r.get("max_seq")} <= set(range(8, 256))
+    assert all(r["max_seq"] == 256 for r in doc["stream"]["trade_off"]), doc["stream"]["trade_off"]
 
 
 def test_stories15m_auto_context_and_trade_off(ckpts):
